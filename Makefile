@@ -1,0 +1,40 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Both build the virtual environment from uv.lock first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+UV := $(PYTHON) -m uv
+EXTRAS := --extra airflow --extra worker --extra samples --extra dev
+
+.PHONY: venv demo test lint typecheck layers unit bench clean
+
+venv: $(VENV)/.synced
+
+$(VENV)/.synced: pyproject.toml uv.lock
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
+	$(UV) sync --frozen --python $(PYTHON) $(EXTRAS)
+	@touch $@
+
+demo: venv
+	$(BIN)/python -m facefusion_provider.demo --out out
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+layers: venv
+	PYTHONPATH=. $(BIN)/lint-imports
+
+unit: venv
+	$(BIN)/pytest -q
+
+test: lint typecheck layers unit
+
+bench: venv
+	$(BIN)/python bench/bench_media.py
+
+clean:
+	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,5 @@
+"""facefusion-provider: swap faces in long videos with Apache Airflow, chunked across GPU workers."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,230 @@
+"""The one options model. It generates the worker's CLI flags, the DAG's Params schema and job.json's ``options``.
+
+Field names follow FaceFusion's (``face_swapper_blend`` is ``--face-swapper-blend``). Adding an option is one edit here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import types
+import typing
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from facefusion_provider.exceptions import InvalidOptionError
+
+Processor = Literal["face_swapper", "face_enhancer"]
+ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
+FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
+FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
+FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4"]
+FaceSelectorMode = Literal["one", "many", "reference"]
+FaceSwapperModel = Literal["classic", "inswapper_128", "inswapper_128_fp16"]
+FaceSwapperPixelBoost = Literal["128x128", "256x256", "512x512"]
+FaceEnhancerModel = Literal["gfpgan_1.4"]
+OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
+OutputVideoPreset = Literal[
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
+]
+
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+# Options that cannot change a single output pixel: they stay out of the job id, so changing them reuses finished chunks.
+NON_PIXEL_OPTIONS: frozenset[str] = frozenset({"execution_providers", "execution_thread_count", "models_dir", "models_uri"})
+
+MAX_CHUNKS = 1024
+
+
+class Options(BaseModel):
+    """Everything a user may set for one swap job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
+
+    processors: list[Processor] = Field(
+        default=["face_swapper"],
+        description="Frame processors in order. An empty list passes frames through unchanged (a re-encode or trim job).",
+    )
+    face_detector_model: FaceDetectorModel = Field(
+        default="retinaface_mnet",
+        description="Face detector. retinaface_mnet ships with the package; the others are FaceFusion model files you provide.",
+    )
+    face_detector_size: FaceDetectorSize = Field(default="640x640", description="Detector input size (width x height).")
+    face_detector_score: float = Field(default=0.5, ge=0.0, le=1.0, description="Minimum detector confidence.")
+    face_landmarker_model: FaceLandmarkerModel = Field(
+        default="face_mesh_468",
+        description="Dense landmarks: face_mesh_468 ships with the package; 2dfan4 is a FaceFusion model file.",
+    )
+    face_selector_mode: FaceSelectorMode = Field(
+        default="one",
+        description="Which target faces to swap: one (the largest), many (all), reference (those close to a reference face).",
+    )
+    reference_frame_number: int = Field(
+        default=0, ge=0, description="Target frame that holds the reference face (face_selector_mode=reference)."
+    )
+    reference_face_distance: float = Field(
+        default=0.6, ge=0.0, le=2.0, description="Largest identity distance to the reference face that still counts as a match."
+    )
+    face_swapper_model: FaceSwapperModel = Field(
+        default="classic",
+        description="classic is the offline default (landmark mesh warp); inswapper_128(_fp16) need FaceFusion's model files.",
+    )
+    face_swapper_pixel_boost: FaceSwapperPixelBoost = Field(
+        default="128x128", description="Swap resolution; above the model's 128 the face is processed in tiles."
+    )
+    face_swapper_blend: Percent = Field(default=85, description="How much of the swapped face replaces the original, 0-100.")
+    face_mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Feathering of the face mask edge, 0-1.")
+    face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
+        default=(0, 0, 0, 0), description="Mask padding in percent of the face box: top, right, bottom, left."
+    )
+    face_enhancer_model: FaceEnhancerModel = Field(default="gfpgan_1.4", description="Face enhancer model (face_enhancer).")
+    face_enhancer_blend: Percent = Field(default=80, description="How much of the enhanced face is blended in, 0-100.")
+    trim_frame_start: int | None = Field(default=None, ge=0, description="First frame to process (inclusive).")
+    trim_frame_end: int | None = Field(default=None, ge=1, description="Frame to stop at (exclusive).")
+    chunk_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Frames per chunk. Unset: sized to the video (about 128 frames, at most 1024 chunks).",
+    )
+    output_video_encoder: OutputVideoEncoder = Field(default="libx264", description="Video encoder of the output.")
+    output_video_preset: OutputVideoPreset = Field(default="veryfast", description="Encoder speed preset.")
+    output_video_quality: Percent = Field(
+        default=80, description="Output quality 0-100; 100 is mathematically lossless where the encoder allows it."
+    )
+    execution_providers: list[ExecutionProvider] = Field(
+        default=["cpu"], description="onnxruntime execution providers, tried in order; the first available one is used."
+    )
+    execution_thread_count: int = Field(default=4, ge=1, le=128, description="Inference threads per worker.")
+
+    @field_validator("processors", "execution_providers")
+    @classmethod
+    def _no_repeats(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each value may appear only once")
+        return value
+
+    @field_validator("execution_providers")
+    @classmethod
+    def _at_least_one(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one execution provider")
+        return value
+
+    @model_validator(mode="after")
+    def _trim_in_order(self) -> Options:
+        if self.trim_frame_start is not None and self.trim_frame_end is not None:
+            if self.trim_frame_end <= self.trim_frame_start:
+                raise ValueError(
+                    f"trim_frame_end ({self.trim_frame_end}) must be greater than trim_frame_start ({self.trim_frame_start})"
+                )
+        return self
+
+    def pixel_options(self) -> dict[str, Any]:
+        """The options that change output pixels: they take part in the job id."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in NON_PIXEL_OPTIONS}
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.pixel_options(), sort_keys=True).encode()).hexdigest()
+
+
+def parse_options(values: dict[str, Any], *, where: str = "options") -> Options:
+    """Validate a dict of options; any problem becomes an ``InvalidOptionError`` that names the field and what is allowed."""
+    try:
+        return Options.model_validate(values)
+    except ValidationError as error:
+        raise InvalidOptionError(describe_validation_error(error, where=where)) from None
+
+
+def describe_validation_error(error: ValidationError, *, where: str) -> str:
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(root)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = f"unknown option; allowed: {', '.join(sorted(Options.model_fields))}"
+        problems.append(f"{where}.{field}: {message} (got {item.get('input')!r})")
+    return "invalid " + where + ": " + "; ".join(problems)
+
+
+# --- the three faces of the model -------------------------------------------------------------------------------------
+
+
+def options_json_schema() -> dict[str, Any]:
+    """JSON schema of ``options``, used for the DAG's Params (the UI form) and for documentation."""
+    schema = Options.model_json_schema()
+    schema.pop("title", None)
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _choices(annotation: Any) -> list[Any] | None:
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return None
+
+
+def add_option_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one CLI flag per option. Flags left out keep the model's default (argparse default is SUPPRESS)."""
+    group = parser.add_argument_group("options")
+    for name, field in Options.model_fields.items():
+        annotation = _unwrap_optional(field.annotation)
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": field.description}
+        origin = get_origin(annotation)
+        if origin is list:
+            (item,) = get_args(annotation)
+            kwargs["nargs"] = "*"
+            kwargs["metavar"] = _metavar(item)
+        elif origin is tuple:
+            kwargs["nargs"] = len(get_args(annotation))
+            kwargs["type"] = int
+            kwargs["metavar"] = "N"
+        elif _choices(annotation) is not None:
+            kwargs["metavar"] = _metavar(annotation)
+        elif annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            base = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+            kwargs["type"] = base
+        # Choices are validated by the model so the error names the option and lists what is allowed in one style.
+        group.add_argument(_flag(name), **kwargs)
+
+
+def _metavar(annotation: Any) -> str:
+    choices = _choices(annotation)
+    return "{" + ",".join(str(c) for c in choices) + "}" if choices else "VALUE"
+
+
+def options_from_namespace(namespace: argparse.Namespace) -> Options:
+    values = {name: getattr(namespace, name) for name in Options.model_fields if hasattr(namespace, name)}
+    return parse_options(values, where="options")
+
+
+def options_to_argv(options: Options) -> list[str]:
+    """The CLI flags that reproduce ``options`` (only the values that differ from the defaults)."""
+    argv: list[str] = []
+    defaults = Options()
+    for name in Options.model_fields:
+        value = getattr(options, name)
+        if value == getattr(defaults, name) or value is None:
+            continue
+        argv.append(_flag(name))
+        if isinstance(value, (list, tuple)):
+            argv.extend(str(v) for v in value)
+        else:
+            argv.append(str(value))
+    return argv
