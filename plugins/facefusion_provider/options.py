@@ -33,7 +33,7 @@ OutputVideoPreset = Literal[
 Percent = Annotated[int, Field(ge=0, le=100)]
 
 # Options that cannot change a single output pixel: they stay out of the job id, so changing them reuses finished chunks.
-NON_PIXEL_OPTIONS: frozenset[str] = frozenset({"execution_providers", "execution_thread_count", "models_dir", "models_uri"})
+NON_PIXEL_OPTIONS: frozenset[str] = frozenset({"execution_providers", "execution_thread_count"})
 
 MAX_CHUNKS = 1024
 
@@ -65,7 +65,10 @@ class Options(BaseModel):
         default=0, ge=0, description="Target frame that holds the reference face (face_selector_mode=reference)."
     )
     reference_face_distance: float = Field(
-        default=0.6, ge=0.0, le=2.0, description="Largest identity distance to the reference face that still counts as a match."
+        default=0.6,
+        ge=0.0,
+        le=2.0,
+        description="Largest identity distance to the reference face that still counts as a match.",
     )
     face_swapper_model: FaceSwapperModel = Field(
         default="classic",
@@ -74,12 +77,16 @@ class Options(BaseModel):
     face_swapper_pixel_boost: FaceSwapperPixelBoost = Field(
         default="128x128", description="Swap resolution; above the model's 128 the face is processed in tiles."
     )
-    face_swapper_blend: Percent = Field(default=85, description="How much of the swapped face replaces the original, 0-100.")
+    face_swapper_blend: Percent = Field(
+        default=85, description="How much of the swapped face replaces the original, 0-100."
+    )
     face_mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Feathering of the face mask edge, 0-1.")
     face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
         default=(0, 0, 0, 0), description="Mask padding in percent of the face box: top, right, bottom, left."
     )
-    face_enhancer_model: FaceEnhancerModel = Field(default="gfpgan_1.4", description="Face enhancer model (face_enhancer).")
+    face_enhancer_model: FaceEnhancerModel = Field(
+        default="gfpgan_1.4", description="Face enhancer model (face_enhancer)."
+    )
     face_enhancer_blend: Percent = Field(default=80, description="How much of the enhanced face is blended in, 0-100.")
     trim_frame_start: int | None = Field(default=None, ge=0, description="First frame to process (inclusive).")
     trim_frame_end: int | None = Field(default=None, ge=1, description="Frame to stop at (exclusive).")
@@ -115,11 +122,11 @@ class Options(BaseModel):
 
     @model_validator(mode="after")
     def _trim_in_order(self) -> Options:
-        if self.trim_frame_start is not None and self.trim_frame_end is not None:
-            if self.trim_frame_end <= self.trim_frame_start:
-                raise ValueError(
-                    f"trim_frame_end ({self.trim_frame_end}) must be greater than trim_frame_start ({self.trim_frame_start})"
-                )
+        start, end = self.trim_frame_start, self.trim_frame_end
+        if start is not None and end is not None and end <= start:
+            raise ValueError(
+                f"trim_frame_end ({self.trim_frame_end}) must be greater than trim_frame_start ({self.trim_frame_start})"
+            )
         return self
 
     def pixel_options(self) -> dict[str, Any]:
@@ -228,3 +235,33 @@ def options_to_argv(options: Options) -> list[str]:
         else:
             argv.append(str(value))
     return argv
+
+
+def options_markdown_table() -> str:
+    """The README's options table, generated so that it cannot drift from the model."""
+    rows = ["| option (conf key / CLI flag) | default | allowed | what it does |", "| --- | --- | --- | --- |"]
+    schema = options_json_schema()["properties"]
+    for name, field in Options.model_fields.items():
+        prop = schema[name]
+        default = json.dumps(field.default)
+        rows.append(f"| `{name}` / `{_flag(name)}` | `{default}` | {_allowed(prop)} | {field.description} |")
+    return "\n".join(rows)
+
+
+def _allowed(prop: dict[str, Any]) -> str:
+    if "enum" in prop or "const" in prop:
+        return ", ".join(f"`{v}`" for v in prop.get("enum", [prop.get("const")]))
+    if prop.get("type") == "array" and "enum" in prop.get("items", {}):
+        return "list of " + ", ".join(f"`{v}`" for v in prop["items"]["enum"])
+    if prop.get("type") == "array" and "prefixItems" in prop:
+        return f"{len(prop['prefixItems'])} integers 0-100"
+    numeric = next((p for p in prop.get("anyOf", [prop]) if p.get("type") in ("integer", "number")), None)
+    if numeric is not None:
+        low, high = numeric.get("minimum"), numeric.get("maximum")
+        bounds = f"{low}-{high}" if high is not None else f">= {low}" if low is not None else ""
+        return f"{numeric['type']} {bounds}".strip() + (" or unset" if "anyOf" in prop else "")
+    return str(prop.get("type", ""))
+
+
+if __name__ == "__main__":
+    print(options_markdown_table())

@@ -1,6 +1,12 @@
 """Every URI the project touches goes through here: fsspec filesystems, atomic commits and the job folder layout.
 
 Plain paths and ``file://`` URIs are the embedded default; ``s3://`` is production. No Airflow, no numpy.
+
+S3: the endpoint comes from ``FACEFUSION_S3_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL``), credentials from the standard
+``AWS_*`` environment or the instance role, or, in the Airflow process, from ``using_s3_credentials`` (an Airflow AWS
+connection). Every request is retried with capped, jittered exponential backoff; what is still failing afterwards
+becomes a ``RetryableError``, while access denied, bad credentials and missing buckets become a ``StorageDeniedError``
+that names the bucket and key.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
@@ -22,12 +29,28 @@ from urllib.parse import urlparse
 import fsspec
 from fsspec.spec import AbstractFileSystem
 
-from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
+from facefusion_provider.exceptions import (
+    FaceFusionError,
+    InputMissingError,
+    InvalidJobError,
+    InvalidOptionError,
+    RetryableError,
+    StorageDeniedError,
+)
 from facefusion_provider.options import Options
 from facefusion_provider.types import JOB_FORMAT_VERSION
 
 ALLOWED_SCHEMES = frozenset({"file", "s3", "memory"})
 _HASH_BLOCK = 8 * 1024 * 1024
+
+S3_ENDPOINT_VARIABLE = "FACEFUSION_S3_ENDPOINT_URL"
+S3_MAX_ATTEMPTS_VARIABLE = "FACEFUSION_S3_MAX_ATTEMPTS"
+INPUT_CACHE_DIR_VARIABLE = "FACEFUSION_INPUT_CACHE_DIR"
+INPUT_CACHE_MAX_BYTES_VARIABLE = "FACEFUSION_INPUT_CACHE_MAX_BYTES"
+DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
+DEFAULT_INPUT_CACHE_MAX_BYTES = 50 * 1024**3
+_RANGE_BLOCK = 4 * 1024 * 1024
+_S3FS_ROUNDS = 2
 
 
 def normalize_uri(uri: str, *, field: str = "uri") -> str:
@@ -52,17 +75,160 @@ def normalize_uri(uri: str, *, field: str = "uri") -> str:
     return uri
 
 
+@dataclass(frozen=True)
+class S3Credentials:
+    """S3 credentials and endpoint (from an Airflow AWS connection, for example). The repr never shows the secrets."""
+
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoint_url: str | None = None
+    region_name: str | None = None
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables that hand these credentials to a worker process (boto3's standard names)."""
+        names = {
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_SESSION_TOKEN": self.session_token,
+            S3_ENDPOINT_VARIABLE: self.endpoint_url,
+            "AWS_DEFAULT_REGION": self.region_name,
+        }
+        return {name: value for name, value in names.items() if value}
+
+
+_S3_CREDENTIALS: ContextVar[S3Credentials | None] = ContextVar("facefusion_s3_credentials", default=None)
+
+
+@contextlib.contextmanager
+def using_s3_credentials(credentials: S3Credentials | None) -> Iterator[None]:
+    """Use these credentials for every ``s3://`` access in this context (the Airflow side; workers use the environment)."""
+    token = _S3_CREDENTIALS.set(credentials)
+    try:
+        yield
+    finally:
+        _S3_CREDENTIALS.reset(token)
+
+
 def filesystem(uri: str) -> tuple[AbstractFileSystem, str]:
     fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
+    if urlparse(uri).scheme == "s3":
+        # s3fs wraps botocore's retries in a loop of its own (5 rounds by default): keep the product bounded.
+        setattr(fs, "retries", _S3FS_ROUNDS)  # noqa: B010 - a class attribute of S3FileSystem, not typed
     return fs, path
 
 
 def storage_options(uri: str) -> dict[str, Any]:
-    """Extra fsspec options per scheme. S3 credentials come from the environment or the pod's service account only."""
-    if urlparse(uri).scheme == "s3":
-        endpoint = os.environ.get("FACEFUSION_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-        return {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}
-    return {}
+    """Extra fsspec options per scheme. S3 credentials come from ``using_s3_credentials``, the environment or the role."""
+    if urlparse(uri).scheme != "s3":
+        return {}
+    credentials = _S3_CREDENTIALS.get()
+    endpoint = (credentials and credentials.endpoint_url) or os.environ.get(S3_ENDPOINT_VARIABLE)
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    client_kwargs: dict[str, Any] = {"endpoint_url": endpoint} if endpoint else {}
+    options: dict[str, Any] = {
+        # botocore retries throttling, 5xx, timeouts and dropped connections; s3fs's own loop adds one more round.
+        "config_kwargs": {
+            "retries": {"mode": "standard", "total_max_attempts": _s3_max_attempts()},
+            "connect_timeout": 10,
+            "read_timeout": 60,
+        },
+        "use_listings_cache": False,  # markers are written by other processes: never trust a cached listing
+    }
+    if credentials is not None:
+        if credentials.region_name:
+            client_kwargs["region_name"] = credentials.region_name
+        if credentials.access_key_id:
+            options.update(
+                key=credentials.access_key_id, secret=credentials.secret_access_key, token=credentials.session_token
+            )
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    return options
+
+
+def _s3_max_attempts() -> int:
+    value = os.environ.get(S3_MAX_ATTEMPTS_VARIABLE, "")
+    if not value:
+        return DEFAULT_S3_MAX_ATTEMPTS
+    if not value.isdigit() or int(value) < 1:
+        raise InvalidOptionError(f"{S3_MAX_ATTEMPTS_VARIABLE}: expected a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _bucket_and_key(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _bucket_exists(fs: AbstractFileSystem, bucket: str) -> bool:
+    """Only asked after a "not found": a 404 on HEAD does not say whether the bucket or the key is missing."""
+    try:
+        fs.call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        return False
+    except Exception:  # denied or unreachable: the bucket may well exist; report the original error
+        return True
+    return True
+
+
+def _error_code(error: BaseException) -> str:
+    response = getattr(error.__cause__, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code") or "")
+    return ""
+
+
+def _is_transient(error: BaseException) -> bool:
+    if isinstance(error, (OSError, TimeoutError)):
+        return True
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:  # no S3 support installed: nothing of botocore's can be raised
+        return False
+    return isinstance(error, BotoCoreError)
+
+
+@contextlib.contextmanager
+def _storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is_input: bool = True) -> Iterator[None]:
+    """Translate what fsspec raises into the project's failure classes, naming the URI (and the bucket on S3)."""
+    try:
+        yield
+    except FaceFusionError:
+        raise
+    except FileNotFoundError as error:
+        if urlparse(uri).scheme == "s3":
+            bucket, key = _bucket_and_key(uri)
+            if fs is not None and (_error_code(error) == "NoSuchBucket" or not _bucket_exists(fs, bucket)):
+                raise StorageDeniedError(
+                    f"{uri}: bucket {bucket!r} does not exist (or these credentials cannot see it); key {key!r}"
+                ) from None
+        if missing_is_input:
+            raise InputMissingError(f"{uri}: no such file") from None
+        raise
+    except PermissionError as error:
+        raise StorageDeniedError(_denied_message(uri, error)) from None
+    except Exception as error:
+        if urlparse(uri).scheme != "s3":
+            raise
+        if type(error).__name__ == "FileExpired":
+            raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run") from error
+        if _is_transient(error):
+            raise RetryableError(f"{uri}: storage still failing after retries: {error}") from error
+        raise
+
+
+def _denied_message(uri: str, error: PermissionError) -> str:
+    if urlparse(uri).scheme != "s3":
+        return f"{uri}: permission denied: {error}"
+    bucket, key = _bucket_and_key(uri)
+    code = _error_code(error) or "AccessDenied"
+    hint = {
+        "InvalidAccessKeyId": "the access key id is not known: check the AWS connection or AWS_ACCESS_KEY_ID",
+        "SignatureDoesNotMatch": "the secret key does not match the access key: check the credentials",
+        "ExpiredToken": "the session token has expired: refresh the credentials",
+    }.get(code, "check the credentials and the bucket policy")
+    return f"{uri}: access denied to bucket {bucket!r}, key {key!r} ({code}: {error}); {hint}"
 
 
 def local_path(uri: str) -> str | None:
@@ -79,15 +245,25 @@ def join(uri: str, *parts: str) -> str:
 
 def exists(uri: str) -> bool:
     fs, path = filesystem(uri)
-    return bool(fs.exists(path))
+    with _storage_errors(uri, fs):
+        if urlparse(uri).scheme == "s3":
+            return _s3_exists(fs, path)
+        return bool(fs.exists(path))
+
+
+def _s3_exists(fs: AbstractFileSystem, path: str) -> bool:
+    """One HEAD: s3fs's own ``exists`` hides a denied request behind False and lists on a 404."""
+    try:
+        fs.info(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_bytes(uri: str) -> bytes:
     fs, path = filesystem(uri)
-    try:
+    with _storage_errors(uri, fs):
         return bytes(fs.cat_file(path))
-    except FileNotFoundError:
-        raise InputMissingError(f"{uri}: no such file") from None
 
 
 def read_json(uri: str) -> Any:
@@ -97,14 +273,94 @@ def read_json(uri: str) -> Any:
 def write_bytes_atomic(uri: str, data: bytes) -> None:
     """Readers see the old object or the whole new one, never a part."""
     fs, path = filesystem(uri)
-    if fs.protocol in ("file", "local") or "file" in fs.protocol:
+    if _is_local(fs):
         _write_local_atomic(path, data)
         return
-    fs.pipe_file(path, data)  # an object store PUT is atomic: the key appears only when complete
+    with _storage_errors(uri, fs):
+        fs.pipe_file(path, data)  # an object store PUT is atomic: the key appears only when complete
+
+
+def _is_local(fs: AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "file" in protocols or "local" in protocols
 
 
 def write_json_atomic(uri: str, value: Any) -> None:
     write_bytes_atomic(uri, json.dumps(value, indent=2, sort_keys=True).encode())
+
+
+def write_bytes_exclusive(uri: str, data: bytes) -> bool:
+    """Create ``uri`` with ``data`` only if nothing is there yet: True if this call created it, False if it existed.
+
+    Atomic against every other writer: S3's conditional PUT (``If-None-Match: *``), a hard link on a local disk. Two
+    processes that race for one key cannot both win, so it can hold a claim.
+    """
+    fs, path = filesystem(uri)
+    if _is_local(fs):
+        return _write_local_exclusive(path, data)
+    with _storage_errors(uri, fs, missing_is_input=False):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+    return True
+
+
+def _write_local_exclusive(path: str, data: bytes) -> bool:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temp, path)  # fails if path exists: readers only ever see the complete file
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    return True
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One file under a prefix: its URI, a version that changes whenever its content does, its size and mtime."""
+
+    uri: str
+    version: str  # the ETag on S3; size and modification time in nanoseconds for local files
+    size: int
+    modified: float  # seconds since the epoch
+
+
+def list_files(prefix_uri: str) -> list[StoredObject]:
+    """Every file under ``prefix_uri`` (recursively), sorted by URI; an absent prefix lists nothing."""
+    fs, path = filesystem(prefix_uri)
+    scheme = urlparse(prefix_uri).scheme
+    with _storage_errors(prefix_uri, fs, missing_is_input=False):
+        try:
+            found = fs.find(path, detail=True)
+        except FileNotFoundError:
+            if scheme == "s3":
+                raise
+            return []
+    objects = []
+    for name, info in sorted(found.items()):
+        if info.get("type") != "file":
+            continue
+        uri = f"{scheme}://{name}" if scheme == "s3" else fs.unstrip_protocol(name)
+        objects.append(_stored_object(uri, info))
+    return objects
+
+
+def _stored_object(uri: str, info: dict[str, Any]) -> StoredObject:
+    size = int(info.get("size") or 0)
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    modified = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+    seconds = modified.timestamp() if hasattr(modified, "timestamp") else float(modified)
+    version = etag or f"{size}-{int(seconds * 1e9)}"
+    return StoredObject(uri=uri, version=version, size=size, modified=seconds)
 
 
 def _write_local_atomic(path: str, data: bytes) -> None:
@@ -126,7 +382,7 @@ def _write_local_atomic(path: str, data: bytes) -> None:
 def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
     """Publish a finished local file at ``uri``: a temporary name first, then a rename (or one PUT on S3)."""
     fs, path = filesystem(uri)
-    if "file" in fs.protocol or fs.protocol == "local":
+    if _is_local(fs):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
@@ -137,39 +393,96 @@ def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
                 os.unlink(temp)
             raise
         return
-    fs.put_file(os.fspath(local), path)
+    # One PUT, or a multipart upload that s3fs completes only after every part (and aborts on error): the key
+    # never shows a partial object.
+    with _storage_errors(uri, fs, missing_is_input=False):
+        fs.put_file(os.fspath(local), path)
 
 
 def get_file(uri: str, local: str | os.PathLike[str]) -> None:
     fs, path = filesystem(uri)
-    try:
+    with _storage_errors(uri, fs):
         fs.get_file(path, os.fspath(local))
-    except FileNotFoundError:
-        raise InputMissingError(f"{uri}: no such file") from None
 
 
 @contextlib.contextmanager
 def open_input(uri: str) -> Iterator[str | IO[bytes]]:
-    """A local path where there is one (fastest for PyAV), else a seekable remote file read by ranges."""
+    """A local path where there is one (fastest for PyAV), else a seekable remote file read by ranges.
+
+    With ``FACEFUSION_INPUT_CACHE_DIR`` set, a remote input is downloaded once per node into that folder, keyed by its
+    ETag, and every later open on the node reads the local copy (see ``docs/s3.md`` for when that pays).
+    """
     path = local_path(uri)
     if path is not None:
         if not os.path.isfile(path):
             raise InputMissingError(f"{uri}: no such file")
         yield path
         return
+    cache_dir = os.environ.get(INPUT_CACHE_DIR_VARIABLE)
+    if cache_dir:
+        yield cached_input(uri, cache_dir)
+        return
     fs, remote = filesystem(uri)
-    try:
-        handle = fs.open(remote, "rb", block_size=4 * 1024 * 1024, cache_type="readahead")
-    except FileNotFoundError:
-        raise InputMissingError(f"{uri}: no such file") from None
-    with handle:
+    with _storage_errors(uri, fs):
+        # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a chunk's keyframe).
+        handle = fs.open(remote, "rb", block_size=_RANGE_BLOCK, cache_type="blockcache")
+    with handle:  # errors while the caller reads are the caller's to classify (a corrupt video is not transient)
         yield handle
+
+
+def cached_input(uri: str, cache_dir: str) -> str:
+    """The local path of a node-local copy of ``uri``, downloaded once and keyed by the object's ETag and size."""
+    fs, remote = filesystem(uri)
+    with _storage_errors(uri, fs):
+        info = fs.info(remote)
+        etag = str(info.get("ETag") or "").strip('"')
+        name = hashlib.sha256(f"{uri}\n{etag}\n{info.get('size')}".encode()).hexdigest()[:32]
+        target = os.path.join(cache_dir, name + posixpath.splitext(remote)[1])
+        if os.path.isfile(target) and os.path.getsize(target) == info.get("size"):
+            os.utime(target)  # recently used: evicted last
+            return target
+        os.makedirs(cache_dir, exist_ok=True)
+        _evict_input_cache(cache_dir, keep_free=int(info.get("size") or 0))
+        fd, temp = tempfile.mkstemp(dir=cache_dir, prefix=".part-")
+        try:
+            # s3fs checks every range against the ETag it opened with: a replaced object fails here, not silently.
+            with (
+                os.fdopen(fd, "wb") as out,
+                fs.open(remote, "rb", block_size=4 * _RANGE_BLOCK, cache_type="none") as src,
+            ):
+                if str(src.details.get("ETag") or "").strip('"') != etag:
+                    raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run")
+                shutil.copyfileobj(src, out, 4 * _RANGE_BLOCK)
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+    return target
+
+
+def _evict_input_cache(cache_dir: str, *, keep_free: int) -> None:
+    """Remove least recently used copies until ``keep_free`` more bytes fit under the cache's limit."""
+    limit = int(os.environ.get(INPUT_CACHE_MAX_BYTES_VARIABLE) or DEFAULT_INPUT_CACHE_MAX_BYTES)
+    entries = []
+    for entry in os.scandir(cache_dir):
+        if entry.is_file() and not entry.name.startswith(".part-"):
+            stat = entry.stat()
+            entries.append((stat.st_mtime, stat.st_size, entry.path))
+    used = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if used + keep_free <= limit:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        used -= size
 
 
 def remove_tree(uri: str) -> None:
     fs, path = filesystem(uri)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    with _storage_errors(uri, fs, missing_is_input=False):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -188,10 +501,8 @@ def content_id(uri: str) -> str:
             raise InputMissingError(f"{uri}: no such file")
         return "sha256:" + file_sha256(path)
     fs, remote = filesystem(uri)
-    try:
+    with _storage_errors(uri, fs):
         info = fs.info(remote)
-    except FileNotFoundError:
-        raise InputMissingError(f"{uri}: no such file") from None
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
     return f"etag:{etag}:{info.get('size')}" if etag else f"size-mtime:{info.get('size')}:{info.get('mtime')}"
 

@@ -17,7 +17,9 @@ class Face:
 
     bbox: FloatArray  # (4,) x1, y1, x2, y2
     score: float
-    landmark_5: FloatArray  # (5, 2): right eye, left eye, nose tip, right mouth corner, left mouth corner (image left to right)
+    landmark_5: (
+        FloatArray  # (5, 2): right eye, left eye, nose tip, right mouth corner, left mouth corner (image left to right)
+    )
     landmark_dense: FloatArray | None = None  # (468, 2) face mesh or (68, 2) 2dfan4, when a landmarker ran
     embedding: FloatArray | None = None  # (512,) identity embedding, L2-normalised, when a recognizer ran
     extras: dict[str, object] = field(default_factory=dict)

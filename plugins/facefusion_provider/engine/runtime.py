@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 
 from facefusion_provider.exceptions import ModelCorruptError
@@ -15,6 +18,18 @@ _PROVIDER_NAMES = {
     "cuda": "CUDAExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
+
+# onnxruntime's element type names -> numpy: fp16 model variants declare float16 inputs and outputs.
+_NUMPY_TYPES: dict[str, type[np.generic]] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(uint8)": np.uint8,
+}
+
+TRT_CACHE_ENV = "FACEFUSION_TRT_CACHE"
 
 
 def resolve_providers(execution_providers: Sequence[str]) -> list[str]:
@@ -26,6 +41,26 @@ def resolve_providers(execution_providers: Sequence[str]) -> list[str]:
     return chosen
 
 
+def provider_options(provider: str) -> dict[str, Any]:
+    """Per-provider settings: TensorRT builds fp16 engines and caches them on disk (building one takes minutes)."""
+    if provider == "TensorrtExecutionProvider":
+        cache = os.environ.get(TRT_CACHE_ENV) or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+            "facefusion-provider",
+            "tensorrt",
+        )
+        return {
+            "trt_fp16_enable": True,
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": cache,
+            "trt_timing_cache_enable": True,
+            "trt_timing_cache_path": cache,
+        }
+    if provider == "CUDAExecutionProvider":
+        return {"cudnn_conv_algo_search": "DEFAULT"}
+    return {}
+
+
 @functools.lru_cache(maxsize=16)
 def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count: int) -> ort.InferenceSession:
     options = ort.SessionOptions()
@@ -34,7 +69,12 @@ def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     try:
-        return ort.InferenceSession(model, sess_options=options, providers=list(providers))
+        return ort.InferenceSession(
+            model,
+            sess_options=options,
+            providers=list(providers),
+            provider_options=[provider_options(provider) for provider in providers],
+        )
     except Exception as error:  # onnxruntime raises its own untyped errors for unreadable models
         name = model if isinstance(model, str) else f"<{len(model)} bytes>"
         raise ModelCorruptError(f"{name}: onnxruntime cannot load this model: {error}") from error
@@ -47,3 +87,32 @@ def create_session(model: bytes | str, execution_providers: Sequence[str], threa
 
 def input_shapes(session: ort.InferenceSession) -> dict[str, list[Any]]:
     return {item.name: list(item.shape) for item in session.get_inputs()}
+
+
+def input_types(session: ort.InferenceSession) -> dict[str, type[np.generic]]:
+    return {item.name: _NUMPY_TYPES.get(item.type, np.float32) for item in session.get_inputs()}
+
+
+def batch_is_dynamic(session: ort.InferenceSession) -> bool:
+    """Whether every input takes any batch size (a symbolic first dimension), so frames or faces can be stacked."""
+    return all(not isinstance(item.shape[0], int) for item in session.get_inputs())
+
+
+def run_session(session: ort.InferenceSession, feeds: Mapping[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+    """Run with each input cast to the model's declared type; float16 outputs come back as float32.
+
+    On CUDA the inputs and outputs go through an IO binding, so onnxruntime copies each once instead of per call site.
+    """
+    types = input_types(session)
+    typed = {name: np.ascontiguousarray(value, dtype=types.get(name, value.dtype)) for name, value in feeds.items()}
+    if session.get_providers()[0] == "CUDAExecutionProvider":
+        binding = session.io_binding()
+        for name, value in typed.items():
+            binding.bind_cpu_input(name, value)
+        for output in session.get_outputs():
+            binding.bind_output(output.name, "cuda")
+        session.run_with_iobinding(binding)
+        outputs: list[npt.NDArray[Any]] = binding.copy_outputs_to_cpu()
+    else:
+        outputs = session.run(None, typed)
+    return [output.astype(np.float32) if output.dtype == np.float16 else output for output in outputs]

@@ -1,0 +1,113 @@
+"""Run the ``facefusion_swap`` DAG once through Airflow on the embedded default, with ``airflow dags test``.
+
+An isolated ``AIRFLOW_HOME`` (SQLite metadata, local files, the local backend) is set up under ``--home`` the first time:
+``airflow db migrate`` and the chunk pool. Then the DAG runs in one process with the conf JSON::
+
+    python -m facefusion_provider.demo_airflow --source face.png --target in.mp4 --output out/swapped.mp4 \\
+        --options '{"chunk_size": 64}'
+
+Only shells out to Airflow: no Airflow, media or engine import here, so the tests and the benchmark reuse it freely.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DAG_ID = "facefusion_swap"
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+POOL = "facefusion_gpu"
+
+
+def airflow_env(
+    home: Path, *, dags_folder: Path = DAGS_FOLDER, settings: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of an isolated Airflow: its own home and SQLite DB, this project's DAGs, no examples.
+    ``settings`` are ``[facefusion]`` keys (``{"retry_delay_seconds": "1"}``)."""
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home.absolute()),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder.absolute()),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+    }
+    for key, value in (settings or {}).items():
+        env[f"AIRFLOW__FACEFUSION__{key.upper()}"] = value
+    return env
+
+
+def airflow(args: Sequence[str], env: Mapping[str, str], *, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the ``airflow`` CLI of this Python (``python -m airflow``), capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def init_home(env: Mapping[str, str], *, pool_slots: int = 2) -> None:
+    """Create the metadata DB (once) and the pool of the chunk tasks."""
+    home = Path(env["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    for args in (["db", "migrate"], ["pools", "set", POOL, str(pool_slots), "facefusion swap_chunk slots"]):
+        result = airflow(args, env)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+
+
+def swap_conf(
+    sources: Sequence[str], target: str, output: str, options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The DAG's conf JSON."""
+    return {"source_uris": list(sources), "target_uri": target, "output_uri": output, "options": dict(options or {})}
+
+
+def dags_test(
+    conf: Mapping[str, Any], env: Mapping[str, str], *, timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    """One run of the DAG in this process's Airflow (``airflow dags test facefusion_swap -c JSON``)."""
+    return airflow(["dags", "test", DAG_ID, "-c", json.dumps(conf)], env, timeout=timeout)
+
+
+def run_succeeded(result: subprocess.CompletedProcess[str]) -> bool:
+    """``dags test`` reports the run's final state in its log; its exit code alone does not say."""
+    text = result.stdout + result.stderr
+    return result.returncode == 0 and "state=success" in text.replace("state=DagRunState.SUCCESS", "state=success")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", action="append", required=True, help="source face image (repeatable)")
+    parser.add_argument("--target", required=True, help="target video")
+    parser.add_argument("--output", required=True, help="output video")
+    parser.add_argument("--options", default="{}", help="options JSON, keyed by option name")
+    parser.add_argument("--home", type=Path, default=Path("out/airflow"), help="isolated AIRFLOW_HOME")
+    args = parser.parse_args(argv)
+    env = airflow_env(args.home)
+    init_home(env)
+    conf = swap_conf(
+        [str(Path(s).absolute()) for s in args.source],
+        str(Path(args.target).absolute()),
+        str(Path(args.output).absolute()),
+        json.loads(args.options),
+    )
+    print(f"airflow dags test {DAG_ID} -c '{json.dumps(conf)}'  (AIRFLOW_HOME={env['AIRFLOW_HOME']})", flush=True)
+    result = dags_test(conf, env)
+    sys.stdout.write(result.stdout[-4000:])
+    sys.stderr.write(result.stderr[-4000:])
+    ok = run_succeeded(result)
+    print(f"{DAG_ID}: {'success' if ok else 'FAILED'}; output {conf['output_uri']}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

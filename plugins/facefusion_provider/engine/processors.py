@@ -1,0 +1,241 @@
+"""The engine's seam for the worker: the source identity (once per job) and a frame processor (once per process).
+
+``prepare_identity`` runs in ``prepare`` and its result goes into ``job.json``, so every chunk swaps the same identity.
+``build_frame_processor`` loads every model the options need up front (a missing model fails before any frame is
+decoded) and returns a processor that runs ``options.processors`` in order on batches of frames.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+
+from facefusion_provider.engine.detect import detect_faces
+from facefusion_provider.engine.enhance import enhance_face
+from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.landmarks import (
+    MESH_MIN_SCORE,
+    landmark_2dfan4,
+    landmark_face_mesh,
+    tflite_interpreter,
+)
+from facefusion_provider.engine.recognize import embed_face, normalize_embedding
+from facefusion_provider.engine.runtime import resolve_providers
+from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces
+from facefusion_provider.engine.store import ModelStore, store_from_environment
+from facefusion_provider.engine.swap_classic import (
+    ClassicSource,
+    classic_source_from_json,
+    classic_source_to_json,
+    make_classic_source,
+    swap_face_classic,
+)
+from facefusion_provider.engine.swap_inswapper import load_emap, swap_faces
+from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidMediaError, NoFaceError
+from facefusion_provider.options import Options
+
+IDENTITY_VERSION = 1
+GPU_BATCH_SIZE = 8  # frames per call when a GPU provider runs: the swapper stacks all their faces in batches
+
+
+class FrameProcessor(Protocol):
+    batch_size: int
+
+    def process_batch(self, frames: list[Frame]) -> list[Frame]: ...
+
+
+# --- prepare: the source identity ---------------------------------------------------------------------------------
+
+
+def read_image(path: str) -> Frame:
+    """An image file as RGB; InputMissingError or InvalidMediaError naming the file otherwise."""
+    name = os.path.basename(path)
+    try:
+        with open(path, "rb") as handle:
+            data = np.frombuffer(handle.read(), np.uint8)
+    except FileNotFoundError:
+        raise InputMissingError(f"source image {name} does not exist ({path})") from None
+    except IsADirectoryError:
+        raise InvalidMediaError(f"source {name} is a folder, not an image") from None
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if image is None:
+        raise InvalidMediaError(f"source {name} is not an image that can be read (JPEG, PNG, WebP, BMP, TIFF, ...)")
+    return np.ascontiguousarray(image[:, :, ::-1])
+
+
+def mesh_landmarks(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
+    """The 468-point mesh the classic swapper needs; with 2dfan4 chosen, its 5/68 points steer the mesh crop first."""
+    if options.face_landmarker_model == "2dfan4":
+        face = landmark_2dfan4(frame, face, options, store)
+    return landmark_face_mesh(frame, face, store)
+
+
+def _mesh_found(face: Face) -> bool:
+    return float(face.extras.get("landmark_dense_score", 0.0)) >= MESH_MIN_SCORE  # type: ignore[arg-type]
+
+
+def _source_faces(source_paths: Sequence[str], options: Options, store: ModelStore) -> list[tuple[str, Frame, Face]]:
+    """The largest face of every source image; NoFaceError naming the first image without one."""
+    found = []
+    for path in source_paths:
+        image = read_image(path)
+        faces = detect_faces(image, options, store)
+        if not faces:
+            raise NoFaceError(
+                f"no face found in source image {os.path.basename(path)} (detector {options.face_detector_model}, "
+                f"score >= {options.face_detector_score}): use a clear, front-facing photo of the face"
+            )
+        found.append((path, image, largest_face(faces)))
+    return found
+
+
+def prepare_identity(
+    source_paths: list[str], reference_frame: Frame | None, options: Options, models_dir: str | None
+) -> dict[str, Any]:
+    """The job's identity for ``job.json``: what the swapper needs of the source faces, and the reference face.
+
+    classic: the largest source face as a crop (PNG, base64), its 468 mesh points and their triangles.
+    inswapper: the mean of the L2-normalised ArcFace embeddings of each source image's largest face, normalised.
+    reference mode: the embedding of the largest face in ``reference_frame``.
+    """
+    store = store_from_environment(models_dir)
+    require_recognizer(options, store)
+    identity: dict[str, Any] = {
+        "version": IDENTITY_VERSION,
+        "face_swapper_model": options.face_swapper_model,
+        "sources": [os.path.basename(path) for path in source_paths],
+    }
+    if "face_swapper" in options.processors:
+        if not source_paths:
+            raise NoFaceError("face_swapper needs at least one source image with a face")
+        sources = _source_faces(source_paths, options, store)
+        if options.face_swapper_model == "classic":
+            identity["classic"] = classic_source_to_json(_classic_source(sources, options, store))
+        else:
+            embeddings = [embed_face(image, face, store, options) for _, image, face in sources]
+            identity["source_embedding"] = normalize_embedding(np.mean(embeddings, axis=0)).tolist()
+    if options.face_selector_mode == "reference":
+        identity["reference_embedding"] = _reference_embedding(reference_frame, options, store).tolist()
+    return identity
+
+
+def _classic_source(sources: list[tuple[str, Frame, Face]], options: Options, store: ModelStore) -> ClassicSource:
+    path, image, face = max(sources, key=lambda item: item[2].area)
+    meshed = mesh_landmarks(image, face, options, store)
+    if not _mesh_found(meshed):
+        raise NoFaceError(f"the face mesh found no usable face in source image {os.path.basename(path)}")
+    return make_classic_source(image, meshed)
+
+
+def _reference_embedding(reference_frame: Frame | None, options: Options, store: ModelStore) -> FloatArray:
+    if reference_frame is None:
+        raise ValueError("face_selector_mode=reference needs the reference frame")
+    faces = detect_faces(reference_frame, options, store)
+    if not faces:
+        raise NoFaceError(
+            f"no face found in the reference frame (reference_frame_number={options.reference_frame_number}): "
+            "choose a frame where the person to swap is visible"
+        )
+    return embed_face(reference_frame, largest_face(faces), store, options)
+
+
+# --- swap-chunk: the frame processor ------------------------------------------------------------------------------
+
+
+@dataclass
+class FaceProcessor:
+    """Detect, select, then run each of ``options.processors`` on the selected faces of every frame."""
+
+    options: Options
+    store: ModelStore
+    batch_size: int
+    classic_source: ClassicSource | None = None
+    source_embedding: FloatArray | None = None
+    reference_embedding: FloatArray | None = None
+
+    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+        selected = [self.select(frame) for frame in frames]
+        results = list(frames)
+        for processor in self.options.processors:
+            if processor == "face_swapper":
+                results = self.swap(results, selected)
+            else:
+                results = [self.enhance(frame, faces) for frame, faces in zip(results, selected, strict=True)]
+        return results
+
+    def select(self, frame: Frame) -> list[Face]:
+        faces = detect_faces(frame, self.options, self.store)
+        return select_faces(frame, faces, self.options, self.store, self.reference_embedding)
+
+    def swap(self, frames: list[Frame], selected: list[list[Face]]) -> list[Frame]:
+        if self.classic_source is not None:
+            return [self.swap_classic(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
+        assert self.source_embedding is not None
+        if self.options.face_landmarker_model == "2dfan4":
+            selected = [
+                [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
+                for frame, faces in zip(frames, selected, strict=True)
+            ]
+        return swap_faces(frames, selected, self.source_embedding, self.options, self.store)
+
+    def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame:
+        assert self.classic_source is not None
+        for face in faces:
+            meshed = mesh_landmarks(frame, face, self.options, self.store)
+            if _mesh_found(meshed):
+                frame = swap_face_classic(frame, meshed, self.classic_source, self.options)
+        return frame
+
+    def enhance(self, frame: Frame, faces: list[Face]) -> Frame:
+        for face in faces:
+            frame = enhance_face(frame, face, self.options, self.store)
+        return frame
+
+
+def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FrameProcessor:
+    """A processor for ``options`` and the job's identity, with every model it needs loaded now."""
+    store = store_from_environment(models_dir)
+    store.session_for(options.face_detector_model, options)
+    require_recognizer(options, store)
+    processor = FaceProcessor(options, store, batch_size=_batch_size(options))
+    if options.face_selector_mode == "reference":
+        processor.reference_embedding = _embedding(identity, "reference_embedding")
+    if options.face_landmarker_model == "2dfan4" and "face_swapper" in options.processors:
+        store.session_for("2dfan4", options)
+    if "face_swapper" in options.processors:
+        if identity.get("face_swapper_model") != options.face_swapper_model:
+            raise InvalidJobError(
+                f"job.json identity was prepared for face_swapper_model={identity.get('face_swapper_model')!r}, "
+                f"but the options say {options.face_swapper_model!r}: prepare the job again"
+            )
+        if options.face_swapper_model == "classic":
+            if "classic" not in identity:
+                raise InvalidJobError("job.json identity has no classic source face: prepare the job again")
+            processor.classic_source = classic_source_from_json(identity["classic"])
+            tflite_interpreter(store.resolve("face_mesh_468"))
+        else:
+            processor.source_embedding = _embedding(identity, "source_embedding")
+            store.session_for(options.face_swapper_model, options)
+            load_emap(store.resolve(options.face_swapper_model))
+    if "face_enhancer" in options.processors:
+        store.session_for(options.face_enhancer_model, options)
+    return processor
+
+
+def _batch_size(options: Options) -> int:
+    return 1 if resolve_providers(options.execution_providers)[0] == "CPUExecutionProvider" else GPU_BATCH_SIZE
+
+
+def _embedding(identity: dict[str, Any], key: str) -> FloatArray:
+    try:
+        vector = np.asarray(identity[key], np.float32).reshape(-1)
+    except (KeyError, ValueError, TypeError):
+        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again") from None
+    if vector.size == 0 or not np.all(np.isfinite(vector)):
+        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again")
+    return normalize_embedding(vector)

@@ -1,0 +1,53 @@
+"""Opening media with PyAV, with every FFmpeg failure turned into an error that names the file and the problem."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import IO
+
+import av
+import av.container
+
+from facefusion_provider.exceptions import InvalidMediaError
+
+MediaSource = str | IO[bytes]  # a local path or a seekable binary file (e.g. an fsspec file on S3)
+
+
+@contextlib.contextmanager
+def open_media(source: MediaSource, name: str) -> Iterator[av.container.InputContainer]:
+    """Open ``source`` for reading; ``name`` (the URI the user gave) appears in every error."""
+    if not isinstance(source, str):
+        source.seek(0)
+    try:
+        container = av.open(source, mode="r", metadata_errors="ignore")
+    except av.FFmpegError as error:
+        raise InvalidMediaError(f"{name}: not a readable video file ({_reason(error)})") from None
+    try:
+        yield container
+    finally:
+        container.close()
+
+
+@contextlib.contextmanager
+def media_errors(name: str, doing: str) -> Iterator[None]:
+    """Report an FFmpeg failure while reading ``name`` as a clear, non-retryable media error."""
+    try:
+        yield
+    except av.FFmpegError as error:
+        raise InvalidMediaError(
+            f"{name}: {doing} failed ({_reason(error)}); the file may be truncated or corrupt"
+        ) from None
+
+
+def _reason(error: av.FFmpegError) -> str:
+    return str(getattr(error, "strerror", None) or error).strip()
+
+
+def fraction_text(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def parse_fraction(text: str) -> Fraction:
+    return Fraction(text)

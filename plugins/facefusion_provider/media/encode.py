@@ -1,0 +1,135 @@
+"""Encode frames in the final codec with settings that depend only on the options and the target (so every chunk of a
+job is encoded alike), keeping each frame's original timestamp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import TracebackType
+
+import av
+import av.container
+import av.video.stream
+from av.video.frame import PictureType
+
+from facefusion_provider.options import Options
+from facefusion_provider.types import VideoProbe
+
+LOSSLESS_QUALITY = 100
+# Presets in x264's order; encoders with other scales take the same position on theirs.
+PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+CHUNK_FORMAT = "mp4"
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """Everything that decides the encoded bitstream; identical for every chunk of a job."""
+
+    codec: str
+    pix_fmt: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def encoder_settings(options: Options, probe: VideoProbe) -> EncoderSettings:
+    codec = options.output_video_encoder
+    return EncoderSettings(
+        codec=codec,
+        pix_fmt=output_pix_fmt(codec, probe.pix_fmt, probe.width, probe.height),
+        options=codec_options(codec, options.output_video_quality, options.output_video_preset),
+    )
+
+
+def output_pix_fmt(codec: str, input_pix_fmt: str, width: int, height: int) -> str:
+    """Keep the input's pixel format when the encoder takes it; else 4:2:0, or 4:4:4 where odd sizes forbid 4:2:0."""
+    supported = [video_format.name for video_format in av.codec.Codec(codec, "w").video_formats or []]
+    if input_pix_fmt in supported:
+        return input_pix_fmt
+    if width % 2 or height % 2:
+        return "yuv444p" if "yuv444p" in supported else supported[0]
+    return "yuv420p" if "yuv420p" in supported else supported[0]
+
+
+def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
+    """FaceFusion's mapping of quality 0-100 onto each encoder's scale; 100 is lossless where the encoder allows it."""
+    speed = PRESETS.index(preset)
+    lossless = quality >= LOSSLESS_QUALITY
+    crf = str(round(51 - quality * 0.51))
+    if codec == "libx264":
+        return {"preset": preset, **({"qp": "0"} if lossless else {"crf": crf})}
+    if codec == "libx265":
+        x265_params = "log-level=error" + (":lossless=1" if lossless else "")
+        return {"preset": preset, "x265-params": x265_params, **({} if lossless else {"crf": crf})}
+    if codec == "libvpx-vp9":
+        settings = {"deadline": "good", "cpu-used": str(round(5 - speed * 5 / (len(PRESETS) - 1))), "row-mt": "1"}
+        settings.update({"lossless": "1"} if lossless else {"crf": str(round(63 - quality * 0.63)), "b": "0"})
+        return settings
+    # h264_nvenc / hevc_nvenc: presets p1 (fastest) .. p7 (best)
+    settings = {"preset": f"p{1 + round(speed * 6 / (len(PRESETS) - 1))}"}
+    settings.update({"tune": "lossless"} if lossless else {"rc": "vbr", "cq": crf, "b": "0"})
+    return settings
+
+
+class VideoEncoder:
+    """Encodes frames into one video file; a frame's pts is its pts in the target minus ``pts_offset``."""
+
+    def __init__(
+        self,
+        path: str,
+        settings: EncoderSettings,
+        *,
+        width: int,
+        height: int,
+        frame_rate: Fraction,
+        time_base: Fraction,
+        pts_offset: int = 0,
+        container_format: str = CHUNK_FORMAT,
+    ) -> None:
+        self.frame_count = 0
+        self._time_base = time_base
+        self._pts_offset = pts_offset
+        self._pix_fmt = settings.pix_fmt
+        self._container = av.open(path, mode="w", format=container_format)
+        stream = self._container.add_stream(settings.codec, rate=frame_rate, options=dict(settings.options))
+        assert isinstance(stream, av.video.stream.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
+        stream.codec_context.time_base = time_base
+        stream.time_base = time_base
+        self._stream = stream
+
+    def encode(self, frame: av.VideoFrame, pts: int) -> None:
+        """Encode ``frame`` as the target's frame with timestamp ``pts`` (pixels untouched if the format matches)."""
+        if frame.format.name != self._pix_fmt:
+            frame = frame.reformat(format=self._pix_fmt)
+        if self.frame_count == 0:
+            self._copy_colour_description(frame)
+        frame.pts = pts - self._pts_offset
+        frame.time_base = self._time_base
+        frame.pict_type = PictureType.NONE  # a decoded frame keeps its I/P/B type, which the encoder would obey
+        self._container.mux(self._stream.encode(frame))
+        self.frame_count += 1
+
+    def close(self) -> int:
+        """Flush the encoder and finish the file; returns the number of frames encoded."""
+        if self.frame_count:
+            self._container.mux(self._stream.encode(None))
+        self._container.close()
+        return self.frame_count
+
+    def abort(self) -> None:
+        self._container.close()
+
+    def __enter__(self) -> VideoEncoder:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            self.abort()
+
+    def _copy_colour_description(self, frame: av.VideoFrame) -> None:
+        context = self._stream.codec_context
+        context.color_range = frame.color_range
+        context.colorspace = frame.colorspace
+        context.color_primaries = frame.color_primaries
+        context.color_trc = frame.color_trc

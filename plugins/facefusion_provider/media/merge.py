@@ -1,0 +1,224 @@
+"""Join encoded chunks into the output by remuxing their packets (no second encode), with the original's audio and
+other streams copied once, the original timestamps and rotation kept, and the frame count verified."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import av
+import av.container
+import av.packet
+import av.stream
+import av.video.stream
+
+from facefusion_provider.exceptions import InvalidJobError, InvalidMediaError
+from facefusion_provider.media.containers import MediaSource, media_errors, open_media, parse_fraction
+from facefusion_provider.types import VideoProbe
+
+logger = logging.getLogger(__name__)
+
+# Container tags that describe the original file's muxer, not its content.
+MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "creation_time"})
+FASTSTART_FORMATS = frozenset({"mp4", "mov", "ipod", "3gp", "3g2", "psp"})
+
+
+@dataclass(frozen=True)
+class ChunkFile:
+    """An encoded chunk on local disk: frames ``[start, end)`` of the target, pts stored relative to frame ``start``."""
+
+    path: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """A packet with the time at which the interleaver should write it."""
+
+    seconds: Fraction
+    order: int
+    packet: av.Packet[Any]
+
+    def __lt__(self, other: _Timed) -> bool:
+        return (self.seconds, self.order) < (other.seconds, other.order)
+
+
+def chunk_pts_offset(probe: VideoProbe, chunk_start: int) -> int:
+    """Chunks store pts relative to their first frame (an MP4 edit list would round a non-zero start)."""
+    return probe.pts[chunk_start]
+
+
+def merge_chunks(
+    chunks: Sequence[ChunkFile],
+    original: MediaSource,
+    probe: VideoProbe,
+    output_path: str,
+    *,
+    name: str,
+    container_format: str | None = None,
+) -> int:
+    """Write ``output_path`` from ``chunks`` (contiguous, in order) and the original's other streams; returns frames.
+
+    Without trimming every timestamp is the original's; a trimmed job starts where the original started.
+    """
+    _check_contiguous(chunks)
+    frame_start, frame_end = chunks[0].start, chunks[-1].end
+    video_time_base = parse_fraction(probe.time_base)
+    shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
+    options = {"movflags": "+faststart"} if _format_name(output_path, container_format) in FASTSTART_FORMATS else {}
+    output = av.open(output_path, mode="w", format=container_format, options=options)
+    try:
+        video_out = _add_video_stream(output, chunks[0].path, video_time_base, probe.rotation)
+        with open_media(original, name) as source:
+            copied = _add_copied_streams(output, source, probe)
+            output.metadata.update({k: v for k, v in source.metadata.items() if k not in MUXER_TAGS})
+            window = _time_window(probe, frame_start, frame_end, video_time_base)
+            video_packets = _video_packets(chunks, probe, video_out, video_time_base)
+            other_packets = _other_packets(source, copied, shift_seconds, window, name)
+            for timed in heapq.merge(video_packets, other_packets):
+                output.mux(timed.packet)
+        frames = sum(chunk.end - chunk.start for chunk in chunks)
+    finally:
+        output.close()
+    return frames
+
+
+def _format_name(path: str, container_format: str | None) -> str:
+    if container_format:
+        return container_format
+    return {"m4v": "mp4", "m4a": "mp4"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
+
+
+def _check_contiguous(chunks: Sequence[ChunkFile]) -> None:
+    if not chunks:
+        raise InvalidJobError("no chunks to merge")
+    for before, after in itertools.pairwise(chunks):
+        if before.end != after.start:
+            raise InvalidJobError(
+                f"chunks are not contiguous: one ends at frame {before.end}, the next starts at {after.start}"
+            )
+
+
+def _add_video_stream(
+    output: av.container.OutputContainer, first_chunk: str, time_base: Fraction, rotation: int
+) -> av.video.stream.VideoStream:
+    """The output's video stream takes the chunks' codec parameters (all chunks share them) and the target's rotation."""
+    with av.open(first_chunk, mode="r") as chunk:
+        stream = output.add_stream_from_template(chunk.streams.video[0])
+    stream.time_base = time_base
+    if rotation:
+        stream.set_display_rotation(rotation)
+    return stream
+
+
+def _add_copied_streams(
+    output: av.container.OutputContainer, source: av.container.InputContainer, probe: VideoProbe
+) -> dict[int, av.stream.Stream]:
+    """Output streams for the original's audio, subtitle and data streams that the output format can hold."""
+    copied: dict[int, av.stream.Stream] = {}
+    for info in probe.streams:
+        template = source.streams[info.index]
+        try:
+            stream = output.add_stream_from_template(template)
+        except (av.FFmpegError, ValueError) as error:
+            logger.warning(
+                "stream %d (%s %s) is not copied: the output format cannot hold it (%s)",
+                info.index,
+                info.kind,
+                info.codec,
+                error,
+            )
+            continue
+        stream.time_base = template.time_base
+        if info.language:
+            stream.metadata["language"] = info.language
+        copied[info.index] = stream
+    return copied
+
+
+def _time_window(
+    probe: VideoProbe, frame_start: int, frame_end: int, time_base: Fraction
+) -> tuple[Fraction | None, Fraction | None]:
+    """The part of the original's timeline that the output covers (open where nothing is trimmed)."""
+    start = probe.pts[frame_start] * time_base if frame_start > 0 else None
+    end = probe.pts[frame_end] * time_base if frame_end < probe.frame_count else None
+    return start, end
+
+
+def _video_packets(
+    chunks: Sequence[ChunkFile], probe: VideoProbe, video_out: av.video.stream.VideoStream, time_base: Fraction
+) -> Iterator[_Timed]:
+    """The chunks' packets in decode order with their original timestamps; checks every chunk's frames."""
+    first_pts = probe.pts[chunks[0].start]
+    output_origin = probe.pts[0]
+    last_dts: int | None = None
+    for chunk in chunks:
+        offset = chunk_pts_offset(probe, chunk.start) - first_pts + output_origin
+        seen: list[int] = []
+        with av.open(chunk.path, mode="r") as container, media_errors(chunk.path, "reading the chunk"):
+            stream = container.streams.video[0]
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue
+                pts = _rescaled(packet.pts, packet.time_base, time_base, chunk.path) + offset
+                dts = _rescaled(packet.dts, packet.time_base, time_base, chunk.path) + offset
+                # The next chunk's B-frame delay can reach back before the previous chunk's last decode time.
+                if last_dts is not None and dts <= last_dts:
+                    dts = last_dts + 1
+                if dts > pts:
+                    raise InvalidMediaError(f"{chunk.path}: cannot place frame pts {pts} after decode time {last_dts}")
+                last_dts = dts
+                seen.append(pts - offset + chunk_pts_offset(probe, chunk.start))
+                packet.pts, packet.dts, packet.time_base = pts, dts, time_base
+                packet.stream = video_out
+                yield _Timed(dts * time_base, 0, packet)
+        expected = probe.pts[chunk.start : chunk.end]
+        if sorted(seen) != expected:
+            raise InvalidJobError(
+                f"{chunk.path}: holds {len(seen)} frames with other timestamps than frames {chunk.start}-{chunk.end - 1} "
+                f"of the target ({len(expected)} frames)"
+            )
+
+
+def _rescaled(value: int | None, source: Fraction, target: Fraction, name: str) -> int:
+    if value is None:
+        raise InvalidMediaError(f"{name}: a packet has no timestamp")
+    exact = value * source / target
+    if exact.denominator != 1:
+        raise InvalidMediaError(f"{name}: timestamp {value} x {source} is not a whole number of ticks of {target}")
+    return int(exact)
+
+
+def _other_packets(
+    source: av.container.InputContainer,
+    copied: dict[int, av.stream.Stream],
+    shift_seconds: Fraction,
+    window: tuple[Fraction | None, Fraction | None],
+    name: str,
+) -> Iterator[_Timed]:
+    """The original's other packets inside the output's time window, shifted with the video, bytes untouched."""
+    if not copied:
+        return
+    start, end = window
+    streams = [source.streams[index] for index in copied]
+    with media_errors(name, "copying the audio and other streams"):
+        for packet in source.demux(streams):
+            if packet.size == 0 or packet.pts is None or packet.time_base is None:
+                continue
+            time_base = packet.time_base
+            begins = packet.pts * time_base
+            if start is not None and begins + (packet.duration or 0) * time_base <= start:
+                continue
+            if end is not None and begins >= end:
+                continue
+            shift = round(shift_seconds / time_base)
+            packet.pts -= shift
+            packet.dts = packet.pts if packet.dts is None else packet.dts - shift
+            packet.stream = copied[packet.stream_index]
+            yield _Timed(packet.dts * time_base, 1 + packet.stream_index, packet)

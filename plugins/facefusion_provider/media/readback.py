@@ -1,0 +1,42 @@
+"""Read back what a video holds, frame by frame and packet by packet: for checks in tests and the benchmark."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import av
+
+from facefusion_provider.media.containers import MediaSource
+
+
+@dataclass(frozen=True)
+class FrameDigest:
+    pts: int
+    seconds: float
+    md5: str  # of the decoded planes in the stream's own pixel format (no conversion)
+
+
+def frame_digests(source: MediaSource) -> list[FrameDigest]:
+    """Every frame of the first video stream, fully decoded, in display order."""
+    with av.open(source, mode="r") as container:
+        stream = container.streams.video[0]
+        digests = []
+        for frame in container.decode(stream):
+            pts = frame.pts if frame.pts is not None else -1
+            data = frame.to_ndarray().tobytes()
+            digests.append(FrameDigest(pts, float(frame.time or 0.0), hashlib.md5(data).hexdigest()))  # noqa: S324
+        return digests
+
+
+def packet_payloads(source: MediaSource, kind: str = "audio") -> list[tuple[float, bytes]]:
+    """(start second, bytes) of every packet of the first ``kind`` stream, in file order; [] when there is none."""
+    with av.open(source, mode="r") as container:
+        streams = [stream for stream in container.streams if stream.type == kind]
+        if not streams:
+            return []
+        payloads = []
+        for packet in container.demux(streams[0]):
+            if packet.size and packet.pts is not None and packet.time_base is not None:
+                payloads.append((float(packet.pts * packet.time_base), bytes(packet)))
+        return payloads

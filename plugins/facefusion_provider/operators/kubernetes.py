@@ -1,0 +1,266 @@
+"""The kubernetes backend: each worker command runs as a pod of the worker image, GPU commands on the GPU pool.
+
+The pod runs the same argv as the local backend's subprocess. Storage credentials reach it only as references (a
+secret's keys through ``envFrom``, or the service account's cloud identity), never as values in the spec, XCom or logs.
+The worker writes its failure report to the termination message; a non-retryable report fails the task at once.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from kubernetes.client import models as k8s
+
+from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.operators.commands import (
+    TERMINATION_LOG_VARIABLE,
+    WorkerFailure,
+    completed_work,
+    parse_failure_report,
+    worker_argv,
+    worker_env,
+)
+from facefusion_provider.settings import KubernetesSettings, load_settings
+
+WORKER_UID = 10001  # the image's non-root user (images/worker/Dockerfile)
+TERMINATION_LOG = "/dev/termination-log"
+TMP_PATH = "/tmp"  # noqa: S108 -- an emptyDir of its own: the root filesystem is read-only
+MODELS_PATH = "/models"
+MODELS_CACHE_PATH = "/var/cache/facefusion/models"
+LABEL_PREFIX = "facefusion.io"
+
+
+class KubernetesWorkerOperator(KubernetesPodOperator):
+    """Run ``facefusion-worker <command> --job-uri URI [worker_args]`` in a pod of the worker image.
+
+    Work that is already done (a prepared job, an output whose marker names this job) starts no pod. GPU commands
+    (``[facefusion] gpu_commands``) ask for ``gpu_count`` of ``gpu_resource`` and carry the GPU pool's node selector,
+    tolerations and affinity. The pod is deferrable, waits ``startup_timeout_seconds`` for node scale-up and image
+    pulls, is deleted when it succeeds and kept when it fails, and runs as a non-root user on a read-only root
+    filesystem with every capability dropped.
+
+    :param command: ``prepare``, ``swap-chunk`` or ``merge``.
+    :param job_uri: the job folder, from ``validate``.
+    :param worker_args: flags after ``--job-uri`` (``prepare``'s inputs and options).
+    :param pod_settings: the pods' settings; default from the ``[facefusion]`` section.
+    """
+
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "job_uri", "worker_args")
+    ui_color = "#e4f0e8"
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        job_uri: str,
+        worker_args: Sequence[str] = (),
+        pod_settings: KubernetesSettings | None = None,
+        **kwargs: Any,
+    ) -> None:
+        settings = pod_settings or load_settings().kubernetes
+        gpu = command in settings.gpu_commands
+        defaults: dict[str, Any] = {
+            "kubernetes_conn_id": settings.conn_id,
+            "namespace": settings.namespace,
+            "image": settings.image,
+            "name": f"facefusion-{command}",
+            "service_account_name": settings.service_account,
+            "container_resources": pod_resources(settings, gpu=gpu),
+            "node_selector": dict(settings.node_selector) if gpu else {},
+            "tolerations": [dict(item) for item in settings.tolerations] if gpu else [],
+            "affinity": dict(settings.affinity) if gpu else None,
+            "env_from": _storage_env_from(settings),
+            "volumes": pod_volumes(settings),
+            "volume_mounts": pod_volume_mounts(settings),
+            "security_context": pod_security_context(),
+            "container_security_context": container_security_context(),
+            "automount_service_account_token": False,
+            "deferrable": True,
+            "startup_timeout_seconds": settings.startup_timeout_seconds,
+            "on_finish_action": "delete_succeeded_pod",
+            "log_pod_spec_on_failure": False,
+            "do_xcom_push": False,
+            "termination_message_policy": "FallbackToLogsOnError",
+        }
+        super().__init__(**{**defaults, **kwargs})
+        self.command = command
+        self.job_uri = job_uri
+        self.worker_args = worker_args
+        self.pod_settings = settings
+
+    @property
+    def chunk_index(self) -> int | None:
+        return None
+
+    def execute(self, context: Context) -> Any:
+        if reason := completed_work(FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index):
+            self.log.info("Nothing to do, no pod started: %s", reason)
+            return None
+        return super().execute(context)
+
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        """The parent's pod, with the worker argv, its environment, and labels naming the job and chunk."""
+        self.arguments = worker_argv(self.command, self.job_uri, index=self.chunk_index, worker_args=self.worker_args)
+        try_number = int(context["ti"].try_number) if context else 1
+        self.env_vars = [k8s.V1EnvVar(name=key, value=value) for key, value in self.worker_environment(try_number)]
+        self.labels = {**self.labels, **self.job_labels()}
+        self.annotations = {**self.annotations, **self.job_annotations()}
+        return super().build_pod_request_obj(context, dry_run=dry_run)
+
+    def worker_environment(self, try_number: int) -> list[tuple[str, str]]:
+        """Plain variables only: the storage credentials come from ``env_from`` references, never from here."""
+        env = {**worker_env(try_number, os.environ), TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
+        if self.pod_settings.models_volume_claim:
+            env["FACEFUSION_MODELS_DIR"] = MODELS_PATH
+        if self.pod_settings.models_uri:
+            env["FACEFUSION_MODELS_URI"] = self.pod_settings.models_uri
+        env["FACEFUSION_MODELS_CACHE"] = MODELS_CACHE_PATH
+        return sorted(env.items())
+
+    def job_labels(self) -> dict[str, str]:
+        labels = {
+            "app.kubernetes.io/name": "facefusion-worker",
+            "app.kubernetes.io/component": self.command,
+            f"{LABEL_PREFIX}/job-id": make_safe_label_value(job_id_of(self.job_uri)),
+        }
+        if self.chunk_index is not None:
+            labels[f"{LABEL_PREFIX}/chunk-index"] = str(self.chunk_index)
+        return labels
+
+    def job_annotations(self) -> dict[str, str]:
+        return {f"{LABEL_PREFIX}/job-uri": _without_credentials(self.job_uri)}
+
+    def cleanup(
+        self,
+        pod: k8s.V1Pod,
+        remote_pod: k8s.V1Pod,
+        xcom_result: dict[str, Any] | None = None,
+        context: Context | None = None,
+    ) -> None:
+        """The parent's cleanup (delete a succeeded pod, keep a failed one), then the worker's failure class decides
+        retries: a non-retryable report fails the task at once, any other failure is retried."""
+        try:
+            super().cleanup(pod, remote_pod, xcom_result, context)
+        except AirflowFailException:
+            raise
+        except AirflowException as error:
+            failure = pod_failure(remote_pod, self.base_container_name)
+            if failure is None:
+                raise
+            where = f" (pod {remote_pod.metadata.namespace}/{remote_pod.metadata.name}, kept for debugging)"
+            if failure.retryable:
+                raise AirflowException(failure.describe() + where) from error
+            raise AirflowFailException(failure.describe() + where) from error
+
+
+class KubernetesSwapChunkOperator(KubernetesWorkerOperator):
+    """``swap-chunk`` for one chunk of ``plan``'s list (mapped: one pod per chunk). A committed chunk, or an output
+    that already carries this job, succeeds at once without starting a pod (never a skip: merge must run).
+
+    :param chunk: ``{"index": 7, "start": 448, "end": 512, "label": "frames 448-511"}``.
+    """
+
+    template_fields: Sequence[str] = (*KubernetesWorkerOperator.template_fields, "chunk")
+
+    def __init__(self, *, job_uri: str, chunk: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(command="swap-chunk", job_uri=job_uri, **kwargs)
+        self.chunk = chunk
+
+    @property
+    def chunk_index(self) -> int:
+        return int(self.chunk["index"])
+
+    def job_annotations(self) -> dict[str, str]:
+        frames = f"{self.chunk['start']}-{int(self.chunk['end']) - 1}" if {"start", "end"} <= set(self.chunk) else ""
+        return {**super().job_annotations(), **({f"{LABEL_PREFIX}/frames": frames} if frames else {})}
+
+
+def pod_failure(pod: k8s.V1Pod | None, container_name: str) -> WorkerFailure | None:
+    """What the worker container reported when it ended (exit code and termination message), or None if it never ran."""
+    statuses = (pod.status.container_statuses if pod is not None and pod.status else None) or []
+    status = next((item for item in statuses if item.name == container_name), None)
+    terminated = status.state.terminated if status is not None and status.state else None
+    if terminated is None:
+        return None
+    return parse_failure_report(terminated.exit_code, terminated.message)
+
+
+def pod_resources(settings: KubernetesSettings, *, gpu: bool) -> k8s.V1ResourceRequirements:
+    """Requests for scheduling, and limits equal to them for memory, ephemeral storage and GPUs."""
+    requests = {"cpu": settings.cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
+    limits = {"memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
+    if gpu:
+        requests[settings.gpu_resource] = str(settings.gpu_count)
+        limits[settings.gpu_resource] = str(settings.gpu_count)
+    return k8s.V1ResourceRequirements(requests=requests, limits=limits)
+
+
+def pod_security_context() -> k8s.V1PodSecurityContext:
+    return k8s.V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=WORKER_UID,
+        run_as_group=WORKER_UID,
+        fs_group=WORKER_UID,
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def container_security_context() -> k8s.V1SecurityContext:
+    return k8s.V1SecurityContext(
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=True,
+        run_as_non_root=True,
+        capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def pod_volumes(settings: KubernetesSettings) -> list[k8s.V1Volume]:
+    """The temp folder and the model cache are the only writable places; the models volume is read-only."""
+    volumes = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=settings.ephemeral_storage))]
+    if settings.models_cache_host_path:
+        cache = k8s.V1HostPathVolumeSource(path=settings.models_cache_host_path, type="DirectoryOrCreate")
+        volumes.append(k8s.V1Volume(name="models-cache", host_path=cache))
+    else:
+        volumes.append(k8s.V1Volume(name="models-cache", empty_dir=k8s.V1EmptyDirVolumeSource()))
+    if settings.models_volume_claim:
+        claim = k8s.V1PersistentVolumeClaimVolumeSource(claim_name=settings.models_volume_claim, read_only=True)
+        volumes.append(k8s.V1Volume(name="models", persistent_volume_claim=claim))
+    return volumes
+
+
+def pod_volume_mounts(settings: KubernetesSettings) -> list[k8s.V1VolumeMount]:
+    mounts = [
+        k8s.V1VolumeMount(name="tmp", mount_path=TMP_PATH),
+        k8s.V1VolumeMount(name="models-cache", mount_path=MODELS_CACHE_PATH),
+    ]
+    if settings.models_volume_claim:
+        mounts.append(k8s.V1VolumeMount(name="models", mount_path=MODELS_PATH, read_only=True))
+    return mounts
+
+
+def job_id_of(job_uri: str) -> str:
+    """The job id is the last part of ``{work_root}/jobs/{job_id}``."""
+    return posixpath.basename(urlparse(job_uri).path.rstrip("/")) or "unknown"
+
+
+def _storage_env_from(settings: KubernetesSettings) -> list[k8s.V1EnvFromSource]:
+    if not settings.storage_secret:
+        return []
+    return [k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=settings.storage_secret, optional=False))]
+
+
+def _without_credentials(uri: str) -> str:
+    """A URI fit for an annotation: any user:password part is dropped."""
+    parsed = urlparse(uri)
+    if parsed.username or parsed.password:
+        return parsed._replace(netloc=parsed.hostname or "").geturl()
+    return uri

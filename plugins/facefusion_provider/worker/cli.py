@@ -1,0 +1,162 @@
+"""``facefusion-worker``: prepare, swap-chunk, merge and run, as a thin layer over ``facefusion_provider.worker``.
+
+Stdout carries one JSON line per command (what the orchestrator reads); logs go to stderr. A failure prints a one-line
+JSON report to stderr (and to ``$FACEFUSION_TERMINATION_LOG``, Kubernetes' termination message) and exits with the
+failure class's code, so the exit code alone says whether a retry can help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, NoReturn
+
+from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_OK, FaceFusionError, InvalidOptionError
+from facefusion_provider.options import add_option_arguments, options_from_namespace
+
+TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
+MODELS_DIR_VARIABLE = "FACEFUSION_MODELS_DIR"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+PROGRAM = "facefusion-worker"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InvalidOptionError (exit code EXIT_INVALID_OPTION) instead of exiting with 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidOptionError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROGRAM, description="Swap faces in a video, chunk by chunk (see `facefusion-worker run -h`)."
+    )
+    _add_global_arguments(parser, defaults=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-chunk,merge,run}")
+
+    prepare = commands.add_parser("prepare", help="probe the target, plan chunks, compute the identity, write job.json")
+    prepare.add_argument("--job-uri", required=True, help="job folder (path or fsspec URI)")
+    _add_io_arguments(prepare)
+    add_option_arguments(prepare)
+
+    swap = commands.add_parser("swap-chunk", help="process one chunk and commit it (a committed chunk is skipped)")
+    swap.add_argument("--job-uri", required=True, help="job folder written by prepare")
+    swap.add_argument("--index", required=True, type=int, help="chunk index from prepare's chunk list")
+
+    merge = commands.add_parser("merge", help="remux the committed chunks with the target's audio into the output")
+    merge.add_argument("--job-uri", required=True, help="job folder written by prepare")
+
+    run = commands.add_parser("run", help="prepare, every chunk and merge in this process")
+    _add_io_arguments(run)
+    run.add_argument(
+        "--work-root", default=None, help="where job folders go (default: $XDG_CACHE_HOME/facefusion-provider)"
+    )
+    run.add_argument("--keep-work", action="store_true", help="keep the job folder after success")
+    add_option_arguments(run)
+
+    for command in (prepare, swap, merge, run):
+        _add_global_arguments(command, defaults=False)
+    return parser
+
+
+def _add_global_arguments(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """Global flags, accepted before or after the command name."""
+    group = parser.add_argument_group("global")
+    group.add_argument(
+        "--models-dir",
+        default=os.environ.get(MODELS_DIR_VARIABLE) if defaults else argparse.SUPPRESS,
+        help=f"folder or URI of model files (default: ${MODELS_DIR_VARIABLE})",
+    )
+    group.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info" if defaults else argparse.SUPPRESS,
+        help="log verbosity on stderr",
+    )
+
+
+def _add_io_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", action="append", default=[], metavar="IMG", help="source face image (repeatable)")
+    parser.add_argument("--target", required=True, metavar="VIDEO", help="target video")
+    parser.add_argument("--output", required=True, metavar="OUT", help="output video (.mp4, .mov, .mkv, ...)")
+
+
+def execute(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the parsed command; returns the JSON-ready summary printed on stdout."""
+    from facefusion_provider import worker
+
+    if args.command == "prepare":
+        spec = worker.prepare(
+            args.job_uri,
+            args.source,
+            args.target,
+            args.output,
+            options=options_from_namespace(args),
+            models_dir=args.models_dir,
+        )
+        chunks = [chunk.model_dump() for chunk in spec.chunks]
+        return {"job_id": spec.job_id, "job_uri": spec.job_uri, "chunks": chunks}
+    if args.command == "swap-chunk":
+        return asdict(worker.swap_chunk(args.job_uri, args.index, models_dir=args.models_dir))
+    if args.command == "merge":
+        return asdict(worker.merge(args.job_uri))
+    result = worker.run(
+        args.source,
+        args.target,
+        args.output,
+        args.work_root,
+        keep_work=args.keep_work,
+        models_dir=args.models_dir,
+        options=options_from_namespace(args),
+    )
+    return asdict(result)
+
+
+def failure_report(error: BaseException) -> tuple[int, dict[str, Any]]:
+    """The exit code and the one-line JSON report for ``error``."""
+    if isinstance(error, FaceFusionError):
+        return error.exit_code, {
+            "failure_class": error.failure_class,
+            "retryable": error.retryable,
+            "message": str(error),
+        }
+    message = f"{type(error).__name__}: {error}"
+    return EXIT_INTERNAL, {"failure_class": "internal", "retryable": True, "message": message}
+
+
+def _report(error: BaseException) -> int:
+    code, report = failure_report(error)
+    line = json.dumps(report, sort_keys=True)
+    print(line, file=sys.stderr)
+    termination_log = os.environ.get(TERMINATION_LOG_VARIABLE)
+    if termination_log:
+        try:
+            with open(termination_log, "w", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError as write_error:
+            print(f"cannot write {TERMINATION_LOG_VARIABLE} {termination_log}: {write_error}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(
+            level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        summary = execute(args)
+    except Exception as error:  # every failure becomes a report and an exit code the orchestrator understands
+        if not isinstance(error, FaceFusionError):
+            logging.getLogger(__name__).exception("unexpected failure")
+        return _report(error)
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

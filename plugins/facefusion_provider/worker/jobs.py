@@ -1,0 +1,527 @@
+"""The worker's four operations: prepare, swap-chunk, merge and run (all three in one process).
+
+The CLI is a thin layer over these functions. Heavy modules (PyAV, numpy, the engine) are imported inside the functions
+that need them, so ``facefusion-worker --help`` stays fast and pass-through jobs never load the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import posixpath
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from facefusion_provider import storage
+from facefusion_provider.chunking import plan_chunks
+from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
+from facefusion_provider.options import Options, parse_options
+from facefusion_provider.types import JOB_FORMAT_VERSION, Chunk, ChunkMarker, JobSpec, OutputMarker, VideoProbe
+from facefusion_provider.worker import faults
+
+if TYPE_CHECKING:
+    from facefusion_provider.worker.pipeline import FrameProcessor
+
+logger = logging.getLogger(__name__)
+
+WORK_ROOT_FOLDER = "facefusion-provider"
+# Output containers the merge can write, and the encoders each one can hold.
+OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
+    ".mp4": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
+    ".m4v": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc"}),
+    ".mov": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc"}),
+    ".mkv": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
+    ".webm": frozenset({"libvpx-vp9"}),
+}
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    index: int
+    frame_count: int
+    skipped: bool  # already committed (or the whole output is done): nothing was decoded
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    output_uri: str
+    preview_uri: str
+    frame_count: int
+    skipped: bool  # the output already exists for this job
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    output_uri: str
+    preview_uri: str
+    frame_count: int
+    chunk_count: int
+    timings: dict[str, float]
+    job_id: str
+    skipped: bool = False  # the output already existed for the same inputs and options
+
+
+# --- prepare -------------------------------------------------------------------------------------------------------
+
+
+def prepare(
+    job_uri: str,
+    source_paths: Sequence[str],
+    target_path: str,
+    output_path: str,
+    *,
+    options: Options | None = None,
+    models_dir: str | None = None,
+    **option_values: Any,
+) -> JobSpec:
+    """Probe the target, plan the chunks, compute the source identity and write ``job.json`` (reused if it exists)."""
+    resolved = resolve_options(options, option_values)
+    inputs = _Inputs.of(source_paths, target_path, output_path, resolved)
+    return _prepare(storage.normalize_uri(job_uri, field="job_uri"), inputs, resolved, models_dir, inputs.job_id())
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    source_uris: list[str]
+    target_uri: str
+    output_uri: str
+    options: Options
+
+    @classmethod
+    def of(cls, sources: Sequence[str], target: str, output: str, options: Options) -> _Inputs:
+        if isinstance(sources, str):
+            sources = [sources]
+        inputs = cls(
+            source_uris=[storage.normalize_uri(source, field="source") for source in sources],
+            target_uri=storage.normalize_uri(target, field="target"),
+            output_uri=storage.normalize_uri(output, field="output"),
+            options=options,
+        )
+        inputs.check()
+        return inputs
+
+    def check(self) -> None:
+        """Fail early, naming the argument: missing inputs, an output that would overwrite the target, a bad format."""
+        if self.options.processors and not self.source_uris and "face_swapper" in self.options.processors:
+            raise InvalidOptionError("source: face_swapper needs at least one source image (--source)")
+        for uri, role in [(self.target_uri, "target"), *((source, "source") for source in self.source_uris)]:
+            if not storage.exists(uri):
+                raise InputMissingError(f"{role}: {uri} does not exist")
+        if self.output_uri == self.target_uri:
+            raise InvalidOptionError(f"output: {self.output_uri} is the target itself; choose another output path")
+        extension = posixpath.splitext(urlparse(self.output_uri).path)[1].lower()
+        encoders = OUTPUT_CONTAINERS.get(extension)
+        if encoders is None:
+            raise InvalidOptionError(
+                f"output: {self.output_uri} has extension {extension or '(none)'!r}; allowed: {', '.join(OUTPUT_CONTAINERS)}"
+            )
+        if self.options.output_video_encoder not in encoders:
+            raise InvalidOptionError(
+                f"options.output_video_encoder: {self.options.output_video_encoder} cannot be stored in a {extension} "
+                f"file; allowed there: {', '.join(sorted(encoders))}"
+            )
+
+    def job_id(self) -> str:
+        sources = [storage.content_id(source) for source in self.source_uris]
+        return storage.compute_job_id(storage.content_id(self.target_uri), sources, self.options)
+
+
+def _prepare(job_uri: str, inputs: _Inputs, options: Options, models_dir: str | None, job_id: str) -> JobSpec:
+    layout = storage.JobLayout(job_uri)
+    if storage.exists(layout.job_json):
+        existing = load_job(job_uri)
+        if existing.job_id != job_id:
+            raise InvalidJobError(
+                f"{layout.job_json} belongs to job {existing.job_id}, not to these inputs and options ({job_id}); "
+                "use another --job-uri or remove that folder"
+            )
+        logger.info("job %s: job.json exists, reusing it", job_id)
+        return existing
+    from facefusion_provider.media.probe import probe_video
+
+    with storage.open_input(inputs.target_uri) as target:
+        probe = probe_video(target, inputs.target_uri)
+    frame_start, frame_end = trimmed_range(options, probe.frame_count)
+    chunks = plan_chunks(frame_start, frame_end, options.chunk_size)
+    identity = _identity(inputs, options, probe, models_dir) if options.processors else {}
+    spec = JobSpec(
+        job_id=job_id,
+        job_uri=job_uri,
+        source_uris=inputs.source_uris,
+        target_uri=inputs.target_uri,
+        output_uri=inputs.output_uri,
+        options=options,
+        probe=probe,
+        frame_start=frame_start,
+        frame_end=frame_end,
+        chunks=chunks,
+        identity=identity,
+    )
+    storage.write_json_atomic(layout.job_json, spec.model_dump(mode="json"))
+    logger.info("job %s: %d frames in %d chunks", job_id, frame_end - frame_start, len(chunks))
+    return spec
+
+
+def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
+    """Frames ``[start, end)`` to process; an end past the last frame is clamped, a start past it is an error."""
+    start = options.trim_frame_start or 0
+    if start >= frame_count:
+        raise InvalidOptionError(
+            f"options.trim_frame_start: {start} is past the last frame; the target has {frame_count} frames (0-{frame_count - 1})"
+        )
+    end = min(options.trim_frame_end or frame_count, frame_count)
+    return start, end
+
+
+def _identity(inputs: _Inputs, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
+    from facefusion_provider.engine.processors import prepare_identity
+    from facefusion_provider.media.decode import decode_frame
+    from facefusion_provider.media.images import rgb_array
+
+    reference = None
+    if options.face_selector_mode == "reference":
+        number = options.reference_frame_number
+        if number >= probe.frame_count:
+            raise InvalidOptionError(
+                f"options.reference_frame_number: {number} is past the last frame; the target has {probe.frame_count} frames"
+            )
+        with storage.open_input(inputs.target_uri) as target:
+            reference = rgb_array(decode_frame(target, probe, number, inputs.target_uri))
+    with _local_copies(inputs.source_uris) as source_paths:
+        return prepare_identity(source_paths, reference, options, models_dir)
+
+
+@contextlib.contextmanager
+def _local_copies(uris: Sequence[str]) -> Iterator[list[str]]:
+    """Local paths of ``uris``: the files themselves where local, else downloads into a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="facefusion-sources-") as folder:
+        paths = []
+        for number, uri in enumerate(uris):
+            path = storage.local_path(uri)
+            if path is None:
+                path = os.path.join(folder, f"{number}-{posixpath.basename(urlparse(uri).path)}")
+                storage.get_file(uri, path)
+            paths.append(path)
+        yield paths
+
+
+# --- swap-chunk ----------------------------------------------------------------------------------------------------
+
+
+def swap_chunk(job_uri: str, index: int, *, models_dir: str | None = None) -> ChunkResult:
+    """Process chunk ``index`` and commit it; a committed chunk (or a finished output) returns at once."""
+    faults.maybe_inject("swap-chunk", index)
+    job_uri = storage.normalize_uri(job_uri, field="job_uri")
+    spec = load_job(job_uri)
+    return _swap_chunk(spec, storage.JobLayout(job_uri), chunk_of(spec, index), _Processors(spec, models_dir))
+
+
+class _Processors:
+    """Builds the engine's frame processor once, only when a chunk really needs it."""
+
+    def __init__(self, spec: JobSpec, models_dir: str | None) -> None:
+        self._spec, self._models_dir = spec, models_dir
+        self._processor: FrameProcessor | None = None
+        self.load_seconds = 0.0
+
+    def get(self) -> FrameProcessor | None:
+        if not self._spec.options.processors:
+            return None
+        if self._processor is None:
+            began = time.perf_counter()
+            from facefusion_provider.engine.processors import build_frame_processor
+
+            self._processor = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
+            self.load_seconds = time.perf_counter() - began
+        return self._processor
+
+
+def chunk_of(spec: JobSpec, index: int) -> Chunk:
+    if not 0 <= index < len(spec.chunks):
+        raise InvalidOptionError(
+            f"index: {index} is not a chunk of job {spec.job_id}; allowed: 0-{len(spec.chunks) - 1}"
+        )
+    return spec.chunks[index]
+
+
+def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processors: _Processors) -> ChunkResult:
+    if committed_marker(layout, spec, chunk) is not None or output_done(spec.job_id, spec.output_uri):
+        logger.info("chunk %d (%s) is already done", chunk.index, chunk.label)
+        return ChunkResult(chunk.index, chunk.frame_count, skipped=True)
+    from facefusion_provider.media.decode import DecodeStats, decode_frames
+    from facefusion_provider.media.encode import VideoEncoder, encoder_settings
+    from facefusion_provider.media.merge import chunk_pts_offset
+    from facefusion_provider.worker.pipeline import run_pipeline
+
+    began = time.perf_counter()
+    processor = processors.get()
+    probe = spec.probe
+    with tempfile.TemporaryDirectory(prefix="facefusion-chunk-") as folder:
+        path = os.path.join(folder, f"{chunk.index:05d}.mp4")
+        with storage.open_input(spec.target_uri) as target:
+            decoding = DecodeStats()
+            frames = decode_frames(target, probe, chunk.start, chunk.end, spec.target_uri, stats=decoding)
+            try:
+                with VideoEncoder(
+                    path,
+                    encoder_settings(spec.options, probe),
+                    width=probe.width,
+                    height=probe.height,
+                    frame_rate=Fraction(probe.frame_rate),
+                    time_base=Fraction(probe.time_base),
+                    pts_offset=chunk_pts_offset(probe, chunk.start),
+                ) as encoder:
+                    stages = run_pipeline(frames, encoder.encode, processor)
+                    count = encoder.close()
+            finally:
+                frames.close()
+        if count != chunk.frame_count:
+            raise InvalidJobError(f"chunk {chunk.index}: encoded {count} frames, expected {chunk.frame_count}")
+        upload_began = time.perf_counter()
+        size, digest = os.path.getsize(path), storage.file_sha256(path)
+        storage.put_file_atomic(path, layout.chunk_video(chunk.index))
+        upload = time.perf_counter() - upload_began
+    total = time.perf_counter() - began
+    timings = {
+        **stages.as_dict(),
+        "load_s": processors.load_seconds,
+        "upload_s": upload,
+        "total_s": total,
+        "fps": count / total if total else 0.0,
+        "decoded_frames": float(decoding.decoded),  # the chunk's frames plus the pre-roll from the keyframe before it
+    }
+    marker = ChunkMarker(
+        job_id=spec.job_id,
+        index=chunk.index,
+        start=chunk.start,
+        end=chunk.end,
+        frame_count=count,
+        sha256=digest,
+        size=size,
+        timings=timings,
+    )
+    storage.write_json_atomic(layout.chunk_marker(chunk.index), marker.model_dump(mode="json"))
+    logger.info("chunk %d (%s): %d frames in %.2f s", chunk.index, chunk.label, count, total)
+    return ChunkResult(chunk.index, count, skipped=False, timings=timings)
+
+
+def committed_marker(layout: storage.JobLayout, spec: JobSpec, chunk: Chunk) -> ChunkMarker | None:
+    """The chunk's commit marker when it exists and belongs to this job and this chunk's frames."""
+    uri = layout.chunk_marker(chunk.index)
+    if not storage.exists(uri):
+        return None
+    marker = ChunkMarker.model_validate(storage.read_json(uri))
+    if marker.job_id != spec.job_id or (marker.start, marker.end) != (chunk.start, chunk.end):
+        return None
+    return marker
+
+
+def output_done(job_id: str, output_uri: str) -> OutputMarker | None:
+    """The output's marker when it names ``job_id`` and the output file exists: the job is finished."""
+    marker_uri = storage.output_marker_uri(output_uri)
+    if not storage.exists(marker_uri):
+        return None
+    marker = OutputMarker.model_validate(storage.read_json(marker_uri))
+    if marker.job_id != job_id or not storage.exists(output_uri):
+        return None
+    return marker
+
+
+# --- merge ---------------------------------------------------------------------------------------------------------
+
+
+def merge(job_uri: str) -> MergeResult:
+    """Remux the committed chunks and the target's other streams into the output, then write preview and marker."""
+    faults.maybe_inject("merge")
+    job_uri = storage.normalize_uri(job_uri, field="job_uri")
+    spec = load_job(job_uri)
+    return _merge(spec, storage.JobLayout(job_uri))
+
+
+def preview_uri_of(output_uri: str) -> str:
+    """``<output without extension>.preview.jpg``."""
+    path = urlparse(output_uri).path
+    return output_uri[: len(output_uri) - len(path)] + posixpath.splitext(path)[0] + ".preview.jpg"
+
+
+def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
+    preview_uri = preview_uri_of(spec.output_uri)
+    done = output_done(spec.job_id, spec.output_uri)
+    if done is not None:
+        logger.info("output %s is already done", spec.output_uri)
+        return MergeResult(spec.output_uri, preview_uri, done.frame_count, skipped=True)
+    from facefusion_provider.media.merge import ChunkFile, merge_chunks
+    from facefusion_provider.media.preview import contact_sheet, preview_frame_indexes
+    from facefusion_provider.media.probe import probe_video
+
+    began = time.perf_counter()
+    markers = _committed_markers(spec, layout)
+    expected = spec.frame_end - spec.frame_start
+    with tempfile.TemporaryDirectory(prefix="facefusion-merge-") as folder:
+        chunk_files = [ChunkFile(_local_chunk(layout, marker, folder), marker.start, marker.end) for marker in markers]
+        fetched = time.perf_counter()
+        output_path = os.path.join(folder, "output" + posixpath.splitext(urlparse(spec.output_uri).path)[1])
+        with storage.open_input(spec.target_uri) as target:
+            frames = merge_chunks(chunk_files, target, spec.probe, output_path, name=spec.target_uri)
+            remuxed = time.perf_counter()
+            output_probe = probe_video(output_path, spec.output_uri)
+            if output_probe.frame_count != expected or frames != expected:
+                raise InvalidJobError(
+                    f"{spec.output_uri}: the merged video has {output_probe.frame_count} frames, expected {expected}"
+                )
+            preview = contact_sheet(
+                original=target,
+                original_probe=spec.probe,
+                output=output_path,
+                output_probe=output_probe,
+                frame_indexes=preview_frame_indexes([c.start for c in spec.chunks], spec.frame_start, spec.frame_end),
+                frame_start=spec.frame_start,
+                original_name=spec.target_uri,
+                output_name=spec.output_uri,
+            )
+        previewed = time.perf_counter()
+        size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
+        storage.put_file_atomic(output_path, spec.output_uri)
+    storage.write_bytes_atomic(preview_uri, preview)
+    marker = OutputMarker(
+        job_id=spec.job_id, output_uri=spec.output_uri, frame_count=expected, sha256=digest, size=size
+    )
+    storage.write_json_atomic(storage.output_marker_uri(spec.output_uri), marker.model_dump(mode="json"))
+    finished = time.perf_counter()
+    timings = {
+        "fetch_s": fetched - began,
+        "remux_s": remuxed - fetched,
+        "preview_s": previewed - remuxed,
+        "publish_s": finished - previewed,
+        "total_s": finished - began,
+    }
+    logger.info("merged %d frames into %s in %.2f s", expected, spec.output_uri, finished - began)
+    return MergeResult(spec.output_uri, preview_uri, expected, skipped=False, timings=timings)
+
+
+def _committed_markers(spec: JobSpec, layout: storage.JobLayout) -> list[ChunkMarker]:
+    markers = [committed_marker(layout, spec, chunk) for chunk in spec.chunks]
+    missing = [chunk.index for chunk, marker in zip(spec.chunks, markers, strict=True) if marker is None]
+    if missing:
+        raise InvalidJobError(
+            f"job {spec.job_id}: chunks {', '.join(map(str, missing))} of {len(spec.chunks)} are not committed; "
+            "run swap-chunk for them before merge"
+        )
+    present = [marker for marker in markers if marker is not None]
+    counted = sum(marker.frame_count for marker in present)
+    if counted != spec.frame_end - spec.frame_start:
+        raise InvalidJobError(
+            f"job {spec.job_id}: chunks hold {counted} frames, expected {spec.frame_end - spec.frame_start}"
+        )
+    return present
+
+
+def _local_chunk(layout: storage.JobLayout, marker: ChunkMarker, folder: str) -> str:
+    """A local path of the committed chunk, its checksum verified against the marker."""
+    uri = layout.chunk_video(marker.index)
+    path = storage.local_path(uri)
+    if path is None:
+        path = os.path.join(folder, f"{marker.index:05d}.mp4")
+        storage.get_file(uri, path)
+    elif not os.path.isfile(path):
+        raise InvalidJobError(
+            f"{uri}: the chunk file is missing although its marker exists; delete the marker and rerun"
+        )
+    if storage.file_sha256(path) != marker.sha256:
+        raise InvalidJobError(
+            f"{uri}: checksum differs from its marker (corrupt chunk); delete {layout.chunk_marker(marker.index)} and rerun"
+        )
+    return path
+
+
+# --- run -----------------------------------------------------------------------------------------------------------
+
+
+def run(
+    source_paths: Sequence[str],
+    target_path: str,
+    output_path: str,
+    work_root: str | None = None,
+    *,
+    keep_work: bool = False,
+    models_dir: str | None = None,
+    options: Options | None = None,
+    **option_values: Any,
+) -> RunResult:
+    """The whole job in this process: prepare, every chunk, merge; the job folder is removed afterwards."""
+    began = time.perf_counter()
+    resolved = resolve_options(options, option_values)
+    inputs = _Inputs.of(source_paths, target_path, output_path, resolved)
+    job_id = inputs.job_id()
+    preview_uri = preview_uri_of(inputs.output_uri)
+    done = output_done(job_id, inputs.output_uri)
+    if done is not None:
+        return RunResult(
+            inputs.output_uri,
+            preview_uri,
+            done.frame_count,
+            0,
+            {"total_s": time.perf_counter() - began},
+            job_id,
+            skipped=True,
+        )
+    layout = storage.JobLayout.under(work_root or default_work_root(), job_id)
+    spec = _prepare(layout.job_uri, inputs, resolved, models_dir, job_id)
+    prepared = time.perf_counter()
+    processors = _Processors(spec, models_dir)
+    for chunk in spec.chunks:
+        _swap_chunk(spec, layout, chunk, processors)
+    swapped = time.perf_counter()
+    merged = _merge(spec, layout)
+    if not keep_work:
+        storage.remove_tree(layout.job_uri)
+    finished = time.perf_counter()
+    timings = {
+        "prepare_s": prepared - began,
+        "swap_s": swapped - prepared,
+        "merge_s": merged.timings.get("total_s", 0.0),
+        "total_s": finished - began,
+    }
+    return RunResult(merged.output_uri, merged.preview_uri, merged.frame_count, len(spec.chunks), timings, job_id)
+
+
+def default_work_root() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return os.path.join(cache, WORK_ROOT_FOLDER)
+
+
+# --- shared --------------------------------------------------------------------------------------------------------
+
+
+def resolve_options(options: Options | None, values: dict[str, Any]) -> Options:
+    """``options`` with ``values`` laid over it; every value is validated with a message naming the option."""
+    if options is None and not values:
+        return Options()
+    base = options.model_dump() if options is not None else {}
+    return parse_options({**base, **values})
+
+
+def load_job(job_uri: str) -> JobSpec:
+    """``job.json`` of the job folder; InvalidJobError when it is missing, from another format, or unreadable."""
+    uri = storage.JobLayout(storage.normalize_uri(job_uri, field="job_uri")).job_json
+    if not storage.exists(uri):
+        raise InvalidJobError(f"{uri}: no job.json; run prepare for this job first")
+    data = storage.read_json(uri)
+    if not isinstance(data, dict) or data.get("format_version") != JOB_FORMAT_VERSION:
+        found = data.get("format_version") if isinstance(data, dict) else None
+        raise InvalidJobError(
+            f"{uri}: job format {found}, this worker reads format {JOB_FORMAT_VERSION}; prepare it again"
+        )
+    try:
+        return JobSpec.model_validate(data)
+    except ValueError as error:
+        raise InvalidJobError(f"{uri}: not a valid job.json ({error})") from None

@@ -1,0 +1,173 @@
+"""The bounded per-chunk pipeline: a decode thread, batched processing, an encode thread, and small queues between
+them, so memory stays flat however long the chunk is. Each stage's busy time is measured."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import av
+import numpy as np
+import numpy.typing as npt
+
+from facefusion_provider.media.images import rgb_array, rgb_frame
+
+Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame
+QUEUE_BATCHES = 2  # batches of frames each queue holds at most
+_POLL_SECONDS = 0.1
+
+
+class FrameProcessor(Protocol):
+    """What the engine's ``build_frame_processor`` returns."""
+
+    batch_size: int
+
+    def process_batch(self, frames: list[Frame]) -> list[Frame]: ...
+
+
+@dataclass
+class StageTimings:
+    """Seconds each stage was busy (not waiting on a queue), and the wall time of the whole chunk."""
+
+    decode: float = 0.0
+    process: float = 0.0
+    encode: float = 0.0
+    wall: float = 0.0
+    frames: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"decode_s": self.decode, "process_s": self.process, "encode_s": self.encode, "pipeline_s": self.wall}
+
+
+@dataclass
+class _Pipe:
+    """A bounded queue that gives up as soon as another stage failed."""
+
+    failed: threading.Event
+    items: queue.Queue[Any] = field(default_factory=queue.Queue)
+
+    def put(self, item: Any) -> None:
+        while not self.failed.is_set():
+            try:
+                self.items.put(item, timeout=_POLL_SECONDS)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def get(self) -> Any:
+        while not self.failed.is_set():
+            try:
+                return self.items.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                continue
+        raise _Stopped
+
+
+class _Stopped(Exception):
+    """Another stage failed; this one stops quietly and the first error is raised."""
+
+
+_END = object()
+
+
+def run_pipeline(
+    frames: Iterator[av.VideoFrame],
+    encode: Callable[[av.VideoFrame, int], None],
+    processor: FrameProcessor | None,
+) -> StageTimings:
+    """Decode ``frames`` in a thread, run ``processor`` on batches (or pass frames through untouched when None), and
+    hand each result with its original pts to ``encode`` in another thread."""
+    batch_size = processor.batch_size if processor is not None else 8
+    failed = threading.Event()
+    decoded = _Pipe(failed, queue.Queue(maxsize=QUEUE_BATCHES * batch_size))
+    processed = _Pipe(failed, queue.Queue(maxsize=QUEUE_BATCHES * batch_size))
+    timings = StageTimings()
+    errors: list[BaseException] = []
+    started = time.perf_counter()
+
+    def guarded(stage: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                stage()
+            except _Stopped:
+                pass
+            except BaseException as error:
+                errors.append(error)
+                failed.set()
+
+        return run
+
+    def decode_stage() -> None:
+        while True:
+            begin = time.perf_counter()
+            frame = next(frames, None)
+            timings.decode += time.perf_counter() - begin
+            if frame is None:
+                decoded.put(_END)
+                return
+            decoded.put(frame)
+
+    def encode_stage() -> None:
+        while (item := processed.get()) is not _END:
+            frame, pts = item
+            begin = time.perf_counter()
+            encode(frame, pts)
+            timings.encode += time.perf_counter() - begin
+            timings.frames += 1
+
+    def process_stage() -> None:
+        batch: list[av.VideoFrame] = []
+        while True:
+            item = decoded.get()
+            if item is not _END:
+                batch.append(item)
+            if batch and (item is _END or len(batch) >= batch_size):
+                begin = time.perf_counter()
+                results = _process(batch, processor)
+                timings.process += time.perf_counter() - begin
+                for result in results:
+                    processed.put(result)
+                batch = []
+            if item is _END:
+                processed.put(_END)
+                return
+
+    threads = [threading.Thread(target=guarded(stage), daemon=True) for stage in (decode_stage, encode_stage)]
+    for thread in threads:
+        thread.start()
+    guarded(process_stage)()
+    for thread in threads:
+        thread.join()
+    timings.wall = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return timings
+
+
+def _process(batch: list[av.VideoFrame], processor: FrameProcessor | None) -> list[tuple[av.VideoFrame, int]]:
+    """Pass-through keeps the decoded frames (no colour conversion, so lossless output is bit-exact)."""
+    pts = [_pts(frame) for frame in batch]
+    if processor is None:
+        return list(zip(batch, pts, strict=True))
+    images = processor.process_batch([rgb_array(frame) for frame in batch])
+    if len(images) != len(batch):
+        raise RuntimeError(f"the frame processor returned {len(images)} frames for {len(batch)}")
+    return [(_like(rgb_frame(image), original), p) for image, original, p in zip(images, batch, pts, strict=True)]
+
+
+def _pts(frame: av.VideoFrame) -> int:
+    if frame.pts is None:
+        raise RuntimeError("a decoded frame has no pts")
+    return frame.pts
+
+
+def _like(frame: av.VideoFrame, original: av.VideoFrame) -> av.VideoFrame:
+    """The processed frame carries the original's colour description, so the encoder converts back the same way."""
+    frame.colorspace = original.colorspace
+    frame.color_range = original.color_range
+    return frame

