@@ -19,6 +19,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -58,12 +59,12 @@ class GraphBuilder:
         values = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
         return self.constant(values.astype(self.weight_type), prefix)
 
-    def node(self, op: str, inputs: list[str], prefix: str, **attributes: object) -> str:
+    def node(self, op: str, inputs: list[str], prefix: str, **attributes: Any) -> str:
         output = self.name(prefix)
         self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
         return output
 
-    def conv(self, x: str, in_channels: int, out_channels: int, kernel: int, size: int, stride: int = 1) -> str:
+    def conv(self, x: str, in_channels: int, out_channels: int, kernel: int, size: int, *, stride: int = 1) -> str:
         """A conv on a ``size`` x ``size`` input; 7x7 convs pad by reflection as inswapper does."""
         weight = self.weight((out_channels, in_channels, kernel, kernel), in_channels * kernel * kernel, "w")
         bias = self.constant(np.zeros(out_channels, self.weight_type), "b")
@@ -180,7 +181,9 @@ def ensure_standins(folder: Path, *, fp16: bool = False, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     if swapper.name not in sums or not swapper.exists():
         model, parameters, multiply_adds = build_inswapper(rng, np.float16 if fp16 else np.float32)
-        print(f"{swapper.name}: {parameters / 1e6:.1f} M parameters, {multiply_adds / 1e9:.1f} G multiply-adds per face")
+        print(
+            f"{swapper.name}: {parameters / 1e6:.1f} M parameters, {multiply_adds / 1e9:.1f} G multiply-adds per face"
+        )
         sums[swapper.name] = _save(model, swapper)
     if recognizer.name not in sums or not recognizer.exists():
         sums[recognizer.name] = _save(build_arcface(rng), recognizer)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from facefusion_provider.options import MAX_CHUNKS
 from facefusion_provider.types import Chunk
 
@@ -20,12 +18,15 @@ def plan_chunks(start: int, end: int, chunk_size: int | None = None, max_chunks:
         raise ValueError("max_chunks must be at least 1")
     total = end - start
     size = chunk_size or DEFAULT_CHUNK_FRAMES
-    size = max(size, math.ceil(total / max_chunks))
     if total <= size:
         return [Chunk(index=0, start=start, end=end)]
     count = total // size
     tail = total - count * size
-    if tail >= TAIL_FRACTION * size and count < max_chunks:
+    if tail >= TAIL_FRACTION * size:
         count += 1
+    if count > max_chunks:
+        # Too many chunks of that size: exactly max_chunks chunks, as even as whole frames allow.
+        bounds = [start + i * total // max_chunks for i in range(max_chunks)] + [end]
+        return [Chunk(index=i, start=bounds[i], end=bounds[i + 1]) for i in range(max_chunks)]
     bounds = [start + i * size for i in range(count)] + [end]
     return [Chunk(index=i, start=bounds[i], end=bounds[i + 1]) for i in range(count)]

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import fsspec
 from fsspec.spec import AbstractFileSystem
@@ -47,9 +47,11 @@ S3_ENDPOINT_VARIABLE = "FACEFUSION_S3_ENDPOINT_URL"
 S3_MAX_ATTEMPTS_VARIABLE = "FACEFUSION_S3_MAX_ATTEMPTS"
 INPUT_CACHE_DIR_VARIABLE = "FACEFUSION_INPUT_CACHE_DIR"
 INPUT_CACHE_MAX_BYTES_VARIABLE = "FACEFUSION_INPUT_CACHE_MAX_BYTES"
+READ_BLOCK_VARIABLE = "FACEFUSION_S3_READ_BLOCK_BYTES"
 DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
 DEFAULT_INPUT_CACHE_MAX_BYTES = 50 * 1024**3
-_RANGE_BLOCK = 4 * 1024 * 1024
+DEFAULT_READ_BLOCK_BYTES = 4 * 1024 * 1024  # one ranged GET per block; blocks a seek returns to stay cached
+_DOWNLOAD_BLOCK = 16 * 1024 * 1024
 _S3FS_ROUNDS = 2
 
 
@@ -69,7 +71,7 @@ def normalize_uri(uri: str, *, field: str = "uri") -> str:
     if parsed.scheme == "s3" and not parsed.netloc:
         raise InvalidOptionError(f"{field}: {uri!r} names no bucket")
     if parsed.scheme == "file":
-        return Path(parsed.path).absolute().as_uri()
+        return Path(unquote(parsed.path)).absolute().as_uri()  # as_uri() percent-encodes; decode first, never twice
     if ".." in parsed.path.split("/"):
         raise InvalidOptionError(f"{field}: '..' is not allowed in {uri!r}")
     return uri
@@ -111,6 +113,8 @@ def using_s3_credentials(credentials: S3Credentials | None) -> Iterator[None]:
 
 
 def filesystem(uri: str) -> tuple[AbstractFileSystem, str]:
+    if urlparse(uri).scheme == "file":  # fsspec would keep percent-escapes ("a%20b.mp4") in the path
+        return fsspec.filesystem("file"), str(local_path(uri))
     fs, path = fsspec.core.url_to_fs(uri, **storage_options(uri))
     if urlparse(uri).scheme == "s3":
         # s3fs wraps botocore's retries in a loop of its own (5 rounds by default): keep the product bounded.
@@ -148,11 +152,15 @@ def storage_options(uri: str) -> dict[str, Any]:
 
 
 def _s3_max_attempts() -> int:
-    value = os.environ.get(S3_MAX_ATTEMPTS_VARIABLE, "")
+    return _positive_setting(S3_MAX_ATTEMPTS_VARIABLE, DEFAULT_S3_MAX_ATTEMPTS)
+
+
+def _positive_setting(variable: str, default: int) -> int:
+    value = os.environ.get(variable, "")
     if not value:
-        return DEFAULT_S3_MAX_ATTEMPTS
+        return default
     if not value.isdigit() or int(value) < 1:
-        raise InvalidOptionError(f"{S3_MAX_ATTEMPTS_VARIABLE}: expected a whole number >= 1, got {value!r}")
+        raise InvalidOptionError(f"{variable}: expected a whole number >= 1, got {value!r}")
     return int(value)
 
 
@@ -235,7 +243,7 @@ def local_path(uri: str) -> str | None:
     """The filesystem path of a ``file://`` URI, or None for remote storage."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme else uri
+        return unquote(parsed.path) if parsed.scheme else uri
     return None
 
 
@@ -252,9 +260,10 @@ def exists(uri: str) -> bool:
 
 
 def _s3_exists(fs: AbstractFileSystem, path: str) -> bool:
-    """One HEAD: s3fs's own ``exists`` hides a denied request behind False and lists on a 404."""
+    """One HEAD: s3fs's own ``exists`` hides a denied request behind False, and its ``info`` lists after a 404."""
+    bucket, key = path.split("/", 1) if "/" in path else (path, "")
     try:
-        fs.info(path)
+        fs.call_s3("head_object", Bucket=bucket, Key=key)
     except FileNotFoundError:
         return False
     return True
@@ -425,7 +434,8 @@ def open_input(uri: str) -> Iterator[str | IO[bytes]]:
     fs, remote = filesystem(uri)
     with _storage_errors(uri, fs):
         # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a chunk's keyframe).
-        handle = fs.open(remote, "rb", block_size=_RANGE_BLOCK, cache_type="blockcache")
+        block_size = _positive_setting(READ_BLOCK_VARIABLE, DEFAULT_READ_BLOCK_BYTES)
+        handle = fs.open(remote, "rb", block_size=block_size, cache_type="blockcache")
     with handle:  # errors while the caller reads are the caller's to classify (a corrupt video is not transient)
         yield handle
 
@@ -448,11 +458,11 @@ def cached_input(uri: str, cache_dir: str) -> str:
             # s3fs checks every range against the ETag it opened with: a replaced object fails here, not silently.
             with (
                 os.fdopen(fd, "wb") as out,
-                fs.open(remote, "rb", block_size=4 * _RANGE_BLOCK, cache_type="none") as src,
+                fs.open(remote, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as src,
             ):
                 if str(src.details.get("ETag") or "").strip('"') != etag:
                     raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run")
-                shutil.copyfileobj(src, out, 4 * _RANGE_BLOCK)
+                shutil.copyfileobj(src, out, _DOWNLOAD_BLOCK)
             os.replace(temp, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

@@ -45,9 +45,6 @@ class ModelSpec:
     def input_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.inputs)
 
-    def input_shape(self, name: str) -> Shape:
-        return dict(self.inputs)[name]
-
 
 def _user_model(
     name: str, role: ModelRole, *, inputs: TensorSpec, outputs: TensorSpec, licence: str, vendor: str

@@ -214,7 +214,7 @@ class ModelStore:
         sums_uri = storage.join(prefix, SUMS_FILE)
         pin = self._pin(spec, sums_uri, lambda: _read_text_if_exists(sums_uri))
         crc_text = _read_text_if_exists(storage.join(prefix, Path(spec.file_name).stem + ".hash"))
-        key = pin.sha256 if pin else "unpinned-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+        key = pin.sha256 if pin else "unpinned-" + remote_fingerprint(uri)
         target = os.path.join(self.cache_dir, key, spec.file_name)
         if not os.path.isfile(target):
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -236,10 +236,6 @@ class ModelStore:
 
     def _cache_bytes(self, spec: ModelSpec, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        if spec.sha256 and digest != spec.sha256:
-            raise ModelCorruptError(
-                corrupt_message(spec, packaged_label(spec), Pin(spec.sha256, "the catalog"), digest)
-            )
         target = os.path.join(self.cache_dir, digest, spec.file_name)
         if not os.path.isfile(target):
             storage.write_bytes_atomic(Path(target).as_uri(), data)
@@ -271,6 +267,16 @@ def check_crc32(path: str, expected_text: str, shown: str) -> None:
             f"{Path(path).name}: CRC32 {found} does not match {expected} in {shown} (FaceFusion's .hash): "
             "the file is damaged or from another release; download it again"
         )
+
+
+def remote_fingerprint(uri: str) -> str:
+    """A cache key for an unpinned remote file: its URI, size and version tag, so a changed file is fetched again."""
+    fs, path = storage.filesystem(uri)
+    info = fs.info(path)
+    version = [
+        str(info.get(key)) for key in ("size", "ETag", "etag", "LastModified", "mtime", "created") if key in info
+    ]
+    return hashlib.sha256("\n".join([uri, *version]).encode()).hexdigest()[:16]
 
 
 def _read_local_text_if_exists(path: str) -> str | None:

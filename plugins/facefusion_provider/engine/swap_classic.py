@@ -21,6 +21,7 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.options import Options
 
 IntArray = npt.NDArray[np.int32]
+BoolArray = npt.NDArray[np.bool_]
 Mask = npt.NDArray[np.float32]  # H x W, 0..1
 
 MESH_POINTS = 468
@@ -30,7 +31,9 @@ SOURCE_MARGIN = 0.15  # of the source mesh's size, kept around it in the stored 
 SOURCE_MAX_SIDE = 512  # larger source faces are stored downscaled: the target rarely needs more
 ROI_MARGIN = 4  # pixels of target context around the face
 LOW_BAND_SCALE = 0.1  # blend bands split at a blur sigma of this x face size: larger keeps more of the target's shading
-FEATHER_SCALE = 0.1  # feather sigma = face size x face_mask_blur x this
+FEATHER_SCALE = 0.4  # the mask rises from 0 to 1 over face size x face_mask_blur x this, inside the face area
+SOURCE_DETAIL_LIMIT = 2.0  # target faces above this x the source face's size are worked on smaller, then scaled up
+LOW_BAND_WORK_SIGMA = 4.0  # the low band is blurred on a copy shrunk until its sigma is this many pixels
 POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed point)
 LAB_STD_RATIO = (0.5, 2.0)  # bounds of the colour-transfer contrast change
 
@@ -153,38 +156,41 @@ def triangle_affines(from_points: FloatArray, to_points: FloatArray, triangles: 
     return np.asarray(np.linalg.solve(corners_from, corners_to), np.float64)
 
 
-def warp_source(source: ClassicSource, target_points: FloatArray, size: tuple[int, int]) -> tuple[Frame, IntArray]:
-    """The source face drawn on the target mesh in an image of ``size``, and the triangle label of each pixel."""
+def warp_source(source: ClassicSource, target_points: FloatArray, size: tuple[int, int]) -> tuple[Frame, BoolArray]:
+    """The source face drawn on the target mesh in an image of ``size``, and which pixels a triangle covers."""
     labels = triangle_labels(target_points, source.triangles, size)
-    affines = triangle_affines(target_points, source.landmarks, source.triangles)
-    ys, xs = np.nonzero(labels >= 0)
+    affines = triangle_affines(target_points, source.landmarks, source.triangles).astype(np.float32)
+    covered = labels >= 0
+    ys, xs = np.nonzero(covered)
     chosen = affines[labels[ys, xs]]
+    columns, rows = xs.astype(np.float32), ys.astype(np.float32)
     map_x = np.full(labels.shape, -1.0, np.float32)
     map_y = np.full(labels.shape, -1.0, np.float32)
-    map_x[ys, xs] = chosen[:, 0, 0] * xs + chosen[:, 1, 0] * ys + chosen[:, 2, 0]
-    map_y[ys, xs] = chosen[:, 0, 1] * xs + chosen[:, 1, 1] * ys + chosen[:, 2, 1]
+    map_x[ys, xs] = chosen[:, 0, 0] * columns + chosen[:, 1, 0] * rows + chosen[:, 2, 0]
+    map_y[ys, xs] = chosen[:, 0, 1] * columns + chosen[:, 1, 1] * rows + chosen[:, 2, 1]
     warped = cv2.remap(source.image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    return np.asarray(warped, np.uint8), labels
+    return np.asarray(warped, np.uint8), covered
 
 
-def match_colours(image: Frame, reference: Frame, mask: npt.NDArray[np.bool_]) -> Frame:
-    """``image`` with the LAB mean and spread of ``reference`` inside ``mask`` (Reinhard colour transfer)."""
-    lab = cv2.cvtColor(image, cv2.COLOR_RGB2LAB).astype(np.float32)
-    reference_lab = cv2.cvtColor(reference, cv2.COLOR_RGB2LAB).astype(np.float32)
-    mean, std = lab[mask].mean(axis=0), lab[mask].std(axis=0) + 1e-3
-    reference_mean, reference_std = reference_lab[mask].mean(axis=0), reference_lab[mask].std(axis=0) + 1e-3
-    ratio = np.clip(reference_std / std, *LAB_STD_RATIO)
-    matched = (lab - mean) * ratio + reference_mean
+def match_colours(image: Frame, reference: Frame, area: npt.NDArray[np.uint8]) -> Frame:
+    """``image`` with the LAB mean and spread of ``reference`` inside ``area`` (Reinhard colour transfer)."""
+    lab = cv2.cvtColor(image, cv2.COLOR_RGB2LAB)
+    mean, std = (values.reshape(3) for values in cv2.meanStdDev(lab, mask=area))
+    reference_mean, reference_std = (
+        values.reshape(3) for values in cv2.meanStdDev(cv2.cvtColor(reference, cv2.COLOR_RGB2LAB), mask=area)
+    )
+    ratio = np.clip(reference_std / (std + 1e-3), *LAB_STD_RATIO).astype(np.float32)
+    matched = lab.astype(np.float32) * ratio + (reference_mean - mean * ratio).astype(np.float32)
     return np.asarray(cv2.cvtColor(np.clip(matched, 0, 255).astype(np.uint8), cv2.COLOR_LAB2RGB), np.uint8)
 
 
-def _face_area_mask(points: FloatArray, labels: IntArray, options: Options) -> npt.NDArray[np.uint8]:
+def face_area_mask(points: FloatArray, covered: BoolArray, options: Options) -> npt.NDArray[np.uint8]:
     """255 where the swap may paint: the target mesh's hull covered by warped triangles, minus the mouth interior,
     minus ``face_mask_padding`` (percent of the face box from its top, right, bottom and left)."""
     hull = cv2.convexHull(np.round(points).astype(np.int32))
-    area = np.zeros(labels.shape, np.uint8)
+    area = np.zeros(covered.shape, np.uint8)
     cv2.fillConvexPoly(area, hull, 255)
-    area[labels < 0] = 0
+    area[~covered] = 0
     cv2.fillPoly(area, [np.round(points[list(MESH_INNER_LIPS)]).astype(np.int32)], 0)
     low, high = points.min(axis=0), points.max(axis=0)
     width, height = high - low
@@ -197,72 +203,112 @@ def _face_area_mask(points: FloatArray, labels: IntArray, options: Options) -> n
 
 
 def feather(area: npt.NDArray[np.uint8], face_size: float, blur: float) -> Mask:
-    """A soft mask that is 1 deep inside ``area`` and exactly 0 on and outside its edge."""
-    sigma = face_size * blur * FEATHER_SCALE
-    radius = int(np.ceil(2 * sigma))
-    if radius < 1:
+    """A soft mask: 0 outside ``area``, rising smoothly over a band inside its edge whose width follows ``blur``."""
+    ramp = face_size * blur * FEATHER_SCALE
+    if ramp < 1.0:
         return (area > 0).astype(np.float32)
-    core = cv2.erode(area, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1)))
-    soft = cv2.GaussianBlur(core.astype(np.float32) / 255.0, (2 * radius + 1, 2 * radius + 1), sigma)
-    soft[area == 0] = 0.0
-    return np.asarray(soft, np.float32)
+    distance = cv2.distanceTransform(area, cv2.DIST_L2, 3)  # pixels to the nearest pixel outside the area
+    rise = np.clip(distance / ramp, 0.0, 1.0)
+    return np.asarray(rise * rise * (3.0 - 2.0 * rise), np.float32)
+
+
+def masked_blur(
+    pixels: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], sigma: float
+) -> npt.NDArray[np.float32]:
+    """Gaussian blur of ``pixels`` using only where ``weight`` is 1: the low band of a masked region.
+
+    A low band holds nothing finer than sigma, so it is computed on a copy shrunk until sigma is a few pixels.
+    """
+    height, width = weight.shape[:2]
+    factor = min(1.0, LOW_BAND_WORK_SIGMA / sigma)
+    size = (max(1, round(width * factor)), max(1, round(height * factor)))
+    weighted = pixels * weight[:, :, np.newaxis]
+    small_pixels = cv2.resize(weighted, size, interpolation=cv2.INTER_AREA) if factor < 1.0 else weighted
+    small_weight = cv2.resize(weight, size, interpolation=cv2.INTER_AREA) if factor < 1.0 else weight
+    blurred = cv2.GaussianBlur(small_pixels, (0, 0), sigma * factor).reshape(size[1], size[0], -1)
+    support = np.maximum(cv2.GaussianBlur(small_weight, (0, 0), sigma * factor), 1e-3)[:, :, np.newaxis]
+    low = np.asarray(blurred / support, np.float32)
+    if factor == 1.0:
+        return low
+    return np.asarray(cv2.resize(low, (width, height), interpolation=cv2.INTER_LINEAR), np.float32).reshape(
+        height, width, -1
+    )
 
 
 def transfer_low_frequencies(image: Frame, reference: Frame, area: npt.NDArray[np.uint8], sigma: float) -> Frame:
     """A two-band blend: the low band (light, shading, skin tone) of ``reference``, the high band (features) of ``image``.
 
-    Both bands are taken inside ``area`` only (normalised masked blur), so nothing outside the face leaks in; this makes
-    the seam vanish the way a Poisson clone does, at the cost of a few blurs.
+    Both bands are taken inside ``area`` only, so nothing outside the face leaks in; this makes the seam vanish the way
+    a Poisson clone does, at the cost of one blur.
     """
-    weight = (area > 0).astype(np.float32)[:, :, np.newaxis]
-    support = np.maximum(cv2.GaussianBlur(weight, (0, 0), sigma), 1e-3)[:, :, np.newaxis]
-
-    def low_band(pixels: Frame) -> npt.NDArray[np.float32]:
-        blurred = cv2.GaussianBlur(pixels.astype(np.float32) * weight, (0, 0), sigma)
-        return np.asarray(blurred / support, np.float32)
-
-    moved = image.astype(np.float32) + low_band(reference) - low_band(image)
+    difference = reference.astype(np.float32) - image.astype(np.float32)
+    moved = image.astype(np.float32) + masked_blur(difference, (area > 0).astype(np.float32), sigma)
     return np.clip(np.round(moved), 0, 255).astype(np.uint8)
 
 
-def classic_swap_region(
-    frame: Frame, face: Face, source: ClassicSource, options: Options
-) -> tuple[Region, Frame, Mask]:
-    """Where the swap paints, the swapped pixels there, and the blend mask (0 where nothing changes)."""
+@dataclass(frozen=True)
+class ClassicSwap:
+    """One face's swap before it is pasted: the frame region, its original and swapped pixels, and the blend mask."""
+
+    region: Region
+    target: Frame
+    swapped: Frame
+    alpha: Mask  # 0 where nothing changes
+
+
+def mesh_size(points: FloatArray) -> float:
+    return float((points.max(axis=0) - points.min(axis=0)).max())
+
+
+def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Options) -> ClassicSwap:
+    """The swap of one face. A target face much larger than the source face is worked on at a size that the source's
+    detail still fills, and the swapped pixels are scaled up once; the mask is always full resolution."""
     if face.landmark_dense is None or len(face.landmark_dense) != MESH_POINTS:
         raise ValueError("the classic swapper needs the 468-point face mesh of each target face")
     region = face_region(face.landmark_dense, ROI_MARGIN)
     points = (face.landmark_dense - [region.x1, region.y1]).astype(np.float32)
     target = crop_region(frame, region)
-    warped, labels = warp_source(source, points, region.size)
-    area = _face_area_mask(points, labels, options)
-    if not np.any(area):
-        return region, target, np.zeros(labels.shape, np.float32)
-    face_size = float((points.max(axis=0) - points.min(axis=0)).max())
-    matched = match_colours(warped, target, area > 0)
-    swapped = transfer_low_frequencies(matched, target, area, max(1.0, face_size * LOW_BAND_SCALE))
-    alpha = feather(area, face_size, options.face_mask_blur) * (options.face_swapper_blend / 100.0)
-    return region, swapped, alpha
+    face_size = mesh_size(points)
+    scale = min(1.0, SOURCE_DETAIL_LIMIT * mesh_size(source.landmarks) / max(face_size, 1.0))
+    work_size = (max(1, round(region.size[0] * scale)), max(1, round(region.size[1] * scale)))
+    work_points = ((points + 0.5) * [work_size[0] / region.size[0], work_size[1] / region.size[1]] - 0.5).astype(
+        np.float32
+    )
+    work_target = (
+        target if scale == 1.0 else np.asarray(cv2.resize(target, work_size, interpolation=cv2.INTER_AREA), np.uint8)
+    )
+    warped, covered = warp_source(source, work_points, work_size)
+    work_area = face_area_mask(work_points, covered, options)
+    if not np.any(work_area):
+        return ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32))
+    matched = match_colours(warped, work_target, work_area)
+    swapped = transfer_low_frequencies(matched, work_target, work_area, max(1.0, face_size * scale * LOW_BAND_SCALE))
+    if scale < 1.0:
+        swapped = np.asarray(cv2.resize(swapped, region.size, interpolation=cv2.INTER_LINEAR), np.uint8)
+        covered = cv2.resize(covered.astype(np.uint8), region.size, interpolation=cv2.INTER_NEAREST) > 0
+    area = face_area_mask(points, covered, options)
+    alpha = feather(area, face_size, options.face_mask_blur) * np.float32(options.face_swapper_blend / 100.0)
+    return ClassicSwap(region, target, swapped, alpha)
 
 
 def classic_face_mask(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Mask:
     """The blend mask of one face in frame coordinates: the swap changes no pixel where it is 0."""
-    region, _, alpha = classic_swap_region(frame, face, source, options)
+    swap = classic_swap(frame, face, source, options)
     mask = np.zeros(frame.shape[:2], np.float32)
-    _paste(mask, region, alpha)
+    _paste(mask, swap.region, swap.alpha)
     return mask
 
 
 def swap_face_classic(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Frame:
     """The frame with the source face swapped onto ``face`` (a new array; pixels outside the mask are unchanged)."""
-    region, swapped, alpha = classic_swap_region(frame, face, source, options)
+    swap = classic_swap(frame, face, source, options)
     result = frame.copy()
-    if not np.any(alpha):
+    if not np.any(swap.alpha):
         return result
-    target = crop_region(frame, region).astype(np.float32)
-    blended = target + alpha[:, :, np.newaxis] * (swapped.astype(np.float32) - target)
-    painted = np.where(alpha[:, :, np.newaxis] > 0, np.clip(np.round(blended), 0, 255), target).astype(np.uint8)
-    _paste(result, region, painted)
+    target = swap.target.astype(np.float32)
+    alpha = swap.alpha[:, :, np.newaxis]
+    blended = np.clip(np.round(target + alpha * (swap.swapped.astype(np.float32) - target)), 0, 255)
+    _paste(result, swap.region, np.where(alpha > 0, blended, target).astype(np.uint8))
     return result
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import mmap
+import os
 import time
 from collections.abc import MutableMapping, Sequence
 from typing import TypeVar
@@ -28,18 +30,67 @@ ScalarT = TypeVar("ScalarT", bound=np.generic)
 DEFAULT_BATCH_SIZE = 16
 
 
+# Protobuf field numbers: ModelProto.graph and GraphProto.initializer.
+_MODEL_GRAPH_FIELD = 7
+_GRAPH_INITIALIZER_FIELD = 5
+
+
 @functools.lru_cache(maxsize=2)
 def load_emap(model_path: str) -> FloatArray:
     """The 512x512 matrix that maps an ArcFace embedding into the swapper's latent: the model's last initializer."""
-    model = onnx.load(model_path)
-    if not model.graph.initializer:
-        raise ModelIncompatibleError(f"{model_path}: no initializers, so no emap; is this inswapper_128?")
-    emap = numpy_helper.to_array(model.graph.initializer[-1])
+    emap = numpy_helper.to_array(last_initializer(model_path), base_dir=os.path.dirname(model_path))
     if emap.shape != (EMBEDDING_SIZE, EMBEDDING_SIZE):
         raise ModelIncompatibleError(
-            f"{model_path}: the last initializer is {'x'.join(map(str, emap.shape))}, expected the 512x512 emap"
+            f"{model_path}: the last initializer is {'x'.join(map(str, emap.shape))}, expected the 512x512 emap; "
+            "is this FaceFusion's inswapper_128?"
         )
     return np.ascontiguousarray(emap, np.float32)
+
+
+def last_initializer(model_path: str) -> onnx.TensorProto:
+    """The graph's last initializer, parsed alone: walking the protobuf fields skips the other 550 MB of weights."""
+    with open(model_path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        graph = _last_field(data, 0, len(data), _MODEL_GRAPH_FIELD)
+        initializer = _last_field(data, *graph, _GRAPH_INITIALIZER_FIELD) if graph else None
+        if initializer is None:
+            raise ModelIncompatibleError(f"{model_path}: no graph initializers, so no emap; is this inswapper_128?")
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString(data[initializer[0] : initializer[1]])
+        return tensor
+
+
+def _varint(data: mmap.mmap, offset: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, offset
+        shift += 7
+
+
+def _last_field(data: mmap.mmap, start: int, end: int, wanted: int) -> tuple[int, int] | None:
+    """(start, end) of the last length-delimited field number ``wanted`` of the message in ``data[start:end]``."""
+    found = None
+    offset = start
+    while offset < end:
+        key, offset = _varint(data, offset)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, offset = _varint(data, offset)
+        elif wire_type == 1:
+            offset += 8
+        elif wire_type == 5:
+            offset += 4
+        elif wire_type == 2:
+            length, offset = _varint(data, offset)
+            if field == wanted:
+                found = (offset, offset + length)
+            offset += length
+        else:
+            raise ModelIncompatibleError(f"unsupported protobuf wire type {wire_type}: not an ONNX model")
+    return found
 
 
 def source_latent(source_embedding: npt.ArrayLike, emap: FloatArray) -> FloatArray:

@@ -46,10 +46,16 @@ class IngestLedgerHook(FaceFusionStorageHook):
             return None
 
     def claim(self, ledger_prefix: str, claim: ingest.Claim) -> bool:
-        """Create the claim of this attempt; False when another run created it first (that run owns the attempt)."""
+        """Create the claim of this attempt; False when another run created it first (that run owns the attempt).
+
+        A conditional PUT whose answer was lost is retried and then finds its own object: reading it back tells a
+        claim this run made from one another run made.
+        """
         uri = ingest.claim_uri(ledger_prefix, claim.video_id, claim.attempt)
         with self.storage_access(uri):
-            return storage.write_bytes_exclusive(uri, _json(claim))
+            if storage.write_bytes_exclusive(uri, _json(claim)):
+                return True
+        return self.read_claim(ledger_prefix, claim.video_id, claim.attempt) == claim
 
     def record_outcomes(self, ledger_prefix: str, outcomes: Iterable[ingest.Outcome]) -> list[ingest.Outcome]:
         """Record how attempts ended; returns those this call recorded (an overlapping run may have been first)."""

@@ -23,7 +23,9 @@ def open_media(source: MediaSource, name: str) -> Iterator[av.container.InputCon
     try:
         container = av.open(source, mode="r", metadata_errors="ignore")
     except av.FFmpegError as error:
-        raise InvalidMediaError(f"{name}: not a readable video file ({_reason(error)})") from None
+        raise InvalidMediaError(
+            f"{name}: not a readable video file ({_reason(error)}); it may be truncated, or not a video at all"
+        ) from None
     try:
         yield container
     finally:

@@ -19,6 +19,7 @@ LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 CHUNK_FORMAT = "mp4"
+LABEL_TAG = "comment"  # a container tag that says which job and frames a chunk file holds
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,10 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
 
 
 class VideoEncoder:
-    """Encodes frames into one video file; a frame's pts is its pts in the target minus ``pts_offset``."""
+    """Encodes frames into one video file; a frame's pts is its pts in the target minus ``pts_offset``.
+
+    ``label`` is stored in the file's tags, so that a merge can tell a chunk file from a stray one.
+    """
 
     def __init__(
         self,
@@ -83,12 +87,15 @@ class VideoEncoder:
         time_base: Fraction,
         pts_offset: int = 0,
         container_format: str = CHUNK_FORMAT,
+        label: str | None = None,
     ) -> None:
         self.frame_count = 0
         self._time_base = time_base
         self._pts_offset = pts_offset
         self._pix_fmt = settings.pix_fmt
         self._container = av.open(path, mode="w", format=container_format)
+        if label:
+            self._container.metadata[LABEL_TAG] = label
         stream = self._container.add_stream(settings.codec, rate=frame_rate, options=dict(settings.options))
         assert isinstance(stream, av.video.stream.VideoStream)
         stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt

@@ -19,6 +19,7 @@ import av.video.stream
 
 from facefusion_provider.exceptions import InvalidJobError, InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media, parse_fraction
+from facefusion_provider.media.encode import LABEL_TAG
 from facefusion_provider.types import VideoProbe
 
 logger = logging.getLogger(__name__)
@@ -30,11 +31,15 @@ FASTSTART_FORMATS = frozenset({"mp4", "mov", "ipod", "3gp", "3g2", "psp"})
 
 @dataclass(frozen=True)
 class ChunkFile:
-    """An encoded chunk on local disk: frames ``[start, end)`` of the target, pts stored relative to frame ``start``."""
+    """An encoded chunk on local disk: frames ``[start, end)`` of the target, pts stored relative to frame ``start``.
+
+    ``label``, when given, must equal the label the chunk was encoded with.
+    """
 
     path: str
     start: int
     end: int
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,10 @@ def _video_packets(
         offset = chunk_pts_offset(probe, chunk.start) - first_pts + output_origin
         seen: list[int] = []
         with av.open(chunk.path, mode="r") as container, media_errors(chunk.path, "reading the chunk"):
+            if chunk.label is not None and container.metadata.get(LABEL_TAG) != chunk.label:
+                raise InvalidJobError(
+                    f"{chunk.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {chunk.label!r}"
+                )
             stream = container.streams.video[0]
             for packet in container.demux(stream):
                 if packet.size == 0:

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from airflow.sdk import BaseOperator, Context, Param, Variable
 from airflow.sdk.exceptions import AirflowFailException
+
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook
 from facefusion_provider.operators.commands import fail_on_bad_input
@@ -64,17 +65,23 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
     options_schema.pop("description", None)
     unknown = set(settings) - {*CONFIG_FIELDS, "schedule"}
     if unknown:
-        raise ValueError(f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, {CONFIG_FIELDS}")
+        raise ValueError(
+            f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, {CONFIG_FIELDS}"
+        )
 
     def default(name: str) -> Any:
         field = config[name]
         return settings.get(name, None if field.is_required() else field.get_default(call_default_factory=True))
 
     def prefix(name: str, text: str) -> Param:
-        return Param(default(name), type=["null", "string"], title=name.replace("_", " ").capitalize(), description=text)
+        return Param(
+            default(name), type=["null", "string"], title=name.replace("_", " ").capitalize(), description=text
+        )
 
     return {
-        "input_prefix": prefix("input_prefix", "Videos under this prefix are ingested once each, e.g. s3://bucket/incoming/."),
+        "input_prefix": prefix(
+            "input_prefix", "Videos under this prefix are ingested once each, e.g. s3://bucket/incoming/."
+        ),
         "output_prefix": prefix(
             "output_prefix", "Each output goes here, at its input's path below input_prefix, e.g. s3://bucket/swapped/."
         ),
@@ -103,8 +110,12 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
             minItems=1,
             description="File name extensions that count as videos.",
         ),
-        "min_size_bytes": Param(default("min_size_bytes"), type="integer", minimum=0, description="Smaller files are skipped."),
-        "max_size_bytes": Param(default("max_size_bytes"), type="integer", minimum=1, description="Larger files are skipped."),
+        "min_size_bytes": Param(
+            default("min_size_bytes"), type="integer", minimum=0, description="Smaller files are skipped."
+        ),
+        "max_size_bytes": Param(
+            default("max_size_bytes"), type="integer", minimum=1, description="Larger files are skipped."
+        ),
         "max_videos_per_run": Param(
             default("max_videos_per_run"),
             type="integer",
@@ -170,15 +181,15 @@ class ScanForNewVideosOperator(BaseOperator):
             config = ingest_config({name: getattr(self, name) for name in CONFIG_FIELDS})
         hook = IngestLedgerHook(self.aws_conn_id or load_settings().aws_conn_id)
         ti = context["ti"]
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with fail_on_bad_input():
             histories = hook.load(config.ledger_prefix)
-            finished = self._finished_attempts(histories, ti)
+            states, finished = self._finished_attempts(histories, ti)
             newly_failed = [o for o in hook.record_outcomes(config.ledger_prefix, finished) if o.state == "failed"]
             plan = ingest.plan_ingest(
                 hook.list_videos(config.input_prefix),
                 histories,
-                self._states,
+                states,
                 config,
                 now=now,
                 ingest_run=f"{ti.dag_id}/{ti.run_id}",
@@ -190,18 +201,19 @@ class ScanForNewVideosOperator(BaseOperator):
             self.log.info("%s", line)
         return triggers
 
-    def _finished_attempts(self, histories: dict[str, ingest.VideoHistory], ti: Any) -> list[ingest.Outcome]:
-        """Look up the swap run of every unfinished attempt; mark the finished ones in ``histories``."""
-        self._states: dict[str, ingest.RunState] = {}
+    def _finished_attempts(
+        self, histories: dict[str, ingest.VideoHistory], ti: Any
+    ) -> tuple[dict[str, ingest.RunState], list[ingest.Outcome]]:
+        """The swap run state of every unfinished attempt, and outcomes for those that ended (marked in ``histories``)."""
+        states: dict[str, ingest.RunState] = {}
         outcomes = []
         for vid, attempt in ingest.unfinished_attempts(histories):
             run_id = ingest.swap_run_id(vid, attempt)
-            state = self._run_state(ti, run_id)
-            self._states[run_id] = state
-            if (outcome := ingest.outcome_for(vid, attempt, state, datetime.now(timezone.utc))) is not None:
+            states[run_id] = self._run_state(ti, run_id)
+            if (outcome := ingest.outcome_for(vid, attempt, states[run_id], datetime.now(UTC))) is not None:
                 histories[vid].outcomes[attempt] = outcome.state
                 outcomes.append(outcome)
-        return outcomes
+        return states, outcomes
 
     def _run_state(self, ti: Any, run_id: str) -> ingest.RunState:
         if ti.get_dr_count(dag_id=self.swap_dag_id, run_ids=[run_id]) == 0:
@@ -213,7 +225,9 @@ class ScanForNewVideosOperator(BaseOperator):
         self, hook: IngestLedgerHook, plan: ingest.IngestPlan, config: ingest.IngestConfig
     ) -> tuple[list[dict[str, Any]], list[ingest.VideoReport]]:
         """Create the claims of the plan's starts; a claim another run created first is that run's video."""
-        won = {start.claim.run_id for start in plan.starts if start.resume or hook.claim(config.ledger_prefix, start.claim)}
+        won = {
+            start.claim.run_id for start in plan.starts if start.resume or hook.claim(config.ledger_prefix, start.claim)
+        }
         triggers = [
             {"trigger_run_id": start.claim.run_id, "conf": ingest.swap_conf(start.claim, config)}
             for start in plan.starts
@@ -231,16 +245,18 @@ class ScanForNewVideosOperator(BaseOperator):
 def _report(
     reports: list[ingest.VideoReport], newly_failed: list[ingest.Outcome], config: ingest.IngestConfig
 ) -> dict[str, Any]:
-    by_run = {r.run_id: r for r in reports}
+    by_video = {ingest.video_id(r.uri, r.version): r for r in reports}
+    next_step = {"retry": "retried now", "given_up": "given up", "deferred": "retried on a later run"}
     return {
         "input_prefix": config.input_prefix,
         "videos": [r.as_dict() for r in reports],
         "newly_failed": [
             {
-                "uri": by_run[o.run_id].uri if o.run_id in by_run else None,
+                "uri": video.uri if (video := by_video.get(o.video_id)) else None,
                 "attempt": o.attempt,
-                "run_id": o.run_id,
                 "max_attempts": config.max_attempts,
+                "run_id": o.run_id,
+                "next": next_step.get(video.kind, "not listed any more") if video else "not listed any more",
             }
             for o in newly_failed
         ],
@@ -251,7 +267,9 @@ def _summary(report: Mapping[str, Any]) -> list[str]:
     counts: dict[str, int] = {}
     for video in report["videos"]:
         counts[video["kind"]] = counts.get(video["kind"], 0) + 1
-    lines = [f"{report['input_prefix']}: " + (", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no videos")]
+    lines = [
+        f"{report['input_prefix']}: " + (", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no videos")
+    ]
     for video in report["videos"]:
         if video["kind"] != "done":
             detail = f" ({video['detail']})" if video["detail"] else ""
@@ -287,9 +305,8 @@ class IngestReportOperator(BaseOperator):
             raise AirflowFailException(
                 "videos failed: "
                 + "; ".join(
-                    f"{f['uri'] or f['run_id']} (attempt {f['attempt']} of {f['max_attempts']}, run {f['run_id']}: "
-                    + ("retried now" if f["attempt"] < f["max_attempts"] else "given up")
-                    + ")"
+                    f"{f['uri'] or f['run_id']} (attempt {f['attempt']} of {f['max_attempts']} failed in run "
+                    f"{SWAP_DAG_ID}/{f['run_id']}; {f['next']})"
                     for f in failed
                 )
             )

@@ -279,6 +279,7 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
                     frame_rate=Fraction(probe.frame_rate),
                     time_base=Fraction(probe.time_base),
                     pts_offset=chunk_pts_offset(probe, chunk.start),
+                    label=chunk_label(spec, chunk),
                 ) as encoder:
                     stages = run_pipeline(frames, encoder.encode, processor)
                     count = encoder.close()
@@ -312,6 +313,11 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
     storage.write_json_atomic(layout.chunk_marker(chunk.index), marker.model_dump(mode="json"))
     logger.info("chunk %d (%s): %d frames in %.2f s", chunk.index, chunk.label, count, total)
     return ChunkResult(chunk.index, count, skipped=False, timings=timings)
+
+
+def chunk_label(spec: JobSpec, chunk: Chunk) -> str:
+    """Stored in the chunk file itself: the merge refuses a file that holds another job's or another chunk's frames."""
+    return f"facefusion-provider job {spec.job_id} chunk {chunk.index} {chunk.label}"
 
 
 def committed_marker(layout: storage.JobLayout, spec: JobSpec, chunk: Chunk) -> ChunkMarker | None:
@@ -367,7 +373,10 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
     markers = _committed_markers(spec, layout)
     expected = spec.frame_end - spec.frame_start
     with tempfile.TemporaryDirectory(prefix="facefusion-merge-") as folder:
-        chunk_files = [ChunkFile(_local_chunk(layout, marker, folder), marker.start, marker.end) for marker in markers]
+        chunk_files = [
+            ChunkFile(_local_chunk(layout, marker, folder), marker.start, marker.end, chunk_label(spec, chunk))
+            for marker, chunk in zip(markers, spec.chunks, strict=True)
+        ]
         fetched = time.perf_counter()
         output_path = os.path.join(folder, "output" + posixpath.splitext(urlparse(spec.output_uri).path)[1])
         with storage.open_input(spec.target_uri) as target:

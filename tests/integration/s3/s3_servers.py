@@ -24,7 +24,6 @@ from typing import Any
 import boto3
 
 REGION = "us-east-1"
-# The credentials of the test's IAM user, created through moto's own IAM API before authentication is switched on.
 _MOTO_CHILD = """
 import sys
 from moto.server import ThreadedMotoServer
@@ -69,18 +68,29 @@ class MotoServer:
             region_name=REGION,
         )
 
-    def create_user_with_s3_access(self, name: str) -> tuple[str, str]:
-        """An IAM user allowed everything on S3; returns its access key id and secret."""
-        iam = boto3.client(
+    def _iam(self) -> Any:
+        """IAM as moto's bootstrap identity: only usable before ``require_authentication``."""
+        return boto3.client(
             "iam",
             endpoint_url=self.url,
             aws_access_key_id="bootstrap",
             aws_secret_access_key="bootstrap",
             region_name=REGION,
         )
+
+    def create_user_with_s3_access(self, name: str) -> tuple[str, str]:
+        """An IAM user allowed everything on S3; returns its access key id and secret."""
+        iam = self._iam()
         iam.create_user(UserName=name)
         policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
         iam.put_user_policy(UserName=name, PolicyName="s3-all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return str(key["AccessKeyId"]), str(key["SecretAccessKey"])
+
+    def create_user_without_access(self, name: str) -> tuple[str, str]:
+        """An IAM user with valid keys and no policy: every S3 request is denied."""
+        iam = self._iam()
+        iam.create_user(UserName=name)
         key = iam.create_access_key(UserName=name)["AccessKey"]
         return str(key["AccessKeyId"]), str(key["SecretAccessKey"])
 
@@ -105,11 +115,12 @@ class MotoServer:
 
 @dataclass
 class Fault:
-    """Answer the next ``times`` requests whose method and path match with ``status`` (500, 503) or a dropped connection."""
+    """Answer the next ``times`` matching requests with ``status``: 500 or 503 (an S3 error document), ``"reset"``
+    (the connection drops before the request reaches S3) or ``"lost"`` (S3 handles it, then the answer is lost)."""
 
     method: str
     path: str  # a regular expression searched in the request path (with the query string)
-    status: int | str  # 500, 503, or "reset"
+    status: int | str
     times: int = 1
     hits: int = 0
 
@@ -121,8 +132,10 @@ class Fault:
 class Exchange:
     method: str
     path: str
-    status: int | str  # the status the client saw, or "reset"
+    status: int | str  # the status S3 answered, or the injected one
     injected: bool
+    body_bytes: int = 0  # of the answer from S3 (what a ranged read fetched)
+    request_range: str | None = None
 
 
 @dataclass
@@ -174,7 +187,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     state: _ProxyState
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
     def _forward(self) -> None:
@@ -184,7 +197,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             fault = next((f for f in self.state.faults if f.matches(self.command, self.path)), None)
             if fault is not None:
                 fault.hits += 1
-        if fault is not None:
+        if fault is not None and fault.status != "lost":
             self._record(fault.status, injected=True)
             if fault.status == "reset":
                 self._reset()
@@ -197,12 +210,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             upstream.request(self.command, self.path, body=body, headers=headers)
             response = upstream.getresponse()
             payload = response.read()
-            self._record(response.status, injected=False)  # before the client can see the answer
+            self._record(response.status, injected=fault is not None, body_bytes=len(payload))
+            if fault is not None:  # "lost": S3 did the work, the client never hears of it
+                self._reset()
+                return
             self.send_response(response.status, response.reason)
             for key, value in response.getheaders():
                 if key.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
                     self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
+            # A HEAD answer has no body but announces the object's length: pass that on unchanged.
+            length = response.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
@@ -228,9 +246,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.close()
 
-    def _record(self, status: int | str, *, injected: bool) -> None:
+    def _record(self, status: int | str, *, injected: bool, body_bytes: int = 0) -> None:
+        exchange = Exchange(self.command, self.path, status, injected, body_bytes, self.headers.get("Range"))
         with self.state.lock:
-            self.state.exchanges.append(Exchange(self.command, self.path, status, injected))
+            self.state.exchanges.append(exchange)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 

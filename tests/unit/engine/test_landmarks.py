@@ -29,7 +29,9 @@ def face_size(face: Face) -> float:
 
 
 @pytest.mark.parametrize("photo", ["astronaut", "grace_hopper"])
-def test_mesh_lands_on_the_face(photo: str, request: pytest.FixtureRequest, options: Options, store: ModelStore) -> None:
+def test_mesh_lands_on_the_face(
+    photo: str, request: pytest.FixtureRequest, options: Options, store: ModelStore
+) -> None:
     frame: Frame = request.getfixturevalue(photo)
     (face,) = detect_faces(frame, options, store)
     meshed = landmark_face_mesh(frame, face, store)

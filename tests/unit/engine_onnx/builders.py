@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +11,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from facefusion_provider.engine.align import estimate_similarity, template_points
 from facefusion_provider.engine.face import Face
+from facefusion_provider.engine.store import ModelStore
 
 OPSET = 17
 IR_VERSION = 9
 
 Dim = int | str
+StoreFactory = Callable[[Path], ModelStore]  # a store over the given models folder
 
 
 def value_info(name: str, shape: Sequence[Dim], elem_type: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:

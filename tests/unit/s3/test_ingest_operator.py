@@ -1,0 +1,211 @@
+"""The scan and report operators over a real ledger on the local filesystem, with the swap runs' states faked.
+
+The claims use the same exclusive-create primitive as on S3 (a hard link here, ``If-None-Match`` there), so racing
+scans here exercise the real at-most-once guarantee; ``integration/s3`` repeats the essentials against an S3 server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from facefusion_provider import ingest
+from facefusion_provider.hooks.ledger import IngestLedgerHook
+from facefusion_provider.operators.ingest import (
+    IngestReportOperator,
+    ScanForNewVideosOperator,
+    ingest_config,
+    ingest_params,
+    ingest_schedule,
+)
+
+
+class FakeTaskInstance:
+    """What the operators use of Airflow's runtime task instance: XCom and the states of other DAGs' runs."""
+
+    def __init__(self, run_states: dict[str, str], run_id: str = "manual__1") -> None:
+        self.dag_id = "facefusion_s3_ingest"
+        self.run_id = run_id
+        self.run_states = run_states
+        self.xcom: dict[str, Any] = {}
+        self.lookups: list[str] = []
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = json.loads(json.dumps(value))  # what XCom would store
+
+    def xcom_pull(self, task_ids: str, key: str) -> Any:
+        return self.xcom.get(key)
+
+    def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
+        assert dag_id == "facefusion_swap"
+        self.lookups.extend(run_ids)
+        return sum(1 for run_id in run_ids if run_id in self.run_states)
+
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
+        return self.run_states[run_id]
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> dict[str, Path]:
+    paths = {name: tmp_path / name for name in ("in", "out", "faces")}
+    for path in paths.values():
+        path.mkdir()
+    (paths["faces"] / "face.jpg").write_bytes(b"jpeg")
+    return paths
+
+
+def scan_operator(folders: dict[str, Path], **overrides: Any) -> ScanForNewVideosOperator:
+    values: dict[str, Any] = {
+        "input_prefix": folders["in"].as_uri(),
+        "output_prefix": folders["out"].as_uri(),
+        "ledger_prefix": None,
+        "source_uris": [(folders["faces"] / "face.jpg").as_uri()],
+        "options": {"processors": []},
+        "extensions": None,
+        "min_size_bytes": None,
+        "max_size_bytes": None,
+        "max_videos_per_run": None,
+        "max_attempts": 2,
+        "orphan_after_minutes": None,
+    }
+    values.update(overrides)
+    return ScanForNewVideosOperator(task_id="scan", **values)
+
+
+def upload(folders: dict[str, Path], name: str, content: bytes = b"video") -> str:
+    path = folders["in"] / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path.as_uri()
+
+
+def scan(folders: dict[str, Path], ti: FakeTaskInstance, **overrides: Any) -> list[dict[str, Any]]:
+    return scan_operator(folders, **overrides).execute({"ti": ti})  # type: ignore[arg-type]
+
+
+def test_each_new_video_starts_once_and_a_second_scan_starts_nothing(folders: dict[str, Path]) -> None:
+    uris = [upload(folders, name) for name in ("a.mp4", "b.mov", "sub/c.mkv")]
+    upload(folders, "readme.txt")
+    ti = FakeTaskInstance({})
+    triggers = scan(folders, ti)
+    assert sorted(t["conf"]["target_uri"] for t in triggers) == sorted(uris)
+    out = folders["out"].as_uri()
+    assert {t["conf"]["output_uri"] for t in triggers} == {f"{out}/a.mp4", f"{out}/b.mov", f"{out}/sub/c.mkv"}
+    assert all(t["conf"]["source_uris"] == [(folders["faces"] / "face.jpg").as_uri()] for t in triggers)
+    assert all(t["conf"]["options"] == {"processors": []} for t in triggers)
+    # The ledger lives under the output prefix by default and holds one claim per video.
+    claims = sorted((folders["out"] / ".facefusion-ledger" / "videos").glob("*/attempt-001.json"))
+    assert len(claims) == 3
+    # The runs exist now (queued): the next scan finds them in flight and starts nothing.
+    ti_later = FakeTaskInstance({t["trigger_run_id"]: "running" for t in triggers}, run_id="manual__2")
+    assert scan(folders, ti_later) == []
+    assert {v["kind"] for v in ti_later.xcom["report"]["videos"]} == {"in_flight"}
+    # Once they succeeded, their outcomes are recorded and they stay done; one more upload starts exactly one.
+    new = upload(folders, "d.mp4")
+    ti_done = FakeTaskInstance({t["trigger_run_id"]: "success" for t in triggers}, run_id="manual__3")
+    assert [t["conf"]["target_uri"] for t in scan(folders, ti_done)] == [new]
+    assert len(list((folders["out"] / ".facefusion-ledger" / "videos").glob("*/attempt-001.success.json"))) == 3
+
+
+def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: dict[str, Path]) -> None:
+    bad = upload(folders, "bad.mp4", b"not a video")
+    (first,) = scan(folders, FakeTaskInstance({}))
+    ti = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__2")
+    (retry,) = scan(folders, ti)
+    assert retry["conf"]["target_uri"] == bad and retry["trigger_run_id"].endswith("__2")
+    report = IngestReportOperator(task_id="report")
+    with pytest.raises(AirflowFailException, match=r"bad\.mp4 \(attempt 1 of 2 failed in run facefusion_swap/ingest__"):
+        report.execute({"ti": ti})  # type: ignore[arg-type]
+    # The second attempt fails too: given up, reported once more, and never started again.
+    ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__3")
+    assert scan(folders, ti) == []
+    with pytest.raises(AirflowFailException, match="attempt 2 of 2 failed .* given up"):
+        report.execute({"ti": ti})  # type: ignore[arg-type]
+    ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__4")
+    assert scan(folders, ti) == []
+    assert report.execute({"ti": ti})["videos"][0]["kind"] == "given_up"  # type: ignore[arg-type,index]
+    assert ti.lookups == []  # finished attempts are never looked up again
+
+
+def test_racing_scans_claim_each_video_exactly_once(folders: dict[str, Path]) -> None:
+    uris = {upload(folders, f"v{i}.mp4") for i in range(6)}
+    barrier = threading.Barrier(4)
+    results: list[list[dict[str, Any]]] = []
+    errors: list[BaseException] = []
+
+    def race(number: int) -> None:
+        try:
+            barrier.wait()
+            results.append(scan(folders, FakeTaskInstance({}, run_id=f"manual__{number}")))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    started = [t["conf"]["target_uri"] for result in results for t in result]
+    assert sorted(started) == sorted(uris)  # every video once, none twice
+
+
+def test_a_scan_that_lost_the_claim_starts_nothing_for_that_video(folders: dict[str, Path]) -> None:
+    upload(folders, "a.mp4")
+    cfg = ingest_config(
+        {
+            "input_prefix": folders["in"].as_uri(),
+            "output_prefix": folders["out"].as_uri(),
+            "source_uris": ["file:///face.jpg"],
+        }
+    )
+    hook = IngestLedgerHook()
+    # Run A plans while run B claims first (the listing and the claim are not one step).
+    plan_a = ingest.plan_ingest(
+        hook.list_videos(cfg.input_prefix), {}, {}, cfg, now=datetime.now(UTC), ingest_run="A"
+    )
+    assert len(scan(folders, FakeTaskInstance({}, run_id="B"))) == 1
+    assert not hook.claim(cfg.ledger_prefix, plan_a.starts[0].claim)
+
+
+def test_a_retried_scan_resumes_its_own_claims_with_the_same_run_ids(folders: dict[str, Path]) -> None:
+    upload(folders, "a.mp4")
+    triggers = scan(folders, FakeTaskInstance({}, run_id="manual__1"))
+    # The first try died after claiming: its trigger never ran, so Airflow has no such run.
+    again = scan(folders, FakeTaskInstance({}, run_id="manual__1"))
+    assert again == triggers
+    # Another run leaves the young claim alone (the claiming run may still trigger it).
+    assert scan(folders, FakeTaskInstance({}, run_id="manual__2")) == []
+
+
+def test_bad_params_fail_the_scan_without_retries(folders: dict[str, Path]) -> None:
+    with pytest.raises(AirflowFailException, match="input_prefix"):
+        scan(folders, FakeTaskInstance({}), input_prefix=None)
+
+
+def test_schedule_and_param_defaults_come_from_the_variable() -> None:
+    settings = {
+        "schedule": "0 * * * *",
+        "input_prefix": "s3://v/in/",
+        "output_prefix": "s3://v/out/",
+        "source_uris": ["s3://v/face.jpg"],
+        "options": {"face_swapper_blend": 90},
+        "max_attempts": 5,
+    }
+    assert ingest_schedule(settings) == "0 * * * *"
+    assert ingest_schedule({}) == "*/15 * * * *"
+    assert ingest_schedule({"schedule": "none"}) is None
+    params = ingest_params(settings)
+    assert params["input_prefix"].value == "s3://v/in/"
+    assert params["options"].value["face_swapper_blend"] == 90
+    assert params["max_attempts"].value == 5
+    assert params["max_videos_per_run"].value == 10
+    assert params["ledger_prefix"].value is None
+    with pytest.raises(ValueError, match="unknown keys"):
+        ingest_params({"input_prefx": "s3://v/in/"})

