@@ -48,7 +48,7 @@ def make_inputs(folder: Path, seconds: int) -> tuple[Path, Path]:
     """The source face and the target clip (made once per length, then reused)."""
     import numpy as np
     from bench_engine import carphone_frames
-    from skimage import data  # type: ignore[import-untyped]
+    from skimage import data
 
     from facefusion_provider.media.images import encode_image
     from facefusion_provider.media.synth import VideoSpec, write_video
@@ -56,7 +56,7 @@ def make_inputs(folder: Path, seconds: int) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "astronaut.png"
     if not source.exists():
-        source.write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), codec="png"))
+        source.write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), codec="png"))  # type: ignore[no-untyped-call]
     target = folder / f"carphone_{WIDTH}x{HEIGHT}_{seconds}s.mp4"
     if not target.exists():
         frames = carphone_frames(seconds * FPS, WIDTH, HEIGHT)

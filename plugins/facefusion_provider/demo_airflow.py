@@ -1,12 +1,14 @@
 """Run the ``facefusion_swap`` DAG once through Airflow on the embedded default, with ``airflow dags test``.
 
-An isolated ``AIRFLOW_HOME`` (SQLite metadata, local files, the local backend) is set up under ``--home`` the first time:
-``airflow db migrate`` and the chunk pool. Then the DAG runs in one process with the conf JSON::
+An isolated ``AIRFLOW_HOME`` (SQLite metadata, local files, the local backend) is set up under ``<out>/airflow`` the
+first time: ``airflow db migrate`` and the chunk pool. Then the DAG runs in one process with the conf JSON::
 
+    python -m facefusion_provider.demo_airflow --out out            # the demo clip: out/demo.mp4 + out/demo.preview.jpg
     python -m facefusion_provider.demo_airflow --source face.png --target in.mp4 --output out/swapped.mp4 \\
         --options '{"chunk_size": 64}'
 
-Only shells out to Airflow: no Airflow, media or engine import here, so the tests and the benchmark reuse it freely.
+It only shells out to Airflow (the demo clip is made by ``facefusion_provider.demo``, imported only for that), so the
+tests and the benchmark reuse its functions freely.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -85,27 +88,38 @@ def run_succeeded(result: subprocess.CompletedProcess[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", action="append", required=True, help="source face image (repeatable)")
-    parser.add_argument("--target", required=True, help="target video")
-    parser.add_argument("--output", required=True, help="output video")
-    parser.add_argument("--options", default="{}", help="options JSON, keyed by option name")
-    parser.add_argument("--home", type=Path, default=Path("out/airflow"), help="isolated AIRFLOW_HOME")
-    args = parser.parse_args(argv)
-    env = airflow_env(args.home)
-    init_home(env)
-    conf = swap_conf(
-        [str(Path(s).absolute()) for s in args.source],
-        str(Path(args.target).absolute()),
-        str(Path(args.output).absolute()),
-        json.loads(args.options),
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--out", type=Path, default=Path("out"), help="folder of the demo inputs, output and Airflow home"
     )
+    parser.add_argument("--source", action="append", help="source face image (repeatable); default: the demo face")
+    parser.add_argument("--target", help="target video; default: the demo clip")
+    parser.add_argument("--output", help="output video; default: <out>/demo.mp4")
+    parser.add_argument("--options", default="{}", help="options JSON, keyed by option name")
+    parser.add_argument("--home", type=Path, help="isolated AIRFLOW_HOME; default: <out>/airflow")
+    args = parser.parse_args(argv)
+    out = args.out.absolute()
+    if bool(args.source) != bool(args.target):
+        parser.error("give --source and --target together, or neither for the demo clip")
+    if args.target:
+        sources, target = [str(Path(s).absolute()) for s in args.source], str(Path(args.target).absolute())
+    else:
+        from facefusion_provider.demo import make_demo_inputs
+
+        source, target = make_demo_inputs(str(out))
+        sources = [source]
+    output = str(Path(args.output).absolute()) if args.output else str(out / "demo.mp4")
+    env = airflow_env(args.home or out / "airflow")
+    init_home(env)
+    conf = swap_conf(sources, target, output, json.loads(args.options))
     print(f"airflow dags test {DAG_ID} -c '{json.dumps(conf)}'  (AIRFLOW_HOME={env['AIRFLOW_HOME']})", flush=True)
+    began = time.perf_counter()
     result = dags_test(conf, env)
-    sys.stdout.write(result.stdout[-4000:])
-    sys.stderr.write(result.stderr[-4000:])
     ok = run_succeeded(result)
-    print(f"{DAG_ID}: {'success' if ok else 'FAILED'}; output {conf['output_uri']}")
+    if not ok:
+        sys.stdout.write(result.stdout[-6000:])
+        sys.stderr.write(result.stderr[-6000:])
+    print(f"{DAG_ID}: {'success' if ok else 'FAILED'} in {time.perf_counter() - began:.1f} s; output {output}")
     return 0 if ok else 1
 
 

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from engine_onnx.builders import gfpgan_model, inswapper_model, save_model, value_info
 from onnx import helper
+from PIL import Image
 
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Frame
+from facefusion_provider.engine.landmarks import landmark_5_from_mesh
 from facefusion_provider.engine.processors import build_frame_processor, prepare_identity
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import (
@@ -83,6 +85,19 @@ def test_classic_identity_is_json_with_the_source_face(image_files: dict[str, st
     assert len(restored["classic"]["landmarks_468"]) == 468
     assert restored["classic"]["image_png_base64"].startswith("iVBOR")  # PNG magic, base64
     assert "reference_embedding" not in restored
+
+
+def test_a_phone_photo_stored_sideways_is_read_upright(astronaut: Frame, tmp_path: Path) -> None:
+    """Phones store portraits sideways with an EXIF orientation tag; the source face must come out upright."""
+    sideways = Image.fromarray(np.ascontiguousarray(np.rot90(astronaut, k=1)))  # stored turned left ...
+    exif = sideways.getexif()
+    exif[0x0112] = 6  # ... and tagged "turn right to display"
+    path = tmp_path / "portrait.jpg"
+    sideways.save(path, "JPEG", quality=95, exif=exif.tobytes())
+    identity = prepare_identity([str(path)], None, Options(), None)
+    eyes = landmark_5_from_mesh(np.asarray(identity["classic"]["landmarks_468"], np.float32))[:2]
+    dx, dy = eyes[1] - eyes[0]
+    assert dx > 4 * abs(dy), "the eyes lie level, left to right"
 
 
 def test_a_source_without_a_face_is_named(image_files: dict[str, str]) -> None:

@@ -73,6 +73,24 @@ def test_video_swap_carries_the_source_identity_on_nine_in_ten_frames(
     assert closer >= 0.9 * judged, f"only {closer} of {judged} frames moved towards the source"
 
 
+def test_a_target_face_much_larger_than_the_source_is_swapped_too(
+    grace_hopper: Frame, astronaut: Frame, options: Options, store: ModelStore, judge: IdentityJudge
+) -> None:
+    big = np.asarray(cv2.resize(grace_hopper, None, fx=2.5, fy=2.5, interpolation=cv2.INTER_CUBIC))
+    face = meshed_face(big, options, store)
+    source = classic_source(astronaut, options, store)
+    swapped = swap_face_classic(big, face, source, options)
+    mask = classic_face_mask(big, face, source, options)
+    assert np.array_equal(swapped[mask == 0], big[mask == 0])
+    where = judge.locate(big, upsample=0)
+    result = judge.descriptor(swapped, where)
+    to_source = judge.distance(result, judge.descriptor(astronaut))
+    to_original = judge.distance(result, judge.descriptor(big, where))
+    assert to_source < to_original - CLEAR_MARGIN, (
+        f"swapped face: {to_source:.3f} from source, {to_original:.3f} from original"
+    )
+
+
 @pytest.fixture(scope="module")
 def swap_case(
     grace_hopper: Frame, astronaut: Frame, options: Options, store: ModelStore
