@@ -53,7 +53,8 @@ class FrameProcessor(Protocol):
 
 
 def read_image(path: str) -> Frame:
-    """An image file as RGB; InputMissingError or InvalidMediaError naming the file otherwise."""
+    """An image file as RGB, turned upright by its EXIF orientation (phones store portraits sideways; a PyAV decode,
+    as in media.images, would not turn them). InputMissingError or InvalidMediaError naming the file otherwise."""
     name = os.path.basename(path)
     try:
         with open(path, "rb") as handle:
@@ -76,7 +77,9 @@ def mesh_landmarks(frame: Frame, face: Face, options: Options, store: ModelStore
 
 
 def _mesh_found(face: Face) -> bool:
-    return float(face.extras.get("landmark_dense_score", 0.0)) >= MESH_MIN_SCORE  # type: ignore[arg-type]
+    """Whether the mesh model saw a face in its crop (else its points are noise and the face is left alone)."""
+    score = face.extras.get("landmark_dense_score")
+    return isinstance(score, float) and score >= MESH_MIN_SCORE
 
 
 def _source_faces(source_paths: Sequence[str], options: Options, store: ModelStore) -> list[tuple[str, Frame, Face]]:

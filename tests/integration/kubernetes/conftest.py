@@ -7,11 +7,13 @@ on purpose: the debootstrap tarball under .cache/podman/ and the build's uv down
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[3]
 SETUP_SCRIPT = Path(__file__).with_name("setup_podman.sh")
 CACHE = ROOT / ".cache" / "podman"
@@ -35,7 +38,11 @@ class Podman:
     created_images: list[str] = field(default_factory=list)
 
     def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        started = time.monotonic()
+        result = subprocess.run(
+            ["podman", *args], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        logger.info("podman %s: %.1f s", " ".join(args[:2]), time.monotonic() - started)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"podman {' '.join(args[:3])} ... failed ({result.returncode}):\n{result.stderr[-4000:]}"
@@ -67,7 +74,7 @@ def _podman_or_skip(directory: Path) -> Podman:
             pytest.skip("podman, runc or debootstrap is missing and there is no apt-get to install them")
         subprocess.run(["bash", str(SETUP_SCRIPT)], check=True, timeout=900)
     env = {**os.environ, "CONTAINERS_CONF": str(_containers_conf(directory))}
-    info = subprocess.run(["podman", "info"], env=env, capture_output=True, text=True, timeout=120)
+    info = subprocess.run(["podman", "info"], check=False, env=env, capture_output=True, text=True, timeout=120)
     if info.returncode != 0:
         pytest.skip(f"podman cannot run here: {info.stderr.strip()[-500:]}")
     return Podman(env=env)

@@ -176,3 +176,17 @@ def test_source_survives_the_trip_through_json(grace_hopper: Frame, options: Opt
     assert np.allclose(restored.landmarks, source.landmarks, atol=1e-3)
     assert np.array_equal(restored.triangles, source.triangles)
     assert len(source.triangles) > 800, "a dense triangulation of 468 points"
+
+
+def test_a_face_cut_by_the_frame_edge_is_swapped_inside_the_frame(
+    astronaut: Frame, grace_hopper: Frame, options: Options, store: ModelStore
+) -> None:
+    cut = np.ascontiguousarray(astronaut[:, 215:])  # the left part of her face is outside the frame
+    face = meshed_face(cut, options, store)
+    assert face.landmark_dense is not None and face.landmark_dense[:, 0].min() < 0, "the mesh reaches past the edge"
+    source = classic_source(grace_hopper, options, store)
+    swapped = swap_face_classic(cut, face, source, options)
+    mask = classic_face_mask(cut, face, source, options)
+    assert swapped.shape == cut.shape
+    assert np.array_equal(swapped[mask == 0], cut[mask == 0])
+    assert (mask > 0).sum() > 1000
