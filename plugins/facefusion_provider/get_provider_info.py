@@ -29,12 +29,19 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "facefusion_provider.operators.validate",
                     "facefusion_provider.operators.local",
+                    "facefusion_provider.operators.kubernetes",
                     "facefusion_provider.operators.plan",
                     "facefusion_provider.operators.cleanup",
+                    "facefusion_provider.operators.ingest",
                 ],
             }
         ],
-        "hooks": [{"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.hooks.storage"]}],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["facefusion_provider.hooks.storage", "facefusion_provider.hooks.ledger"],
+            }
+        ],
         "connection-types": [],
         "config": {
             SECTION: {

@@ -16,12 +16,17 @@ MediaSource = str | IO[bytes]  # a local path or a seekable binary file (e.g. an
 
 
 @contextlib.contextmanager
-def open_media(source: MediaSource, name: str) -> Iterator[av.container.InputContainer]:
-    """Open ``source`` for reading; ``name`` (the URI the user gave) appears in every error."""
+def open_media(source: MediaSource, name: str, *, demux_only: bool = False) -> Iterator[av.container.InputContainer]:
+    """Open ``source`` for reading; ``name`` (the URI the user gave) appears in every error.
+
+    ``demux_only``: packets are all the caller reads, so opening decodes no frame (FFmpeg otherwise decodes a few to
+    learn the pixel format, about 50 ms per 720p file); the video's ``pix_fmt`` is then unknown.
+    """
     if not isinstance(source, str):
         source.seek(0)
+    options = {"skip_frame": "all"} if demux_only else {}
     try:
-        container = av.open(source, mode="r", metadata_errors="ignore")
+        container = av.open(source, mode="r", metadata_errors="ignore", options=options)
     except av.FFmpegError as error:
         raise InvalidMediaError(
             f"{name}: not a readable video file ({_reason(error)}); it may be truncated, or not a video at all"
@@ -48,8 +53,5 @@ def _reason(error: av.FFmpegError) -> str:
 
 
 def fraction_text(value: Fraction) -> str:
+    """``30000/1001`` (and ``30/1``, never ``30``): how job.json writes rates and time bases."""
     return f"{value.numerator}/{value.denominator}"
-
-
-def parse_fraction(text: str) -> Fraction:
-    return Fraction(text)

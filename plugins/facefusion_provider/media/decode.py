@@ -74,14 +74,20 @@ def _frames_from(
     first_pts: int,
     stats: DecodeStats,
 ) -> Iterator[av.VideoFrame]:
-    """Frames from the keyframe at or before ``seek_pts``, skipping those shown before ``first_pts``."""
+    """Frames from the keyframe at or before ``seek_pts``, skipping those shown before ``first_pts``.
+
+    In the pre-roll the decoder skips non-reference frames: shown before the chunk and needed by no other frame.
+    """
     container.seek(seek_pts, backward=True, any_frame=False, stream=video)
     stats.seeks += 1
-    for frame in container.decode(video):
-        stats.decoded += 1
-        if frame.pts is not None and frame.pts < first_pts:
-            continue
-        yield frame
+    context = video.codec_context
+    for packet in container.demux(video):
+        context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < first_pts else "DEFAULT"
+        for frame in video.decode(packet):
+            stats.decoded += 1
+            if frame.pts is not None and frame.pts < first_pts:
+                continue
+            yield frame
 
 
 def _checked(frames: Iterator[av.VideoFrame], wanted: list[int], start: int, name: str) -> Iterator[av.VideoFrame]:

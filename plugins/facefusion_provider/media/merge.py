@@ -18,7 +18,7 @@ import av.stream
 import av.video.stream
 
 from facefusion_provider.exceptions import InvalidJobError, InvalidMediaError
-from facefusion_provider.media.containers import MediaSource, media_errors, open_media, parse_fraction
+from facefusion_provider.media.containers import MediaSource, media_errors, open_media
 from facefusion_provider.media.encode import LABEL_TAG
 from facefusion_provider.types import VideoProbe
 
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 # Container tags that describe the original file's muxer, not its content.
 MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "creation_time"})
-FASTSTART_FORMATS = frozenset({"mp4", "mov", "ipod", "3gp", "3g2", "psp"})
+FASTSTART_EXTENSIONS = frozenset({"mp4", "m4v", "mov"})
 
 
 @dataclass(frozen=True)
@@ -66,21 +66,22 @@ def merge_chunks(
     output_path: str,
     *,
     name: str,
-    container_format: str | None = None,
 ) -> int:
     """Write ``output_path`` from ``chunks`` (contiguous, in order) and the original's other streams; returns frames.
 
-    Without trimming every timestamp is the original's; a trimmed job starts where the original started.
+    The container follows the extension of ``output_path``. Without trimming every timestamp is the original's; a
+    trimmed job starts where the original started.
     """
     _check_contiguous(chunks)
     frame_start, frame_end = chunks[0].start, chunks[-1].end
-    video_time_base = parse_fraction(probe.time_base)
+    video_time_base = Fraction(probe.time_base)
     shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
-    options = {"movflags": "+faststart"} if _format_name(output_path, container_format) in FASTSTART_FORMATS else {}
-    output = av.open(output_path, mode="w", format=container_format, options=options)
+    extension = output_path.rsplit(".", 1)[-1].lower()
+    options = {"movflags": "+faststart"} if extension in FASTSTART_EXTENSIONS else {}  # playable while downloading
+    output = av.open(output_path, mode="w", options=options)
     try:
         video_out = _add_video_stream(output, chunks[0].path, video_time_base, probe.rotation)
-        with open_media(original, name) as source:
+        with open_media(original, name, demux_only=True) as source:
             copied = _add_copied_streams(output, source, probe)
             output.metadata.update({k: v for k, v in source.metadata.items() if k not in MUXER_TAGS})
             window = _time_window(probe, frame_start, frame_end, video_time_base)
@@ -92,12 +93,6 @@ def merge_chunks(
     finally:
         output.close()
     return frames
-
-
-def _format_name(path: str, container_format: str | None) -> str:
-    if container_format:
-        return container_format
-    return {"m4v": "mp4", "m4a": "mp4"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
 
 
 def _check_contiguous(chunks: Sequence[ChunkFile]) -> None:
@@ -114,7 +109,7 @@ def _add_video_stream(
     output: av.container.OutputContainer, first_chunk: str, time_base: Fraction, rotation: int
 ) -> av.video.stream.VideoStream:
     """The output's video stream takes the chunks' codec parameters (all chunks share them) and the target's rotation."""
-    with av.open(first_chunk, mode="r") as chunk:
+    with open_media(first_chunk, first_chunk, demux_only=True) as chunk:
         stream = output.add_stream_from_template(chunk.streams.video[0])
     stream.time_base = time_base
     if rotation:
@@ -166,7 +161,10 @@ def _video_packets(
     for chunk in chunks:
         offset = chunk_pts_offset(probe, chunk.start) - first_pts + output_origin
         seen: list[int] = []
-        with av.open(chunk.path, mode="r") as container, media_errors(chunk.path, "reading the chunk"):
+        with (
+            open_media(chunk.path, chunk.path, demux_only=True) as container,
+            media_errors(chunk.path, "reading the chunk"),
+        ):
             if chunk.label is not None and container.metadata.get(LABEL_TAG) != chunk.label:
                 raise InvalidJobError(
                     f"{chunk.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {chunk.label!r}"

@@ -47,6 +47,17 @@ def probe_video(source: MediaSource, name: str) -> VideoProbe:
         )
 
 
+def video_timestamps(source: MediaSource, name: str) -> tuple[list[int], Fraction]:
+    """Every frame's pts in display order and the time base, from the packets alone (nothing decoded)."""
+    with open_media(source, name, demux_only=True) as container:
+        video = select_video_stream(container, name)
+        if video.time_base is None:
+            raise InvalidMediaError(f"{name}: the video stream has no time base")
+        with media_errors(name, "reading the video packets"):
+            pts, _ = _demux_timestamps(container, video, name)
+        return pts, video.time_base
+
+
 def select_video_stream(container: av.container.InputContainer, name: str) -> av.video.stream.VideoStream:
     """The first real video stream (cover art is a picture, not a video); still images are refused."""
     if container.format.name in STILL_IMAGE_FORMATS or container.format.name.endswith("_pipe"):

@@ -110,12 +110,28 @@ def fail_on_bad_input() -> Iterator[None]:
         raise AirflowFailException(str(error)) from error
 
 
-def completed_work(hook: FaceFusionStorageHook, command: str, job_uri: str, index: int | None = None) -> str | None:
+def prepared_output(worker_args: Sequence[str]) -> str | None:
+    """The ``--output`` of ``prepare``'s flags (as ``prepare_worker_args`` writes them)."""
+    args = list(worker_args)
+    return args[args.index("--output") + 1] if "--output" in args[:-1] else None
+
+
+def completed_work(
+    hook: FaceFusionStorageHook,
+    command: str,
+    job_uri: str,
+    index: int | None = None,
+    *,
+    worker_args: Sequence[str] = (),
+) -> str | None:
     """Why ``command`` has nothing left to do for this job, or None when it must run. Checked before launching anything:
-    a committed chunk, or an output whose marker names this job, needs no process and no pod."""
+    a prepared job for the same output, a committed chunk, or an output whose marker names this job, needs no process
+    and no pod."""
     if command == "prepare":
         job = hook.find_job(job_uri)
-        return f"job {job.job_id} is already prepared ({len(job.chunks)} chunks)" if job else None
+        if job is None or job.output_uri != prepared_output(worker_args):
+            return None  # the worker prepares the job, or points the prepared one at this run's output
+        return f"job {job.job_id} is already prepared ({len(job.chunks)} chunks)"
     if command == "swap-chunk":
         if index is None:
             raise ValueError("swap-chunk needs a chunk index")

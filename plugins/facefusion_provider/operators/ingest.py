@@ -218,7 +218,8 @@ class ScanForNewVideosOperator(BaseOperator):
     def _run_state(self, ti: Any, run_id: str) -> ingest.RunState:
         if ti.get_dr_count(dag_id=self.swap_dag_id, run_ids=[run_id]) == 0:
             return "missing"
-        state = str(ti.get_dagrun_state(dag_id=self.swap_dag_id, run_id=run_id))
+        raw = ti.get_dagrun_state(dag_id=self.swap_dag_id, run_id=run_id)
+        state = str(getattr(raw, "value", raw))  # the Task SDK's enum prints as "DagRunState.SUCCESS"
         return cast("ingest.RunState", state if state in ("queued", "running", "success", "failed") else "running")
 
     def _claim(

@@ -101,7 +101,9 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
         return None
 
     def execute(self, context: Context) -> Any:
-        if reason := completed_work(FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index):
+        if reason := completed_work(
+            FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index, worker_args=self.worker_args
+        ):
             self.log.info("Nothing to do, no pod started: %s", reason)
             return None
         return super().execute(context)

@@ -62,7 +62,7 @@ class LocalWorkerOperator(BaseOperator):
     def execute(self, context: Context) -> None:
         hook = FaceFusionStorageHook()
         with fail_on_bad_input():
-            reason = completed_work(hook, self.command, self.job_uri, self.chunk_index)
+            reason = completed_work(hook, self.command, self.job_uri, self.chunk_index, worker_args=self.worker_args)
         if reason:
             self.log.info("Nothing to do, no worker started: %s", reason)
             return

@@ -7,11 +7,13 @@ that need them, so ``facefusion-worker --help`` stays fast and pass-through jobs
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import posixpath
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -27,6 +29,9 @@ from facefusion_provider.types import JOB_FORMAT_VERSION, Chunk, ChunkMarker, Jo
 from facefusion_provider.worker import faults
 
 if TYPE_CHECKING:
+    import av
+
+    from facefusion_provider.media.containers import MediaSource
     from facefusion_provider.worker.pipeline import FrameProcessor
 
 logger = logging.getLogger(__name__)
@@ -145,6 +150,11 @@ def _prepare(job_uri: str, inputs: _Inputs, options: Options, models_dir: str | 
                 "use another --job-uri or remove that folder"
             )
         logger.info("job %s: job.json exists, reusing it", job_id)
+        places = {"source_uris": inputs.source_uris, "target_uri": inputs.target_uri, "output_uri": inputs.output_uri}
+        if any(getattr(existing, name) != value for name, value in places.items()):
+            # The same content under other paths, or another output: keep the committed chunks, use the new paths.
+            existing = existing.model_copy(update=places)
+            storage.write_json_atomic(layout.job_json, existing.model_dump(mode="json"))
         return existing
     from facefusion_provider.media.probe import probe_video
 
@@ -260,11 +270,19 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
     from facefusion_provider.media.decode import DecodeStats, decode_frames
     from facefusion_provider.media.encode import VideoEncoder, encoder_settings
     from facefusion_provider.media.merge import chunk_pts_offset
+    from facefusion_provider.media.preview import thumbnail_pair
     from facefusion_provider.worker.pipeline import run_pipeline
 
     began = time.perf_counter()
     processor = processors.get()
     probe = spec.probe
+    firsts: dict[str, av.VideoFrame] = {}
+
+    def remember_first(frames: Iterator[av.VideoFrame]) -> Iterator[av.VideoFrame]:
+        for frame in frames:
+            firsts.setdefault("original", frame)
+            yield frame
+
     with tempfile.TemporaryDirectory(prefix="facefusion-chunk-") as folder:
         path = os.path.join(folder, f"{chunk.index:05d}.mp4")
         with storage.open_input(spec.target_uri) as target:
@@ -281,7 +299,12 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
                     pts_offset=chunk_pts_offset(probe, chunk.start),
                     label=chunk_label(spec, chunk),
                 ) as encoder:
-                    stages = run_pipeline(frames, encoder.encode, processor)
+
+                    def encode(frame: av.VideoFrame, pts: int) -> None:
+                        firsts.setdefault("output", frame)
+                        encoder.encode(frame, pts)
+
+                    stages = run_pipeline(remember_first(frames), encode, processor)
                     count = encoder.close()
             finally:
                 frames.close()
@@ -290,6 +313,8 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
         upload_began = time.perf_counter()
         size, digest = os.path.getsize(path), storage.file_sha256(path)
         storage.put_file_atomic(path, layout.chunk_video(chunk.index))
+        thumbnails = thumbnail_pair(firsts["original"], firsts["output"], probe.rotation)
+        storage.write_bytes_atomic(chunk_preview_uri(layout, chunk.index), thumbnails)
         upload = time.perf_counter() - upload_began
     total = time.perf_counter() - began
     timings = {
@@ -313,6 +338,11 @@ def _swap_chunk(spec: JobSpec, layout: storage.JobLayout, chunk: Chunk, processo
     storage.write_json_atomic(layout.chunk_marker(chunk.index), marker.model_dump(mode="json"))
     logger.info("chunk %d (%s): %d frames in %.2f s", chunk.index, chunk.label, count, total)
     return ChunkResult(chunk.index, count, skipped=False, timings=timings)
+
+
+def chunk_preview_uri(layout: storage.JobLayout, index: int) -> str:
+    """The chunk's first frame, original above output: the merge builds the preview from a few of these."""
+    return storage.join(layout.chunks_dir, f"{index:05d}.preview.jpg")
 
 
 def chunk_label(spec: JobSpec, chunk: Chunk) -> str:
@@ -366,8 +396,6 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
         logger.info("output %s is already done", spec.output_uri)
         return MergeResult(spec.output_uri, preview_uri, done.frame_count, skipped=True)
     from facefusion_provider.media.merge import ChunkFile, merge_chunks
-    from facefusion_provider.media.preview import contact_sheet, preview_frame_indexes
-    from facefusion_provider.media.probe import probe_video
 
     began = time.perf_counter()
     markers = _committed_markers(spec, layout)
@@ -378,29 +406,15 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
             for marker, chunk in zip(markers, spec.chunks, strict=True)
         ]
         fetched = time.perf_counter()
-        output_path = os.path.join(folder, "output" + posixpath.splitext(urlparse(spec.output_uri).path)[1])
-        with storage.open_input(spec.target_uri) as target:
-            frames = merge_chunks(chunk_files, target, spec.probe, output_path, name=spec.target_uri)
+        with _publishing(spec.output_uri, folder) as output_path:
+            with storage.open_input(spec.target_uri) as target:
+                merge_chunks(chunk_files, target, spec.probe, output_path, name=spec.target_uri)
             remuxed = time.perf_counter()
-            output_probe = probe_video(output_path, spec.output_uri)
-            if output_probe.frame_count != expected or frames != expected:
-                raise InvalidJobError(
-                    f"{spec.output_uri}: the merged video has {output_probe.frame_count} frames, expected {expected}"
-                )
-            preview = contact_sheet(
-                original=target,
-                original_probe=spec.probe,
-                output=output_path,
-                output_probe=output_probe,
-                frame_indexes=preview_frame_indexes([c.start for c in spec.chunks], spec.frame_start, spec.frame_end),
-                frame_start=spec.frame_start,
-                original_name=spec.target_uri,
-                output_name=spec.output_uri,
-            )
-        previewed = time.perf_counter()
-        size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
-        storage.put_file_atomic(output_path, spec.output_uri)
-    storage.write_bytes_atomic(preview_uri, preview)
+            _verify_output(spec, output_path)
+            size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
+            verified = time.perf_counter()
+    published = time.perf_counter()
+    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
     marker = OutputMarker(
         job_id=spec.job_id, output_uri=spec.output_uri, frame_count=expected, sha256=digest, size=size
     )
@@ -409,12 +423,73 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
     timings = {
         "fetch_s": fetched - began,
         "remux_s": remuxed - fetched,
-        "preview_s": previewed - remuxed,
-        "publish_s": finished - previewed,
+        "verify_s": verified - remuxed,
+        "publish_s": published - verified,
+        "preview_s": finished - published,
         "total_s": finished - began,
     }
     logger.info("merged %d frames into %s in %.2f s", expected, spec.output_uri, finished - began)
     return MergeResult(spec.output_uri, preview_uri, expected, skipped=False, timings=timings)
+
+
+@contextlib.contextmanager
+def _publishing(uri: str, folder: str) -> Iterator[str]:
+    """A local path to write; when the block succeeds that file becomes ``uri`` at once (never a partial file there).
+
+    A local output is written beside its destination and renamed (no copy); a remote one is uploaded from ``folder``.
+    """
+    extension = posixpath.splitext(urlparse(uri).path)[1]
+    destination = storage.local_path(uri)
+    if destination is None:
+        path = os.path.join(folder, "output" + extension)
+        yield path
+        storage.put_file_atomic(path, uri)
+        return
+    directory, name = os.path.split(destination)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f".{name}.partial-{uuid.uuid4().hex}{extension}")
+    try:
+        yield path
+        os.replace(path, destination)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _verify_output(spec: JobSpec, output_path: str) -> None:
+    """The written file holds exactly the job's frames at the original frame times (read back from its packets).
+
+    Times are compared from the first frame on: a muxer may move the whole timeline (Matroska starts it at the earliest
+    audio packet) and a coarser clock rounds each timestamp to its tick (Matroska counts milliseconds).
+    """
+    from facefusion_provider.media.probe import video_timestamps
+
+    pts, time_base = video_timestamps(output_path, spec.output_uri)
+    source_base = Fraction(spec.probe.time_base)
+    wanted = spec.probe.pts[spec.frame_start : spec.frame_end]
+    expected = [(p - wanted[0]) * source_base for p in wanted]
+    found = [(p - pts[0]) * time_base for p in pts]
+    if len(found) != len(expected) or any(abs(a - b) > time_base for a, b in zip(found, expected, strict=False)):
+        raise InvalidJobError(
+            f"{spec.output_uri}: the merged video holds {len(pts)} frames, expected {len(expected)} at the target's "
+            "frame times; it was not published"
+        )
+
+
+def _preview(spec: JobSpec, layout: storage.JobLayout) -> bytes:
+    """The contact sheet from the thumbnail pairs that a few chunks stored when they were processed."""
+    from facefusion_provider.media.preview import contact_sheet, preview_chunks
+
+    columns: list[MediaSource] = []
+    for index in preview_chunks(len(spec.chunks)):
+        uri = chunk_preview_uri(layout, index)
+        if storage.exists(uri):
+            columns.append(io.BytesIO(storage.read_bytes(uri)))
+        else:
+            logger.warning("chunk %d has no thumbnail (%s); the preview leaves it out", index, uri)
+    if not columns:
+        raise InvalidJobError(f"job {spec.job_id}: no chunk has a thumbnail for the preview; rerun the chunks")
+    return contact_sheet(columns)
 
 
 def _committed_markers(spec: JobSpec, layout: storage.JobLayout) -> list[ChunkMarker]:

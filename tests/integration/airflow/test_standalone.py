@@ -1,7 +1,8 @@
 """The DAG under ``airflow standalone``, driven over REST: retries, clearing failed chunks, resume, repeat runs, bad conf.
 
 One server for the whole module. Its test-only fault switch makes chunks 1 and 2 fail once (retryable) and chunk 3 fail
-for good on its first try; clips of 24 frames (3 chunks) and 32 frames (4 chunks) choose which faults a run meets.
+for good on its first try, in every run; clips of 24 frames (3 chunks) and 32 frames (4 chunks) choose which faults a
+run meets.
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ def test_two_chunks_failing_once_are_retried_and_the_output_is_published(
 def test_failed_chunk_is_cleared_alone_and_new_runs_reuse_committed_work(
     server: StandaloneAirflow, media: Path
 ) -> None:
-    output = media / "out" / "four_chunks.mp4"
-    run_conf = conf([media / "face.png"], media / "four_chunks.mp4", output, chunk_size=8, processors=[])
+    first_output, second_output = media / "out" / "four_chunks.mp4", media / "out" / "four_chunks_again.mp4"
+    first_conf = conf([media / "face.png"], media / "four_chunks.mp4", first_output, chunk_size=8, processors=[])
+    second_conf = {**first_conf, "output_uri": str(second_output)}
 
     # Chunk 3 fails for good on its first try: no retry, its message in its log, merge never starts.
-    failed_run = server.trigger(run_conf)
+    failed_run = server.trigger(first_conf)
     assert server.wait(failed_run) == "failed"
     assert _chunks(server, failed_run) == {0: ("success", 1), 1: ("success", 2), 2: ("success", 2), 3: ("failed", 1)}
     chunk_log = server.task_log(failed_run, "swap_chunk", 1, 3)
@@ -87,26 +89,28 @@ def test_failed_chunk_is_cleared_alone_and_new_runs_reuse_committed_work(
     assert "injected permanent failure (swap-chunk chunk 3 try 1)" in chunk_log
     assert server.task_states(failed_run)[("merge", -1)][0] == "upstream_failed"
 
-    # A new run over the same input and options reuses every committed chunk and launches work only for chunk 3.
+    # A new run over the same input and options (written elsewhere) reuses every committed chunk: it launches work
+    # only for chunk 3, which meets its first-try fault again.
     job_uri = server.xcom(failed_run, "validate", "job_uri")
     layout = storage.JobLayout(job_uri)
     markers = {i: Path(storage.local_path(layout.chunk_marker(i)) or "") for i in range(3)}
     stamps = {i: path.stat().st_mtime_ns for i, path in markers.items()}
-    second_run = server.trigger(run_conf)
-    assert server.wait(second_run) == "failed"  # chunk 3 meets its first-try fault again
-    assert not _launched(server, second_run, "prepare")
+    second_run = server.trigger(second_conf)
+    assert server.wait(second_run) == "failed"
+    assert server.xcom(second_run, "validate", "job_uri") == job_uri
     assert [_launched(server, second_run, "swap_chunk", 1, i) for i in range(4)] == [False, False, False, True]
     assert {i: path.stat().st_mtime_ns for i, path in markers.items()} == stamps
 
-    # Clearing only the failed task reruns chunk 3 alone (try 2); the succeeded chunks keep their tries.
-    server.clear_failed(failed_run)
-    assert server.wait(failed_run) == "success", server.task_states(failed_run)
-    assert _chunks(server, failed_run) == {0: ("success", 1), 1: ("success", 2), 2: ("success", 2), 3: ("success", 2)}
-    assert count_frames(output) == 32
+    # Clearing only the failed task reruns chunk 3 alone (try 2); the succeeded chunks keep try 1.
+    server.clear_failed(second_run)
+    assert server.wait(second_run) == "success", server.task_states(second_run)
+    assert _chunks(server, second_run) == {0: ("success", 1), 1: ("success", 1), 2: ("success", 1), 3: ("success", 2)}
+    assert count_frames(second_output) == 32
+    assert not first_output.exists()
     assert not storage.exists(job_uri)
 
     # A run after the successful one finds the output carrying its job id and does no chunk work at all.
-    repeat_run = server.trigger(run_conf)
+    repeat_run = server.trigger(second_conf)
     assert server.wait(repeat_run) == "success"
     assert [_launched(server, repeat_run, "swap_chunk", 1, i) for i in range(4)] == [False] * 4
     assert not _launched(server, repeat_run, "merge")

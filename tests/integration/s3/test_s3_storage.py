@@ -122,7 +122,9 @@ def test_persistent_failures_stop_after_a_bounded_number_of_attempts(
     monkeypatch.setenv("FACEFUSION_S3_MAX_ATTEMPTS", "2")
     s3fs.S3FileSystem.clear_instance_cache()
     s3.proxy.inject(Fault("PUT", r"/work/t/down/", 503, times=1000))
-    with pytest.raises(RetryableError, match=r"s3://work/t/down/out\.mp4: storage still failing after retries") as raised:
+    with pytest.raises(
+        RetryableError, match=r"s3://work/t/down/out\.mp4: storage still failing after retries"
+    ) as raised:
         storage.write_bytes_atomic("s3://work/t/down/out.mp4", b"video")
     assert raised.value.retryable
     assert len(s3.proxy.exchanges()) == 4  # 2 attempts by botocore, in each of s3fs's 2 rounds

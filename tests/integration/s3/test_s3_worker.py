@@ -22,7 +22,7 @@ from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
-LOSSLESS = ["--processors", "--output-video-quality", "100", "--chunk-size", "8"]
+LOSSLESS = ["--processors", "--output-video-quality", "100"]
 
 
 def worker(s3: S3Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -45,9 +45,10 @@ def upload(s3: S3Stack, local: Path, key: str) -> str:
     return f"s3://videos/{key}"
 
 
-def prepare(s3: S3Stack, media: Path, job: str, target: str, output: str) -> list[dict[str, int]]:
+def prepare(s3: S3Stack, media: Path, job: str, target: str, output: str, chunk_size: int = 8) -> list[dict[str, int]]:
     face = upload(s3, media / "face.png", "faces/face.png")
-    result = worker(s3, "prepare", "--job-uri", job, "--source", face, "--target", target, "--output", output, *LOSSLESS)
+    args = ["--job-uri", job, "--source", face, "--target", target, "--output", output, "--chunk-size", str(chunk_size)]
+    result = worker(s3, "prepare", *args, *LOSSLESS)
     assert result.returncode == 0, result.stderr
     return list(json.loads(result.stdout.strip().splitlines()[-1])["chunks"])
 
@@ -88,7 +89,7 @@ def test_transient_failures_during_chunk_upload_and_merge_lose_nothing(
 def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, media: Path, tmp_path: Path) -> None:
     target = upload(s3, media / "clip1.mp4", "in/stuck.mp4")
     job = "s3://work/jobs/stuck"
-    for chunk in prepare(s3, media, job, target, "s3://videos/out/stuck.mp4"):
+    for chunk in prepare(s3, media, job, target, "s3://videos/out/stuck.mp4", chunk_size=24):
         assert worker(s3, "swap-chunk", "--job-uri", job, "--index", str(chunk["index"])).returncode == 0
     s3.proxy.inject(Fault("PUT", r"/videos/out/stuck\.mp4$", 503, times=1000))
     started = time.monotonic()

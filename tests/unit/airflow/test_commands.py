@@ -106,7 +106,12 @@ def test_completed_work_from_markers(
     assert completed_work(hook, "swap-chunk", job_uri, 0) is None  # no job yet: the worker runs and reports
 
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    assert completed_work(hook, "prepare", job_uri) == "job job0 is already prepared (5 chunks)"
+    same_output = ["--target", "file:///in.mp4", "--output", job.output_uri]
+    assert (
+        completed_work(hook, "prepare", job_uri, worker_args=same_output) == "job job0 is already prepared (5 chunks)"
+    )
+    other_output = ["--output", (tmp_path / "elsewhere.mp4").as_uri()]
+    assert completed_work(hook, "prepare", job_uri, worker_args=other_output) is None  # the worker re-points the job
     assert completed_work(hook, "swap-chunk", job_uri, 1) is None
     assert completed_work(hook, "merge", job_uri) is None
 

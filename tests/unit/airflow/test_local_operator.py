@@ -96,7 +96,9 @@ def test_current_output_starts_no_process_for_chunks_or_merge(
         _context()
     )
     LocalWorkerOperator(task_id="merge", command="merge", job_uri=job.job_uri).execute(_context())
-    LocalWorkerOperator(task_id="prepare", command="prepare", job_uri=job.job_uri).execute(_context())
+    LocalWorkerOperator(
+        task_id="prepare", command="prepare", job_uri=job.job_uri, worker_args=["--output", job.output_uri]
+    ).execute(_context())
 
     assert fake_worker() == []
 

@@ -65,3 +65,13 @@ def test_airflow_config_knows_every_default_verbatim() -> None:
 
     for spec in SETTINGS:
         assert conf.get("facefusion", spec.name) == spec.default, spec.name
+
+
+def test_provider_info_matches_airflows_schema() -> None:
+    import json
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("airflow").joinpath("provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.api.datamodels._generated import DagRunState
 from airflow.sdk.exceptions import AirflowFailException
 
 from facefusion_provider import ingest
@@ -47,8 +48,8 @@ class FakeTaskInstance:
         self.lookups.extend(run_ids)
         return sum(1 for run_id in run_ids if run_id in self.run_states)
 
-    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
-        return self.run_states[run_id]
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> DagRunState:
+        return DagRunState(self.run_states[run_id])  # the Task SDK's enum, as the real call returns it
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: di
     # The second attempt fails too: given up, reported once more, and never started again.
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__3")
     assert scan(folders, ti) == []
-    with pytest.raises(AirflowFailException, match="attempt 2 of 2 failed .* given up"):
+    with pytest.raises(AirflowFailException, match=r"attempt 2 of 2 failed .* given up"):
         report.execute({"ti": ti})  # type: ignore[arg-type]
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__4")
     assert scan(folders, ti) == []
@@ -167,9 +168,7 @@ def test_a_scan_that_lost_the_claim_starts_nothing_for_that_video(folders: dict[
     )
     hook = IngestLedgerHook()
     # Run A plans while run B claims first (the listing and the claim are not one step).
-    plan_a = ingest.plan_ingest(
-        hook.list_videos(cfg.input_prefix), {}, {}, cfg, now=datetime.now(UTC), ingest_run="A"
-    )
+    plan_a = ingest.plan_ingest(hook.list_videos(cfg.input_prefix), {}, {}, cfg, now=datetime.now(UTC), ingest_run="A")
     assert len(scan(folders, FakeTaskInstance({}, run_id="B"))) == 1
     assert not hook.claim(cfg.ledger_prefix, plan_a.starts[0].claim)
 

@@ -127,7 +127,13 @@ def test_at_most_max_videos_per_run_start_and_the_rest_are_deferred() -> None:
     items = [listed(f"{i}.mp4", modified=i) for i in range(5)]
     result = plan(items, cfg=config(max_videos_per_run=2))
     assert [s.claim.target_uri.rsplit("/", 1)[1] for s in result.starts] == ["0.mp4", "1.mp4"]
-    assert kinds(result) == {"0.mp4": "start", "1.mp4": "start", "2.mp4": "deferred", "3.mp4": "deferred", "4.mp4": "deferred"}
+    assert kinds(result) == {
+        "0.mp4": "start",
+        "1.mp4": "start",
+        "2.mp4": "deferred",
+        "3.mp4": "deferred",
+        "4.mp4": "deferred",
+    }
 
 
 def test_size_limits_skip_and_report_files() -> None:

@@ -178,3 +178,40 @@ def test_paths_with_spaces_and_special_characters(make_video: MakeVideo, tmp_pat
     result = worker.run([], target, str(output), str(tmp_path / "work dir"), **PASSTHROUGH)
     assert output.is_file() and (tmp_path / "results (final)" / "clip #2 swapped.preview.jpg").is_file()
     assert storage.local_path(result.output_uri) == str(output)
+
+
+def test_a_merged_file_with_the_wrong_frames_is_never_published(
+    make_video: MakeVideo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import facefusion_provider.media.merge as media_merge
+
+    target = make_video(frames=9)
+    stray = make_video(frames=4, name="stray.mp4")
+
+    def broken_merge(chunks: object, original: object, probe: object, output_path: str, **kwargs: object) -> int:
+        shutil.copyfile(stray, output_path)  # a remux that lost frames
+        return 9
+
+    monkeypatch.setattr(media_merge, "merge_chunks", broken_merge)
+    out = tmp_path / "out"
+    with pytest.raises(InvalidJobError, match=r"holds 4 frames, expected 9 .* not published"):
+        worker.run([], target, str(out / "result.mp4"), str(tmp_path / "work"), **PASSTHROUGH)
+    assert list(out.iterdir()) == []  # no output, no staging file, no preview, no marker
+
+
+def test_the_same_job_with_another_output_reuses_the_chunks(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=10)
+    job_uri = str(tmp_path / "job")
+    spec = worker.prepare(job_uri, [], target, str(tmp_path / "first.mp4"), chunk_size=5, **PASSTHROUGH)
+    for chunk in spec.chunks:
+        worker.swap_chunk(job_uri, chunk.index)
+    worker.merge(job_uri)
+    moved = tmp_path / "moved.mp4"
+    os.replace(target, moved)  # the same content under another name, and another output
+    again = worker.prepare(job_uri, [], str(moved), str(tmp_path / "second.mp4"), chunk_size=5, **PASSTHROUGH)
+    assert again.job_id == spec.job_id and again.target_uri == moved.as_uri()
+    assert all(worker.swap_chunk(job_uri, chunk.index).skipped for chunk in spec.chunks)
+    assert not worker.merge(job_uri).skipped
+    assert [d.md5 for d in frame_digests(str(tmp_path / "second.mp4"))] == [d.md5 for d in frame_digests(str(moved))]

@@ -16,7 +16,7 @@ import pytest
 import facefusion_provider.engine.processors as engine
 from facefusion_provider import worker
 from facefusion_provider.media.decode import decode_frame
-from facefusion_provider.media.images import encode_image, rgb_array
+from facefusion_provider.media.images import encode_image, read_image, rgb_array
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.options import Options
@@ -95,6 +95,9 @@ def test_processed_frames_are_encoded_in_place_of_the_originals(
             outside[6:26, 14:42] = False
             assert np.abs(a - b)[outside].mean() < 3  # the rest went through RGB and back unharmed
     assert [d.md5 for d in frame_digests(str(output))] != [d.md5 for d in frame_digests(target)]
+    sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview").astype(int)
+    top, bottom = sheet[8 : 8 + 48, 8 : 8 + 64], sheet[12 + 48 : 12 + 96, 8 : 8 + 64]  # chunk 0: before, after
+    assert bottom[SQUARE].mean() < 30 < top[SQUARE].mean()
 
 
 def test_prepare_stores_the_identity_in_job_json(

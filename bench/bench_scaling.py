@@ -1,0 +1,369 @@
+"""How a swap run scales over GPUs on Kubernetes: makespan and efficiency for 1-64 GPUs and several chunk sizes.
+
+The model adds measured worker costs (measured here by running the real worker CLI: process start, per-frame probe,
+decode + encode and merge costs) to stated cluster costs (Airflow's per-task overhead, pod start, image pull, node
+scale-up, S3 throughput, GPU inference speed; none can be measured on a machine without a cluster or a GPU), then
+schedules the planned chunks (``chunking.plan_chunks``) on G pool slots the way the pool hands them out.
+
+Efficiency compares with the best single-machine run: ``facefusion-worker run`` on one GPU (no Airflow, no pods, the
+same S3 transfers): ``efficiency(G) = T_single / (G * T_dag(G))``.
+
+    python bench/bench_scaling.py              # measures, models, writes bench/results/scaling.{json,md,png}
+    python bench/bench_scaling.py --gpu-fps 60 --image-pull-s 45
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from facefusion_provider.chunking import plan_chunks
+from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+CHUNK_SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+GOAL_GPUS, GOAL_EFFICIENCY = 8, 0.95
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Worker costs measured on this machine with the real CLI (1920x1080 clip, pass-through processing)."""
+
+    worker_start_s: float  # a worker process that starts, reads job.json, finds its chunk committed and exits
+    probe_s_per_frame: float  # prepare's demux of every frame's timestamps, beyond the process start
+    encode_fps_per_core: float  # decode + x264 encode of a chunk, per CPU core of this machine
+    merge_s_per_frame: float  # merge's remux of the committed chunks, beyond the process start
+    cpu_cores: int
+    clip: str
+
+
+@dataclass(frozen=True)
+class Stated:
+    """Costs that need a cluster or a GPU to measure: stated, and flags to change them."""
+
+    video_seconds: float = 3600.0
+    frame_rate: float = 30.0
+    bitrate_mbps: float = 8.0  # 1080p H.264 output (and input)
+    gpu_inference_fps: float = 120.0  # detect + landmarks + inswapper_128 + paste per frame on one GPU, batched
+    worker_cpu_cores: int = 4  # [facefusion] worker_cpu: the cores that decode and encode beside the GPU
+    model_load_s: float = 6.0  # CUDA context and onnxruntime sessions of detector, landmarker and swapper
+    airflow_task_s: float = 4.0  # scheduling a task instance, starting it, deferring, the trigger's 2 s poll
+    pod_start_s: float = 3.0  # a pod on a warm node with the image cached: scheduling to running
+    image_pull_s: float = 90.0  # the CUDA worker image (about 4 GB) on a fresh node
+    node_scale_up_s: float = 180.0  # the autoscaler adding a GPU node
+    s3_mb_per_s: float = 300.0  # one pod's S3 throughput
+    identity_s: float = 1.0  # prepare's source identity (a few images through detector and recognizer)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds of each part of a run, from the measured and the stated costs."""
+
+    frames: int
+    frame_s: float  # per frame of a chunk on one GPU pod
+    worker_start_s: float
+    model_load_s: float
+    pod_overhead_s: float  # Airflow's task overhead and the pod's start, for every pod
+    prepare_work_s: float  # source identity, probe of every frame, reading the input
+    merge_work_s: float  # remux of every frame, reading the chunks and writing the output
+    airflow_task_s: float
+    cold_start_s: float
+
+    @classmethod
+    def of(cls, measured: Measured, stated: Stated) -> Costs:
+        frames = round(stated.video_seconds * stated.frame_rate)
+        encode_fps = measured.encode_fps_per_core * stated.worker_cpu_cores
+        video_mb = stated.bitrate_mbps * stated.video_seconds / 8
+        return cls(
+            frames=frames,
+            # Decode, inference and encode overlap in the worker's bounded pipeline: the slowest stage sets the pace.
+            frame_s=1.0 / min(stated.gpu_inference_fps, encode_fps),
+            worker_start_s=measured.worker_start_s,
+            model_load_s=stated.model_load_s,
+            pod_overhead_s=stated.airflow_task_s + stated.pod_start_s,
+            prepare_work_s=stated.identity_s + frames * measured.probe_s_per_frame + video_mb / stated.s3_mb_per_s,
+            merge_work_s=frames * measured.merge_s_per_frame + 2 * video_mb / stated.s3_mb_per_s,
+            airflow_task_s=stated.airflow_task_s,
+            cold_start_s=stated.node_scale_up_s + stated.image_pull_s,
+        )
+
+    @property
+    def chunk_fixed_s(self) -> float:
+        return self.pod_overhead_s + self.worker_start_s + self.model_load_s
+
+    @property
+    def prepare_s(self) -> float:
+        return self.pod_overhead_s + self.worker_start_s + self.prepare_work_s
+
+    @property
+    def merge_s(self) -> float:
+        return self.pod_overhead_s + self.worker_start_s + self.merge_work_s
+
+    @property
+    def serial_s(self) -> float:
+        """validate, plan and cleanup (Airflow-side tasks), prepare and merge: the parts no GPU count shortens."""
+        return 3 * self.airflow_task_s + self.prepare_s + self.merge_s
+
+    @property
+    def single_process_s(self) -> float:
+        """``facefusion-worker run`` on one GPU machine: one process, one model load, the same S3 reads and writes."""
+        return (
+            self.worker_start_s
+            + self.prepare_work_s
+            + self.model_load_s
+            + self.frames * self.frame_s
+            + self.merge_work_s
+        )
+
+
+def chunk_makespan(durations: list[float], slots: int, cold_start_s: float) -> float:
+    """Chunks in index order on ``slots`` pool slots, each taken by the first slot to free up (Airflow's pool)."""
+    free_at = [cold_start_s] * min(slots, len(durations))
+    heapq.heapify(free_at)
+    end = 0.0
+    for duration in durations:
+        start = heapq.heappop(free_at)
+        end = max(end, start + duration)
+        heapq.heappush(free_at, start + duration)
+    return end
+
+
+def dag_makespan(costs: Costs, chunk_size: int, gpus: int, *, cold: bool) -> tuple[float, int]:
+    """validate, prepare, plan, the mapped chunks, merge, cleanup: seconds from trigger to output, and the chunk count."""
+    chunks = plan_chunks(0, costs.frames, chunk_size)
+    durations = [costs.chunk_fixed_s + chunk.frame_count * costs.frame_s for chunk in chunks]
+    chunked = chunk_makespan(durations, gpus, costs.cold_start_s if cold else 0.0)
+    return costs.serial_s + chunked, len(chunks)
+
+
+def model(measured: Measured, stated: Stated) -> dict[str, Any]:
+    costs = Costs.of(measured, stated)
+    single = costs.single_process_s
+    rows: list[dict[str, Any]] = []
+    for cold in (False, True):
+        for chunk_size in CHUNK_SIZES:
+            for gpus in GPU_COUNTS:
+                makespan, count = dag_makespan(costs, chunk_size, gpus, cold=cold)
+                rows.append(
+                    {
+                        "nodes": "cold" if cold else "warm",
+                        "chunk_size": chunk_size,
+                        "gpus": gpus,
+                        "chunks": count,
+                        "makespan_s": round(makespan, 1),
+                        "speedup": round(single / makespan, 2),
+                        "efficiency": round(single / (gpus * makespan), 4),
+                    }
+                )
+    at_goal = [row for row in rows if row["nodes"] == "warm" and row["gpus"] == GOAL_GPUS]
+    best = max(row["efficiency"] for row in at_goal)
+    # The smallest chunk within one point of the best: smaller chunks redo less work after a failure.
+    recommended = min(row["chunk_size"] for row in at_goal if row["efficiency"] >= best - 0.01)
+    serial = costs.serial_s
+    return {
+        "costs": {
+            **asdict(costs),
+            "chunk_fixed_s": costs.chunk_fixed_s,
+            "prepare_s": costs.prepare_s,
+            "merge_s": costs.merge_s,
+        },
+        "single_process_s": round(single, 1),
+        "serial_s": round(serial, 1),
+        "rows": rows,
+        "recommended_chunk_size": recommended,
+        "goal": {
+            "gpus": GOAL_GPUS,
+            "efficiency": GOAL_EFFICIENCY,
+            "reached": next(r["efficiency"] for r in at_goal if r["chunk_size"] == recommended),
+            "best": best,
+            # Amdahl: with only the serial stages lost, G GPUs reach single / (G * (serial + (single - serial) / G)).
+            "serial_ceiling": round(single / (GOAL_GPUS * (serial + (single - serial) / GOAL_GPUS)), 4),
+        },
+    }
+
+
+# --- measuring the worker --------------------------------------------------------------------------------------------
+
+
+def _worker(*args: str, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "facefusion_provider.worker", *args], check=True, env=env, capture_output=True
+    )
+    return time.perf_counter() - started
+
+
+def measure(frames: int = 120, chunk_size: int = 40, repeats: int = 3) -> Measured:
+    """Run the worker CLI on a 1080p clip with pass-through processing and time each command as a fresh process."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
+        clip = Path(scratch, "clip.mp4")
+        spec = VideoSpec(
+            width=1920, height=1080, frame_rate=Fraction(30), codec_options={"preset": "veryfast", "crf": "20"}
+        )
+        write_video(str(clip), spec, pattern_frames(frames, 1920, 1080))
+        job = Path(scratch, "job").as_uri()
+        source = Path(scratch, "unused-source.png")  # pass-through computes no identity; prepare only checks it exists
+        source.write_bytes(b"")
+        prepare = ["prepare", "--job-uri", job, "--source", str(source), "--target", str(clip)]
+        prepare += ["--output", str(Path(scratch, "out.mp4")), "--processors", "--chunk-size", str(chunk_size)]
+        prepare_s = _worker(*prepare, env=env)
+        chunk_s = [
+            _worker("swap-chunk", "--job-uri", job, "--index", str(i), env=env) for i in range(frames // chunk_size)
+        ]
+        start_s = statistics.median(
+            _worker("swap-chunk", "--job-uri", job, "--index", "0", env=env) for _ in range(repeats)
+        )
+        merge_s = _worker("merge", "--job-uri", job, env=env)
+    cores = os.cpu_count() or 1
+    per_frame = (statistics.median(chunk_s) - start_s) / chunk_size
+    return Measured(
+        worker_start_s=round(start_s, 3),
+        probe_s_per_frame=max(0.0, (prepare_s - start_s) / frames),
+        encode_fps_per_core=round(1.0 / per_frame / cores, 2),
+        merge_s_per_frame=max(0.0, (merge_s - start_s) / frames),
+        cpu_cores=cores,
+        clip=f"{frames} frames 1920x1080 30 fps, chunks of {chunk_size}",
+    )
+
+
+# --- reporting -------------------------------------------------------------------------------------------------------
+
+
+def write_markdown(result: dict[str, Any], path: Path) -> None:
+    measured, stated, goal = result["measured"], result["stated"], result["model"]["goal"]
+    rows = result["model"]["rows"]
+    lines = [
+        "# Scaling model: one hour of 1080p over 1-64 GPUs",
+        "",
+        f"Command: `{result['command']}` ({result['machine']}).",
+        "",
+        f"Efficiency = T_single / (G x T_dag(G)); T_single = `facefusion-worker run` on one GPU = "
+        f"{result['model']['single_process_s']:.0f} s. Serial stages (validate, prepare, plan, merge, cleanup) take "
+        f"{result['model']['serial_s']:.0f} s of every run.",
+        "",
+        "## Efficiency with warm nodes (image cached), by chunk size (rows) and GPUs (columns)",
+        "",
+        "| chunk frames | chunks | " + " | ".join(f"{g} GPU" for g in GPU_COUNTS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in GPU_COUNTS) + " |",
+    ]
+    for size in CHUNK_SIZES:
+        cells = [r for r in rows if r["nodes"] == "warm" and r["chunk_size"] == size]
+        lines.append(
+            f"| {size} | {cells[0]['chunks']} | " + " | ".join(f"{100 * r['efficiency']:.1f} %" for r in cells) + " |"
+        )
+    recommended = result["model"]["recommended_chunk_size"]
+    lines += [
+        "",
+        "## Makespan in minutes at the recommended chunk size",
+        "",
+        "| nodes | " + " | ".join(f"{g} GPU" for g in GPU_COUNTS) + " |",
+        "| --- | " + " | ".join("---" for _ in GPU_COUNTS) + " |",
+    ]
+    for nodes in ("warm", "cold"):
+        cells = [r for r in rows if r["nodes"] == nodes and r["chunk_size"] == recommended]
+        lines.append(f"| {nodes} | " + " | ".join(f"{r['makespan_s'] / 60:.1f}" for r in cells) + " |")
+    verdict = "met" if goal["reached"] >= goal["efficiency"] else "not met"
+    lines += [
+        "",
+        f"**Recommended chunk size: {recommended} frames** (the smallest within one point of the best efficiency on "
+        f"{goal['gpus']} GPUs; smaller chunks redo less after a failure).",
+        "",
+        f"**Goal ({100 * goal['efficiency']:.0f} % on {goal['gpus']} GPUs, warm nodes): {verdict}** - "
+        f"{100 * goal['reached']:.1f} % at {recommended} frames (best {100 * goal['best']:.1f} %). The serial stages "
+        f"alone cap it at {100 * goal['serial_ceiling']:.1f} %: per-chunk overhead and the last, partly empty wave take "
+        "the rest. The reference design reports about 7x (87.5 %) on 8.",
+        "",
+        "## Inputs",
+        "",
+        f"Measured here ({measured['clip']}, {measured['cpu_cores']} cores): worker process start "
+        f"{measured['worker_start_s']:.2f} s; probe {1000 * measured['probe_s_per_frame']:.2f} ms/frame; decode + "
+        f"encode {measured['encode_fps_per_core']:.1f} fps per core; merge {1000 * measured['merge_s_per_frame']:.2f} "
+        "ms/frame.",
+        "",
+        "Stated (flags of the script): " + ", ".join(f"{key} {value}" for key, value in stated.items()) + ".",
+        "",
+        "![efficiency](scaling.png)",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["model"]["rows"]
+    recommended = result["model"]["recommended_chunk_size"]
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for size in CHUNK_SIZES:
+        cells = [r for r in rows if r["nodes"] == "warm" and r["chunk_size"] == size]
+        axes.plot(
+            GPU_COUNTS,
+            [r["efficiency"] for r in cells],
+            marker="o",
+            label=f"{size} frames",
+            lw=2 if size == recommended else 1,
+        )
+    cold = [r for r in rows if r["nodes"] == "cold" and r["chunk_size"] == recommended]
+    axes.plot(
+        GPU_COUNTS, [r["efficiency"] for r in cold], ls="--", color="grey", label=f"{recommended} frames, cold nodes"
+    )
+    axes.axhline(GOAL_EFFICIENCY, color="red", lw=0.8, ls=":", label="goal")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(GPU_COUNTS, [str(g) for g in GPU_COUNTS])
+    axes.set_xlabel("GPUs (pool slots)")
+    axes.set_ylabel("efficiency vs one-process run on one GPU")
+    axes.set_ylim(0, 1.05)
+    axes.set_title("One hour of 1080p: scaling efficiency by chunk size")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    defaults = Stated()
+    for name, value in asdict(defaults).items():
+        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    stated = Stated(**{name: getattr(args, name) for name in asdict(defaults)})
+    measured = measure()
+    result: dict[str, Any] = {
+        "command": "python bench/bench_scaling.py" + ("" if not argv else " " + " ".join(argv)),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "measured": asdict(measured),
+        "stated": asdict(stated),
+        "model": model(measured, stated),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scaling.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_markdown(result, args.out / "scaling.md")
+    write_plot(result, args.out / "scaling.png")
+    goal = result["model"]["goal"]
+    print(
+        f"recommended chunk size {result['model']['recommended_chunk_size']}: "
+        f"{100 * goal['reached']:.1f} % efficiency on {goal['gpus']} GPUs (goal {100 * goal['efficiency']:.0f} %)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

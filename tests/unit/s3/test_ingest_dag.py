@@ -1,0 +1,84 @@
+"""The ingestion DAG file: parses cleanly and light, takes its schedule and defaults from the Variable, serializes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+DAG_FILE = REPO / "dags" / "facefusion_s3_ingest.py"
+HEAVY_MODULES = ("cv2", "onnxruntime", "numpy", "av")
+SETTINGS = {
+    "schedule": "0 * * * *",
+    "input_prefix": "s3://videos/incoming/",
+    "output_prefix": "s3://videos/swapped/",
+    "source_uris": ["s3://videos/faces/me.jpg"],
+    "options": {"face_swapper_blend": 90},
+    "max_videos_per_run": 4,
+}
+
+
+def parse(monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any] | None) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    if settings is not None:
+        monkeypatch.setenv("AIRFLOW_VAR_FACEFUSION_INGEST", json.dumps(settings))
+    return DagBag(dag_folder=str(DAG_FILE))
+
+
+def test_the_dag_is_scan_then_mapped_triggers_then_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    dagbag = parse(monkeypatch, None)
+    assert dagbag.import_errors == {}
+    dag = dagbag.dags["facefusion_s3_ingest"]
+    assert [task.task_id for task in dag.topological_sort()] == ["scan", "start_swap", "report"]
+    start_swap = dag.get_task("start_swap")
+    assert start_swap.partial_kwargs["trigger_dag_id"] == "facefusion_swap"
+    assert start_swap.partial_kwargs["skip_when_already_exists"] is True
+    assert start_swap.partial_kwargs["wait_for_completion"] is False
+    assert dag.get_task("report").trigger_rule == "all_done"
+    assert dag.max_active_runs == 1 and not dag.catchup
+    assert dag.timetable.expression == "*/15 * * * *"  # the default schedule
+    assert dag.params["input_prefix"] is None  # a scheduled run without the Variable fails in scan, naming it
+
+
+def test_schedule_and_defaults_come_from_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    dag = parse(monkeypatch, SETTINGS).dags["facefusion_s3_ingest"]
+    assert dag.timetable.expression == "0 * * * *"
+    assert dag.params["input_prefix"] == "s3://videos/incoming/"
+    assert dag.params["source_uris"] == ["s3://videos/faces/me.jpg"]
+    assert dag.params["options"]["face_swapper_blend"] == 90
+    assert dag.params["max_videos_per_run"] == 4
+    options = dag.params.get_param("options").schema
+    assert options["properties"]["face_swapper_blend"]["maximum"] == 100
+    manual_only = parse(monkeypatch, {**SETTINGS, "schedule": "none"}).dags["facefusion_s3_ingest"]
+    assert type(manual_only.timetable).__name__ == "NullTimetable"
+
+
+def test_a_bad_variable_is_an_import_error_naming_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    dagbag = parse(monkeypatch, {**SETTINGS, "options": {"face_swapper_blend": 150}})
+    (error,) = dagbag.import_errors.values()
+    assert "facefusion_ingest.options.face_swapper_blend" in error
+
+
+def test_importing_the_dag_loads_no_heavy_module() -> None:
+    script = (
+        "import json, runpy, sys\n"
+        f"runpy.run_path({str(DAG_FILE)!r})\n"
+        f"print(json.dumps([m for m in {HEAVY_MODULES!r} if m in sys.modules]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_dag_serializes_for_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = parse(monkeypatch, SETTINGS).dags["facefusion_s3_ingest"]
+    restored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert restored.params["input_prefix"] == "s3://videos/incoming/"
+    assert set(restored.task_ids) == {"scan", "start_swap", "report"}
