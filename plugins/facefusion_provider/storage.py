@@ -12,6 +12,7 @@ that names the bucket and key.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -320,6 +321,7 @@ def _write_local_exclusive(path: str, data: bytes) -> bool:
     os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
+        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes 0600; a published file gets the usual mode, like open() would
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -372,11 +374,21 @@ def _stored_object(uri: str, info: dict[str, Any]) -> StoredObject:
     return StoredObject(uri=uri, version=version, size=size, modified=seconds)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
 def _write_local_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
+        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes 0600; a published file gets the usual mode, like open() would
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -441,34 +453,45 @@ def open_input(uri: str) -> Iterator[str | IO[bytes]]:
 
 
 def cached_input(uri: str, cache_dir: str) -> str:
-    """The local path of a node-local copy of ``uri``, downloaded once and keyed by the object's ETag and size."""
+    """The local path of a node-local copy of ``uri``, downloaded once and keyed by the object's ETag and size.
+
+    Chunks running side by side on one node wait for the first one's download (a lock per copy) instead of each
+    fetching the whole file.
+    """
     fs, remote = filesystem(uri)
     with _storage_errors(uri, fs):
         info = fs.info(remote)
         etag = str(info.get("ETag") or "").strip('"')
-        name = hashlib.sha256(f"{uri}\n{etag}\n{info.get('size')}".encode()).hexdigest()[:32]
-        target = os.path.join(cache_dir, name + posixpath.splitext(remote)[1])
-        if os.path.isfile(target) and os.path.getsize(target) == info.get("size"):
-            os.utime(target)  # recently used: evicted last
-            return target
+        size = int(info.get("size") or 0)
+        name = hashlib.sha256(f"{uri}\n{etag}\n{size}".encode()).hexdigest()[:32] + posixpath.splitext(remote)[1]
+        target = os.path.join(cache_dir, name)
         os.makedirs(cache_dir, exist_ok=True)
-        _evict_input_cache(cache_dir, keep_free=int(info.get("size") or 0))
-        fd, temp = tempfile.mkstemp(dir=cache_dir, prefix=".part-")
-        try:
-            # s3fs checks every range against the ETag it opened with: a replaced object fails here, not silently.
-            with (
-                os.fdopen(fd, "wb") as out,
-                fs.open(remote, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as src,
-            ):
-                if str(src.details.get("ETag") or "").strip('"') != etag:
-                    raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run")
-                shutil.copyfileobj(src, out, _DOWNLOAD_BLOCK)
-            os.replace(temp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
+        with open(os.path.join(cache_dir, f".lock-{name}"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.isfile(target) and os.path.getsize(target) == size:
+                os.utime(target)  # recently used: evicted last
+                return target
+            _evict_input_cache(cache_dir, keep_free=size)
+            _download(fs, remote, uri, etag, target)
     return target
+
+
+def _download(fs: AbstractFileSystem, remote: str, uri: str, etag: str, target: str) -> None:
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".part-")
+    try:
+        # s3fs checks every range against the ETag it opened with: a replaced object fails here, not silently.
+        with (
+            os.fdopen(fd, "wb") as out,
+            fs.open(remote, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as src,
+        ):
+            if str(src.details.get("ETag") or "").strip('"') != etag:
+                raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run")
+            shutil.copyfileobj(src, out, _DOWNLOAD_BLOCK)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
 
 
 def _evict_input_cache(cache_dir: str, *, keep_free: int) -> None:
@@ -476,7 +499,7 @@ def _evict_input_cache(cache_dir: str, *, keep_free: int) -> None:
     limit = int(os.environ.get(INPUT_CACHE_MAX_BYTES_VARIABLE) or DEFAULT_INPUT_CACHE_MAX_BYTES)
     entries = []
     for entry in os.scandir(cache_dir):
-        if entry.is_file() and not entry.name.startswith(".part-"):
+        if entry.is_file() and not entry.name.startswith("."):  # not the locks, not downloads in progress
             stat = entry.stat()
             entries.append((stat.st_mtime, stat.st_size, entry.path))
     used = sum(size for _, size, _ in entries)

@@ -126,3 +126,10 @@ def test_job_layout_and_output_marker(tmp_path: Path) -> None:
     assert layout.chunk_marker(7).endswith("/jobs/abc/chunks/00007.json")
     assert storage.output_marker_uri("s3://out/videos/a.mp4") == "s3://out/videos/.a.mp4.facefusion.json"
     assert storage.output_marker_uri("file:///x/a.mp4") == "file:///x/.a.mp4.facefusion.json"
+
+
+def test_atomically_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    storage.write_bytes_atomic((tmp_path / "preview.jpg").as_uri(), b"jpeg")
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")  # what open() gives under this process's umask
+    assert (tmp_path / "preview.jpg").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 # Container tags that describe the original file's muxer, not its content.
 MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "creation_time"})
 FASTSTART_EXTENSIONS = frozenset({"mp4", "m4v", "mov"})
+MOV_TEXT_GAP = b"\x00\x00"  # an MP4 subtitle sample with no text
 
 
 @dataclass(frozen=True)
@@ -214,10 +215,13 @@ def _other_packets(
         return
     start, end = window
     streams = [source.streams[index] for index in copied]
+    mov_text = {stream.index for stream in streams if stream.codec_context and stream.codec_context.name == "mov_text"}
     with media_errors(name, "copying the audio and other streams"):
         for packet in source.demux(streams):
             if packet.size == 0 or packet.pts is None or packet.time_base is None:
                 continue
+            if packet.stream_index in mov_text and bytes(packet) == MOV_TEXT_GAP:
+                continue  # the MP4 muxer writes its own empty samples between cues: copied ones would double them
             time_base = packet.time_base
             begins = packet.pts * time_base
             if start is not None and begins + (packet.duration or 0) * time_base <= start:

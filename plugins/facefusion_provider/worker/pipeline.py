@@ -18,6 +18,7 @@ from facefusion_provider.media.images import rgb_array, rgb_frame
 
 Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame
 QUEUE_BATCHES = 2  # batches of frames each queue holds at most
+PASS_THROUGH_BATCH = 8  # frames handed on together when nothing processes them
 _POLL_SECONDS = 0.1
 
 
@@ -82,7 +83,7 @@ def run_pipeline(
 ) -> StageTimings:
     """Decode ``frames`` in a thread, run ``processor`` on batches (or pass frames through untouched when None), and
     hand each result with its original pts to ``encode`` in another thread."""
-    batch_size = processor.batch_size if processor is not None else 8
+    batch_size = processor.batch_size if processor is not None else PASS_THROUGH_BATCH
     failed = threading.Event()
     decoded = _Pipe(failed, queue.Queue(maxsize=QUEUE_BATCHES * batch_size))
     processed = _Pipe(failed, queue.Queue(maxsize=QUEUE_BATCHES * batch_size))

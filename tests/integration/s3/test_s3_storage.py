@@ -4,6 +4,7 @@ reads, exclusive writes and listings. Every request goes through the proxy, whic
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -191,3 +192,41 @@ def test_the_node_cache_downloads_once_per_etag(s3: S3Stack, tmp_path: Path, mon
     s3.client().put_object(Bucket="videos", Key="t/cached.mp4", Body=b"version two!")
     with storage.open_input("s3://videos/t/cached.mp4") as third:
         assert isinstance(third, str) and third != first and Path(third).read_bytes() == b"version two!"
+
+
+def test_chunks_side_by_side_on_a_node_share_one_download(
+    s3: S3Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACEFUSION_INPUT_CACHE_DIR", str(tmp_path / "cache"))
+    payload = os.urandom(300_000)
+    s3.client().put_object(Bucket="videos", Key="t/shared.mp4", Body=payload)
+    s3.proxy.inject(Fault("GET", r"/videos/t/shared\.mp4", 503))  # a slow first download: the others must wait
+    paths: list[str] = []
+
+    def open_once() -> None:
+        paths.append(storage.cached_input("s3://videos/t/shared.mp4", str(tmp_path / "cache")))
+
+    threads = [threading.Thread(target=open_once) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(paths)) == 1 and Path(paths[0]).read_bytes() == payload
+    gets = [e.status for e in s3.proxy.exchanges() if e.method == "GET" and "shared.mp4" in e.path]
+    assert gets == [503, 206] or gets == [503, 200]  # one download (retried once), not three
+
+
+def test_the_node_cache_evicts_the_least_recently_used_copy(
+    s3: S3Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FACEFUSION_INPUT_CACHE_MAX_BYTES", "2500")
+    for name in ("old", "used", "new"):
+        s3.client().put_object(Bucket="videos", Key=f"t/{name}.mp4", Body=name.encode() * 300)
+    old = storage.cached_input("s3://videos/t/old.mp4", str(cache))
+    used = storage.cached_input("s3://videos/t/used.mp4", str(cache))
+    os.utime(used, (1, 1))  # the older copy of the two...
+    os.utime(old, (2, 2))
+    assert storage.cached_input("s3://videos/t/used.mp4", str(cache)) == used  # ...until a hit makes it recent
+    new = storage.cached_input("s3://videos/t/new.mp4", str(cache))
+    assert not Path(old).exists() and Path(used).exists() and Path(new).exists()

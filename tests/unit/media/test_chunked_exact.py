@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from .conftest import BFRAMES_LONG_GOP, MakeVideo
 NTSC = {"frame_rate": Fraction(30000, 1001), "time_base": Fraction(1, 30000)}
 VFR = {"time_base": Fraction(1, 1000), "frame_durations": (33, 50, 17, 40, 66)}
 
-CASES = {
+CASES: dict[str, tuple[int, dict[str, Any], list[int]]] = {
     # name: (frames, video fields, chunk sizes)
     "cfr30-aac-bframes": (40, {"audio_rate": 48000, "codec_options": BFRAMES_LONG_GOP}, [1, 7, 64, 1000]),
     "ntsc-aac": (30, {**NTSC, "audio_rate": 44100}, [7]),

@@ -78,3 +78,22 @@ def test_a_frame_the_file_no_longer_holds_is_a_media_error(make_video: MakeVideo
     other = make_video(frames=5, name="shorter.mp4")  # the target was replaced by a shorter video after probing
     with pytest.raises(InvalidMediaError, match=r"shorter.mp4"):
         list(decode_frames(other, probe, 3, 10, "shorter.mp4"))
+
+
+def test_open_gop_frames_before_a_keyframe_are_found_by_seeking_further_back(make_video: MakeVideo) -> None:
+    # With open GOPs, the B-frames decoded right after a keyframe are shown before it and need the previous GOP:
+    # seeking to the keyframe cannot yield them, so the decoder seeks again, further back.
+    open_gop = {"preset": "veryfast", "bf": "3", "x264-params": "open-gop=1:keyint=12:min-keyint=12:scenecut=0"}
+    path = make_video(frames=36, codec_options=open_gop)
+    probe = probe_video(path, path)
+    full = [(d.pts, d.md5) for d in frame_digests(path)]
+    extra_seeks = []
+    for start in range(36):
+        stats = DecodeStats()
+        assert (
+            _digests(decode_frames(path, probe, start, min(36, start + 3), path, stats=stats))
+            == full[start : start + 3]
+        )
+        if stats.seeks > 1:
+            extra_seeks.append(start)
+    assert extra_seeks == [9, 10, 11, 21, 22, 23]  # the leading B-frames of the GOPs at 12 and 24

@@ -85,3 +85,37 @@ def test_a_chunk_with_too_few_frames_is_refused(make_video: MakeVideo, tmp_path:
     probe = probe_video(target, target)
     with pytest.raises(InvalidJobError, match=r"short\.mp4: holds 3 frames with other timestamps than frames 0-7"):
         merge_chunks([ChunkFile(short, 0, 8)], target, probe, str(tmp_path / "o.mp4"), name="t")
+
+
+def test_subtitles_are_copied_once(tmp_path: Path) -> None:
+    import struct
+
+    import numpy as np
+
+    from facefusion_provider.media.images import rgb_frame
+
+    target = str(tmp_path / "subtitled.mp4")
+    with av.open(target, "w") as container:
+        video = container.add_stream("libx264", rate=30)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        text = container.add_mux_stream("mov_text")
+        text.time_base = Fraction(1, 1000)
+        for number in range(30):
+            frame = rgb_frame(np.full((48, 64, 3), number * 8, np.uint8)).reformat(format="yuv420p")
+            frame.pts = number
+            container.mux(video.encode(frame))
+            if number % 10 == 0:
+                line = f"line {number}".encode()
+                cue = av.Packet(struct.pack(">H", len(line)) + line)
+                cue.stream, cue.pts, cue.dts, cue.duration = text, number * 1000 // 30, number * 1000 // 30, 300
+                cue.time_base = Fraction(1, 1000)
+                container.mux(cue)
+        container.mux(video.encode(None))
+    output = str(tmp_path / "out.mp4")
+    worker.run([], target, output, str(tmp_path / "work"), processors=[], chunk_size=10)
+    assert packet_payloads(output, "subtitle") == packet_payloads(target, "subtitle")
+    assert [p for _, p in packet_payloads(output, "subtitle") if len(p) > 2] == [
+        b"\x00\x06line 0",
+        b"\x00\x07line 10",
+        b"\x00\x07line 20",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from facefusion_provider.types import ChunkMarker, OutputMarker
 
 from .conftest import MakeVideo, job_folders
 
-PASSTHROUGH = {"processors": [], "output_video_quality": 100}
+PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 
 
 def test_run_returns_the_result_and_removes_the_job_folder(

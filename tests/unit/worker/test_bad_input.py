@@ -57,12 +57,12 @@ def _audio_only(folder: Path, make_video: MakeVideo) -> Path:
     path = folder / "voice.m4a"
     with av.open(str(path), "w") as container:
         stream = container.add_stream("aac", rate=48000)
-        stream.layout = "mono"  # type: ignore[union-attr]
+        stream.layout = "mono"
         for number in range(10):
             frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
             frame.sample_rate, frame.pts = 48000, number * 1024
-            container.mux(stream.encode(frame))  # type: ignore[arg-type]
-        container.mux(stream.encode(None))  # type: ignore[arg-type]
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
     return path
 
 

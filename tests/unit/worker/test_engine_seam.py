@@ -34,7 +34,7 @@ class BlackSquare:
     def __init__(self) -> None:
         self.calls = 0
 
-    def process_batch(self, frames: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[type-arg]
+    def process_batch(self, frames: list[np.ndarray]) -> list[np.ndarray]:
         self.calls += 1
         painted = []
         for frame in frames:
@@ -55,7 +55,7 @@ def test_processed_frames_are_encoded_in_place_of_the_originals(
 
     def prepare_identity(
         paths: list[str], reference: np.ndarray | None, options: Options, models_dir: str | None
-    ) -> dict[str, Any]:  # type: ignore[type-arg]
+    ) -> dict[str, Any]:
         seen.update(paths=paths, reference=reference, models_dir=models_dir)
         return {"embedding": [0.5, 0.25]}
 
