@@ -8,7 +8,7 @@ the numbers are I/O and decode, not inference. Loopback has no latency, so bytes
 the results adds a stated network cost to say where the cache pays.
 
     python bench/bench_s3.py                     # writes bench/results/s3.json and bench/results/s3.md
-    python bench/bench_s3.py --seconds 4 --out /tmp/s3bench
+    python bench/bench_s3.py --seconds 4 --blocks 1024 --out /tmp/s3bench
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def summarise(result: dict[str, Any], size: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=8, help="length of the 720p clip")
+    parser.add_argument("--seconds", type=int, default=12, help="length of the 720p clip")
     parser.add_argument("--fps", type=int, default=25)
     parser.add_argument("--gop", type=int, default=50, help="frames between keyframes")
     parser.add_argument("--chunk", type=int, default=50, help="frames per chunk")

@@ -137,6 +137,7 @@ def test_ingestion_starts_each_new_video_once_and_retries_failures(
     for name, clip in clips.items():
         expected = [digest.md5 for digest in frame_digests(str(media / f"{clip}.mp4"))]
         assert output_frames(s3, f"swapped/{name}", tmp_path) == expected, name
+    assert s3.keys("work", "airflow/jobs/") == []  # cleanup removed every job folder from the S3 work root
 
     # A second ingestion run starts nothing.
     run_id, state = ingestion.ingest()
