@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,12 +67,12 @@ def target_traffic(proxy: FaultyProxy, key: str) -> tuple[int, int]:
 
 
 def measure_mode(
-    mode: str, *, target: str, key: str, face: str, env: dict[str, str], proxy: FaultyProxy, chunk: int
+    mode: str, *, target: str, key: str, face: str, env: dict[str, str], proxy: FaultyProxy, chunk: int, scratch: Path
 ) -> dict[str, Any]:
     """Prepare a job (its own folder) and run every chunk as its own process; what each read of the target."""
     env = dict(env)
     if mode == "node_cache":
-        env["FACEFUSION_INPUT_CACHE_DIR"] = tempfile.mkdtemp(prefix="s3bench-cache-")
+        env["FACEFUSION_INPUT_CACHE_DIR"] = str(scratch / "cache")
     if mode.startswith("ranged_reads_"):
         env["FACEFUSION_S3_READ_BLOCK_BYTES"] = str(int(mode.rsplit("_", 1)[1].removesuffix("KiB")) * 1024)
     job, output = f"s3://work/bench/{mode}", f"s3://work/bench/{mode}-out.mp4"
@@ -150,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         }
 
         def measure(mode: str, target: str, key: str, source: str) -> dict[str, Any]:
-            return measure_mode(mode, target=target, key=key, face=source, env=env, proxy=proxy, chunk=args.chunk)
+            return measure_mode(
+                mode, target=target, key=key, face=source, env=env, proxy=proxy, chunk=args.chunk, scratch=scratch
+            )
 
         s3_face = "s3://videos/faces/face.png"
         results = [measure("local_file", str(clip), "target.mp4", str(face))]
@@ -159,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proxy.stop()
         moto.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
     summary = [summarise(result, size) for result in results]
     command = "python bench/bench_s3.py " + shlex.join(sys.argv[1:])
@@ -205,14 +209,23 @@ def markdown(report: dict[str, Any]) -> str:
             f"{row['modelled_network_s']} |"
         )
     model = report["network_model"]
+    rows = {row["mode"]: row for row in report["summary"]}
+    ideal = 1 / rows["local_file"]["chunks"]
+    ranged = [row for mode, row in rows.items() if mode.startswith("ranged_reads_")]
+    shares = ", ".join(
+        f"{row['fraction_of_file_per_chunk']:.0%} with {row['mode'].rsplit('_', 1)[1]} blocks" for row in ranged
+    )
     lines += [
         "",
         f"Modelled network: {model['request_latency_s'] * 1000:.0f} ms per request plus bytes at "
-        f"{model['bandwidth_bytes_per_s'] / 1e6:.0f} MB/s (loopback itself has neither).",
-        "Ranged reads fetch about one chunk's share of the file (plus the index and the keyframe pre-roll) per chunk; "
-        "the cache fetches the whole file once per node, then nothing. So the cache pays only when one node runs most "
-        "of a video's chunks (the local backend, or a few large GPU nodes) and costs a full download per node when "
-        "chunks spread over many pods: it is off by default (`FACEFUSION_INPUT_CACHE_DIR`, see docs/s3.md).",
+        f"{model['bandwidth_bytes_per_s'] / 1e6:.0f} MB/s (loopback itself has neither). `prepare` reads the whole "
+        "target in every S3 mode (it demuxes every packet to learn each frame's timestamp).",
+        "",
+        f"A chunk's own frames are {ideal:.0%} of the file. By ranged reads a chunk fetched {shares}: the container's "
+        "start (the decoder's probe) and its index, plus the chunk's frames from the keyframe before them, each rounded "
+        "up to whole blocks. Smaller blocks fetch less but ask more often; the node cache fetches the file once per "
+        "node (in `prepare`) and then nothing, so it pays when one node runs most of a video's chunks (the local "
+        "backend, a few big GPU nodes), and costs a whole download per pod when chunks spread over many nodes.",
         "",
     ]
     return "\n".join(lines)

@@ -208,7 +208,7 @@ def _storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_i
     except FileNotFoundError as error:
         if urlparse(uri).scheme == "s3":
             bucket, key = _bucket_and_key(uri)
-            if fs is not None and (_error_code(error) == "NoSuchBucket" or not _bucket_exists(fs, bucket)):
+            if _error_code(error) == "NoSuchBucket" or (fs is not None and not _bucket_exists(fs, bucket)):
                 raise StorageDeniedError(
                     f"{uri}: bucket {bucket!r} does not exist (or these credentials cannot see it); key {key!r}"
                 ) from None
