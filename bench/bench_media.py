@@ -227,9 +227,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"Output sizes: direct {result['output_bytes']['direct']:,} bytes, chunked {result['output_bytes']['chunked']:,}"
         " bytes (each chunk starts with a keyframe).",
         "",
-        "The direct side decodes and encodes in one loop; the chunked side decodes in its own thread, so on an idle "
-        "machine its wall time can undercut the direct transcode while it spends more CPU. CPU time is the fairer "
-        "measure of the extra work, and the steadier one on a shared machine.",
+        "CPU time counts the extra work chunking does (pre-roll decoding from each chunk's keyframe, one more keyframe "
+        "per chunk, opening files, checksums, the merge); wall time adds the moments at each chunk's end when the "
+        "encoder drains and cores idle. On a shared machine CPU time is also the steadier of the two.",
         "",
         "Command:",
         "",
