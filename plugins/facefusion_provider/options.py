@@ -80,6 +80,10 @@ class Options(BaseModel):
     face_swapper_blend: Percent = Field(
         default=85, description="How much of the swapped face replaces the original, 0-100."
     )
+    face_swapper_color_correction: bool = Field(
+        default=True,
+        description="Match the swapped face's colours (LAB mean and spread inside the face mask) to the target face's.",
+    )
     face_mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Feathering of the face mask edge, 0-1.")
     face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
         default=(0, 0, 0, 0), description="Mask padding in percent of the face box: top, right, bottom, left."
@@ -229,6 +233,9 @@ def options_to_argv(options: Options) -> list[str]:
         value = getattr(options, name)
         if value == getattr(defaults, name) or value is None:
             continue
+        if isinstance(value, bool):
+            argv.append(_flag(name) if value else _flag("no_" + name))
+            continue
         argv.append(_flag(name))
         if isinstance(value, (list, tuple)):
             argv.extend(str(v) for v in value)
@@ -244,7 +251,8 @@ def options_markdown_table() -> str:
     for name, field in Options.model_fields.items():
         prop = schema[name]
         default = json.dumps(field.default)
-        rows.append(f"| `{name}` / `{_flag(name)}` | `{default}` | {_allowed(prop)} | {field.description} |")
+        flags = f"`{_flag(name)}` / `{_flag('no_' + name)}`" if field.annotation is bool else f"`{_flag(name)}`"
+        rows.append(f"| `{name}` / {flags} | `{default}` | {_allowed(prop)} | {field.description} |")
     return "\n".join(rows)
 
 

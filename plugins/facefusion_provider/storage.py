@@ -317,15 +317,8 @@ def write_bytes_exclusive(uri: str, data: bytes) -> bool:
 
 
 def _write_local_exclusive(path: str, data: bytes) -> bool:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    temp = _write_local_temp(path, data)
     try:
-        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes 0600; a published file gets the usual mode, like open() would
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.link(temp, path)  # fails if path exists: readers only ever see the complete file
     except FileExistsError:
         return False
@@ -383,7 +376,8 @@ def _umask() -> int:
 _NEW_FILE_MODE = 0o666 & ~_umask()
 
 
-def _write_local_atomic(path: str, data: bytes) -> None:
+def _write_local_temp(path: str, data: bytes) -> str:
+    """A new temp file beside ``path`` holding ``data``, synced to disk, for the caller to publish; removed on failure."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
@@ -393,6 +387,16 @@ def _write_local_atomic(path: str, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return temp
+
+
+def _write_local_atomic(path: str, data: bytes) -> None:
+    temp = _write_local_temp(path, data)
+    try:
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

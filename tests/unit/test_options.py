@@ -120,3 +120,19 @@ def test_json_schema_drives_the_ui_form() -> None:
     assert "libx264" in properties["output_video_encoder"]["enum"]
     assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer"]
     assert all(prop.get("description") for prop in properties.values())
+
+
+def test_color_correction_flag_and_model_agree() -> None:
+    parser = argparse.ArgumentParser()
+    add_option_arguments(parser)
+    assert "--no-face-swapper-color-correction" in parser.format_help()
+    assert Options().face_swapper_color_correction is True
+    assert _parse_cli([]).face_swapper_color_correction is True
+    assert _parse_cli(["--no-face-swapper-color-correction"]).face_swapper_color_correction is False
+    assert _parse_cli(["--face-swapper-color-correction"]).face_swapper_color_correction is True
+    off = Options(face_swapper_color_correction=False)
+    assert options_to_argv(off) == ["--no-face-swapper-color-correction"]
+    assert _parse_cli(options_to_argv(off)) == off
+    assert off.fingerprint() != Options().fingerprint(), "it changes pixels, so it is part of the job id"
+    prop = options_json_schema()["properties"]["face_swapper_color_correction"]
+    assert (prop["type"], prop["default"]) == ("boolean", True)

@@ -1,4 +1,4 @@
-"""Paste a processed face crop back into its frame: box mask, inverse affine, linear blend.
+"""Paste a processed face crop back into its frame: box mask, colour match, inverse affine, linear blend.
 
 Only the frame region the crop covers is touched; every pixel outside it keeps its exact value.
 """
@@ -16,6 +16,7 @@ from facefusion_provider.engine.align import Matrix, invert_affine
 from facefusion_provider.engine.face import FloatArray, Frame
 
 Padding = tuple[int, int, int, int]  # percent of the crop: top, right, bottom, left
+LAB_STD_RATIO = (0.5, 2.0)  # bounds of the colour-transfer contrast change
 
 
 @functools.lru_cache(maxsize=32)
@@ -33,6 +34,36 @@ def create_box_mask(crop_size: int, face_mask_blur: float, face_mask_padding: Pa
         mask = np.asarray(cv2.GaussianBlur(mask, (0, 0), blur_amount * 0.25), np.float32)
     mask.flags.writeable = False
     return mask
+
+
+def lab_statistics(lab: FloatArray, weight: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per-channel mean and standard deviation of ``lab`` (H x W x 3), each pixel counted by its ``weight``."""
+    pixels = lab.reshape(-1, 3).astype(np.float64)
+    weights = weight.reshape(-1, 1).astype(np.float64)
+    total = weights.sum()
+    mean = (pixels * weights).sum(axis=0) / total
+    std = np.sqrt(((pixels - mean) ** 2 * weights).sum(axis=0) / total)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def match_color_statistics(
+    image: npt.NDArray[np.floating] | Frame, reference: npt.NDArray[np.floating] | Frame, mask: FloatArray
+) -> FloatArray:
+    """``image`` (RGB, 0..255) with the LAB mean and spread of ``reference`` inside ``mask`` (Reinhard colour transfer).
+
+    Both images' statistics are taken where ``mask`` (0..1) is above 0, weighted by it; the result is float RGB 0..255.
+    """
+    weight = np.clip(np.asarray(mask, np.float32), 0.0, 1.0)
+    if not np.any(weight > 0):
+        return np.asarray(image, np.float32)
+    # Float LAB (L 0..100, a and b about -128..127) avoids the rounding of OpenCV's 8-bit LAB.
+    lab = np.asarray(cv2.cvtColor(np.asarray(image, np.float32) / 255.0, cv2.COLOR_RGB2LAB), np.float32)
+    reference_lab = np.asarray(cv2.cvtColor(np.asarray(reference, np.float32) / 255.0, cv2.COLOR_RGB2LAB), np.float32)
+    mean, std = lab_statistics(lab, weight)
+    reference_mean, reference_std = lab_statistics(reference_lab, weight)
+    ratio = np.clip(reference_std / (std + 1e-3), *LAB_STD_RATIO).astype(np.float32)
+    matched = lab * ratio + (reference_mean - mean * ratio)
+    return np.asarray(np.clip(cv2.cvtColor(matched, cv2.COLOR_LAB2RGB), 0.0, 1.0) * 255.0, np.float32)
 
 
 def paste_region(frame_shape: tuple[int, ...], inverse: Matrix, crop_size: int) -> tuple[int, int, int, int] | None:

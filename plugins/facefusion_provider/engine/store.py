@@ -51,11 +51,7 @@ class Pin:
 
 
 def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+    return storage.file_sha256(path)
 
 
 def crc32_file(path: str) -> str:

@@ -2,8 +2,9 @@
 
 The source face (crop + 468 mesh points + the Delaunay triangles of those points, all computed once in ``prepare``) is
 warped triangle by triangle onto the target's mesh, so the target's pose and expression stay; its colours are matched to
-the target in LAB, the target's own mouth interior is kept, and the result is blended in seamlessly: the target's low
-frequencies (light and skin tone) under the source's features, then a feathered mask scaled by ``face_swapper_blend``.
+the target in LAB (``face_swapper_color_correction``), the target's own mouth interior is kept, and the result is
+blended in seamlessly: the target's low frequencies (light and skin tone) under the source's features, then a feathered
+mask scaled by ``face_swapper_blend``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.paste import match_color_statistics
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.options import Options
 
@@ -35,7 +37,6 @@ FEATHER_SCALE = 0.4  # the mask rises from 0 to 1 over face size x face_mask_blu
 SOURCE_DETAIL_LIMIT = 2.0  # target faces above this x the source face's size are worked on smaller, then scaled up
 LOW_BAND_WORK_SIGMA = 4.0  # the low band is blurred on a copy shrunk until its sigma is this many pixels
 POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed point)
-LAB_STD_RATIO = (0.5, 2.0)  # bounds of the colour-transfer contrast change
 
 
 @dataclass(frozen=True)
@@ -172,18 +173,6 @@ def warp_source(source: ClassicSource, target_points: FloatArray, size: tuple[in
     return np.asarray(warped, np.uint8), covered
 
 
-def match_colours(image: Frame, reference: Frame, area: npt.NDArray[np.uint8]) -> Frame:
-    """``image`` with the LAB mean and spread of ``reference`` inside ``area`` (Reinhard colour transfer)."""
-    lab = cv2.cvtColor(image, cv2.COLOR_RGB2LAB)
-    mean, std = (values.reshape(3) for values in cv2.meanStdDev(lab, mask=area))
-    reference_mean, reference_std = (
-        values.reshape(3) for values in cv2.meanStdDev(cv2.cvtColor(reference, cv2.COLOR_RGB2LAB), mask=area)
-    )
-    ratio = np.clip(reference_std / (std + 1e-3), *LAB_STD_RATIO).astype(np.float32)
-    matched = lab.astype(np.float32) * ratio + (reference_mean - mean * ratio).astype(np.float32)
-    return np.asarray(cv2.cvtColor(np.clip(matched, 0, 255).astype(np.uint8), cv2.COLOR_LAB2RGB), np.uint8)
-
-
 def face_area_mask(points: FloatArray, covered: BoolArray, options: Options) -> npt.NDArray[np.uint8]:
     """255 where the swap may paint: the target mesh's hull covered by warped triangles, minus the mouth interior,
     minus ``face_mask_padding`` (percent of the face box from its top, right, bottom and left)."""
@@ -281,7 +270,10 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     work_area = face_area_mask(work_points, covered, options)
     if not np.any(work_area):
         return ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32))
-    matched = match_colours(warped, work_target, work_area)
+    matched = warped
+    if options.face_swapper_color_correction:
+        corrected = match_color_statistics(warped, work_target, (work_area > 0).astype(np.float32))
+        matched = np.clip(np.rint(corrected), 0, 255).astype(np.uint8)
     swapped = transfer_low_frequencies(matched, work_target, work_area, max(1.0, face_size * scale * LOW_BAND_SCALE))
     if scale < 1.0:
         swapped = np.asarray(cv2.resize(swapped, region.size, interpolation=cv2.INTER_LINEAR), np.uint8)

@@ -1,4 +1,5 @@
-"""FaceFusion's inswapper path: arcface_128 alignment, emap projection of the source identity, pixel boost, paste-back."""
+"""FaceFusion's inswapper path: arcface_128 alignment, emap projection of the source identity, pixel boost, colour
+correction, paste-back."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from onnx import numpy_helper
 
 from facefusion_provider.engine.align import Matrix, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
-from facefusion_provider.engine.paste import create_box_mask, paste_back
+from facefusion_provider.engine.paste import create_box_mask, match_color_statistics, paste_back
 from facefusion_provider.engine.recognize import normalize_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, run_session
 from facefusion_provider.engine.store import ModelStore
@@ -145,12 +146,12 @@ def swap_faces(
     clock = StageClock(timings)
     boost = pixel_boost_size(options)
     total = boost // MODEL_SIZE
-    crops: list[tuple[int, Matrix]] = []
+    crops: list[tuple[int, Frame, Matrix]] = []
     tiles: list[Frame] = []
     for index, (frame, frame_faces) in enumerate(zip(frames, faces, strict=True)):
         for face in frame_faces:
             crop, matrix = warp_face(frame, face.landmark_5, "arcface_128", boost)
-            crops.append((index, matrix))
+            crops.append((index, crop, matrix))
             tiles.append(implode_pixel_boost(crop, total))
     clock.lap("swap_align")
     if not crops:
@@ -161,8 +162,10 @@ def swap_faces(
     blend = options.face_swapper_blend / 100.0
     results = list(frames)
     per_face = total * total
-    for number, (index, matrix) in enumerate(crops):
+    for number, (index, crop, matrix) in enumerate(crops):
         swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
+        if options.face_swapper_color_correction:
+            swapped = match_color_statistics(swapped, crop, mask)
         results[index] = paste_back(results[index], swapped, mask, matrix, blend)
     clock.lap("swap_paste")
     return results

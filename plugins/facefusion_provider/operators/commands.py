@@ -94,11 +94,17 @@ def _report_fields(report: str | None) -> dict[str, object]:
     return {}
 
 
-def raise_for_failure(failure: WorkerFailure) -> NoReturn:
-    """A non-retryable failure fails the task at once (no retries); any other failure lets Airflow retry."""
+def failure_exception(failure: WorkerFailure, where: str = "") -> AirflowException:
+    """The task failure for ``failure`` (``where`` is appended to its message): a non-retryable failure fails the task
+    at once (no retries); any other failure lets Airflow retry."""
     if failure.retryable:
-        raise AirflowException(failure.describe())
-    raise AirflowFailException(failure.describe())
+        return AirflowException(failure.describe() + where)
+    return AirflowFailException(failure.describe() + where)
+
+
+def raise_for_failure(failure: WorkerFailure) -> NoReturn:
+    """Fail the task with ``failure_exception``."""
+    raise failure_exception(failure)
 
 
 @contextlib.contextmanager

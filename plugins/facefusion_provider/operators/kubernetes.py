@@ -20,10 +20,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client import models as k8s
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.operators.chunks import SwapChunkMixin
 from facefusion_provider.operators.commands import (
     TERMINATION_LOG_VARIABLE,
     WorkerFailure,
     completed_work,
+    failure_exception,
     parse_failure_report,
     worker_argv,
     worker_env,
@@ -158,12 +160,10 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
             if failure is None:
                 raise
             where = f" (pod {remote_pod.metadata.namespace}/{remote_pod.metadata.name}, kept for debugging)"
-            if failure.retryable:
-                raise AirflowException(failure.describe() + where) from error
-            raise AirflowFailException(failure.describe() + where) from error
+            raise failure_exception(failure, where) from error
 
 
-class KubernetesSwapChunkOperator(KubernetesWorkerOperator):
+class KubernetesSwapChunkOperator(SwapChunkMixin, KubernetesWorkerOperator):
     """``swap-chunk`` for one chunk of ``plan``'s list (mapped: one pod per chunk). A committed chunk, or an output
     that already carries this job, succeeds at once without starting a pod (never a skip: merge must run).
 
@@ -175,10 +175,6 @@ class KubernetesSwapChunkOperator(KubernetesWorkerOperator):
     def __init__(self, *, job_uri: str, chunk: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(command="swap-chunk", job_uri=job_uri, **kwargs)
         self.chunk = chunk
-
-    @property
-    def chunk_index(self) -> int:
-        return int(self.chunk["index"])
 
     def job_annotations(self) -> dict[str, str]:
         frames = f"{self.chunk['start']}-{int(self.chunk['end']) - 1}" if {"start", "end"} <= set(self.chunk) else ""

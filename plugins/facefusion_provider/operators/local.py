@@ -12,6 +12,7 @@ from airflow.providers.standard.hooks.subprocess import SubprocessHook
 from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.operators.chunks import SwapChunkMixin
 from facefusion_provider.operators.commands import (
     TERMINATION_LOG_VARIABLE,
     completed_work,
@@ -91,7 +92,7 @@ class LocalWorkerOperator(BaseOperator):
             self._subprocess.send_sigterm()  # type: ignore[no-untyped-call]
 
 
-class LocalSwapChunkOperator(LocalWorkerOperator):
+class LocalSwapChunkOperator(SwapChunkMixin, LocalWorkerOperator):
     """``swap-chunk`` for one chunk of ``plan``'s list (mapped: one task per chunk). A committed chunk, or an output
     that already carries this job, succeeds at once without starting a process (never a skip: merge must run).
 
@@ -103,7 +104,3 @@ class LocalSwapChunkOperator(LocalWorkerOperator):
     def __init__(self, *, job_uri: str, chunk: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(command="swap-chunk", job_uri=job_uri, **kwargs)
         self.chunk = chunk
-
-    @property
-    def chunk_index(self) -> int:
-        return int(self.chunk["index"])

@@ -7,6 +7,7 @@ import json
 import cv2
 import numpy as np
 import pytest
+from skimage.color import rgb2lab
 
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Face, Frame
@@ -116,6 +117,24 @@ def test_pixels_outside_the_face_mask_are_unchanged(
     outside = np.ones(target.shape[:2], bool)
     outside[y1 : y2 + 1, x1 : x2 + 1] = False
     assert np.array_equal(swapped[outside], target[outside])
+
+
+def test_colour_correction_is_on_by_default_and_switchable(swap_case: tuple[Frame, Face, ClassicSource]) -> None:
+    target, face, source = swap_case
+    on = Options(face_swapper_blend=100)
+    off = Options(face_swapper_blend=100, face_swapper_color_correction=False)
+    corrected, uncorrected = swap_face_classic(target, face, source, on), swap_face_classic(target, face, source, off)
+    mask = classic_face_mask(target, face, source, on)
+    assert np.array_equal(mask, classic_face_mask(target, face, source, off)), "the switch changes colours only"
+    assert np.array_equal(corrected[mask == 0], uncorrected[mask == 0])
+    inside = mask > 0.99
+
+    def chroma_spread(image: Frame) -> np.ndarray:
+        return np.asarray(rgb2lab(image[inside][None])[0, :, 1:].std(axis=0))
+
+    # The target's light already reaches both through the low band; only the corrected face takes its colour spread.
+    wanted = chroma_spread(target)
+    assert np.abs(chroma_spread(corrected) - wanted).max() < 0.5 * np.abs(chroma_spread(uncorrected) - wanted).max()
 
 
 def test_the_targets_own_mouth_interior_is_kept(swap_case: tuple[Frame, Face, ClassicSource], options: Options) -> None:

@@ -7,7 +7,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from skimage.color import rgb2lab
 
+from facefusion_provider.engine.face import Face
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.engine.swap_inswapper import (
     explode_pixel_boost,
@@ -57,7 +59,9 @@ def test_a_flat_colour_swapper_paints_exactly_the_masked_region_blended_by_the_r
 ) -> None:
     inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
     face = face_at((150.0, 125.0), 100.0, angle)
-    options = swap_options(face_swapper_blend=blend, face_mask_blur=blur, face_mask_padding=padding)
+    options = swap_options(
+        face_swapper_blend=blend, face_mask_blur=blur, face_mask_padding=padding, face_swapper_color_correction=False
+    )
 
     result = swap_face(textured_frame, face, np.ones(512), options, store_for(models_dir))
 
@@ -87,7 +91,8 @@ def test_the_source_input_is_the_normalised_embedding_through_the_last_initializ
     path = inswapper_model(models_dir / "inswapper_128.onnx", kind="reveal", emap=emap, decoy=decoy)
     face = face_at((160.0, 120.0), 120.0, 5.0)
 
-    result = swap_face(textured_frame, face, embedding, swap_options(face_swapper_blend=100), store_for(models_dir))
+    options = swap_options(face_swapper_blend=100, face_swapper_color_correction=False)
+    result = swap_face(textured_frame, face, embedding, options, store_for(models_dir))
 
     np.testing.assert_allclose(source_latent(embedding, load_emap(str(path)))[0, :3], wanted, atol=1e-5)
     inverse = cv2.invertAffineTransform(frame_to_crop_matrix(face, 128))
@@ -159,7 +164,12 @@ def test_fp16_model_variant_runs_with_float16_inputs(
     store_for: StoreFactory,
 ) -> None:
     inswapper_model(models_dir / "inswapper_128_fp16.onnx", kind="flat", colour=COLOUR, fp16=True)
-    options = Options(face_swapper_model="inswapper_128_fp16", face_swapper_blend=100, face_mask_blur=0.0)
+    options = Options(
+        face_swapper_model="inswapper_128_fp16",
+        face_swapper_blend=100,
+        face_mask_blur=0.0,
+        face_swapper_color_correction=False,
+    )
     face = face_at((160.0, 120.0), 100.0)
 
     result = swap_face(textured_frame, face, np.ones(512), options, store_for(models_dir))
@@ -177,8 +187,69 @@ def test_a_face_partly_outside_the_frame_is_clipped_not_an_error(
     inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
     face = face_at((10.0, 230.0), 120.0)
 
-    result = swap_face(textured_frame, face, np.ones(512), swap_options(face_swapper_blend=100), store_for(models_dir))
+    options = swap_options(face_swapper_blend=100, face_swapper_color_correction=False)
+    result = swap_face(textured_frame, face, np.ones(512), options, store_for(models_dir))
 
     assert result.shape == textured_frame.shape
     np.testing.assert_allclose(result[235, 5], np.array(COLOUR) * 255, atol=1.0)
     np.testing.assert_array_equal(result[:100, 150:], textured_frame[:100, 150:])
+
+
+def painted_region(face: Face) -> np.ndarray:
+    """Frame pixels the unblurred box mask covers fully: there the swapped crop alone decides the colour."""
+    inverse = cv2.invertAffineTransform(frame_to_crop_matrix(face, 128))
+    return cv2.warpAffine(reference_box_mask(128, 0.0, (0, 0, 0, 0)), inverse, (320, 240)) > 0.999
+
+
+def flat_frame(colour: tuple[int, int, int]) -> np.ndarray:
+    return np.broadcast_to(np.array(colour, np.uint8), (240, 320, 3)).copy()
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_colour_correction_paints_the_flat_face_in_the_targets_colour_only_when_on(
+    models_dir: Path, store_for: StoreFactory, correction: bool
+) -> None:
+    inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
+    face = face_at((160.0, 120.0), 100.0, 10.0)
+    frame = flat_frame((200, 90, 40))
+    options = swap_options(face_swapper_blend=100, face_mask_blur=0.0, face_swapper_color_correction=correction)
+
+    result = swap_face(frame, face, np.ones(512), options, store_for(models_dir))
+
+    inside = painted_region(face)
+    assert inside.sum() > 3000
+    wanted = frame[0, 0] if correction else np.array(COLOUR) * 255
+    assert np.abs(result[inside].astype(np.float32) - wanted).max() <= 1.0
+
+
+def test_colour_correction_moves_the_face_to_the_targets_mean_lab_colour(
+    textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory
+) -> None:
+    inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
+    face = face_at((150.0, 125.0), 100.0, -12.0)
+    options = swap_options(face_swapper_blend=100, face_mask_blur=0.0)
+
+    result = swap_face(textured_frame, face, np.ones(512), options, store_for(models_dir))
+
+    inside = painted_region(face)
+    target_lab = rgb2lab(textured_frame[inside][None]).reshape(-1, 3).mean(axis=0)
+    painted_lab = rgb2lab(result[inside][None]).reshape(-1, 3).mean(axis=0)
+    flat_lab = rgb2lab(np.array([[COLOUR]]))[0, 0]
+    assert np.linalg.norm(flat_lab - target_lab) > 20, "the flat colour is far from the target's"
+    assert np.linalg.norm(painted_lab - target_lab) < 2.0
+    assert rgb2lab(result[inside][None]).reshape(-1, 3).std(axis=0).max() < 1.0, "a flat face stays flat"
+
+
+def test_batched_colour_correction_matches_each_face_to_its_own_frame(tmp_path: Path) -> None:
+    inswapper_model(tmp_path / "models" / "inswapper_128.onnx", kind="flat", colour=COLOUR, batch="N")
+    store = ModelStore(models_dir=str(tmp_path / "models"), cache_dir=str(tmp_path / "cache"))
+    frames = [flat_frame((200, 90, 40)), flat_frame((30, 60, 180))]
+    faces = [[face_at((100.0, 120.0), 80.0)], [face_at((200.0, 110.0), 90.0, 15.0)]]
+    options = swap_options(face_swapper_blend=100, face_mask_blur=0.0)
+
+    results = swap_faces(frames, faces, np.ones(512), options, store, batch_size=4)
+
+    for frame, (face,), result in zip(frames, faces, results, strict=True):
+        inside = painted_region(face)
+        assert inside.sum() > 2000
+        assert np.abs(result[inside].astype(np.float32) - frame[0, 0]).max() <= 1.0
