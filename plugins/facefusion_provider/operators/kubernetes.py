@@ -25,6 +25,7 @@ from facefusion_provider.operators.commands import (
     TERMINATION_LOG_VARIABLE,
     WorkerFailure,
     completed_work,
+    fail_on_bad_input,
     failure_exception,
     parse_failure_report,
     worker_argv,
@@ -103,9 +104,11 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
         return None
 
     def execute(self, context: Context) -> Any:
-        if reason := completed_work(
-            FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index, worker_args=self.worker_args
-        ):
+        with fail_on_bad_input():
+            reason = completed_work(
+                FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index, worker_args=self.worker_args
+            )
+        if reason:
             self.log.info("Nothing to do, no pod started: %s", reason)
             return None
         return super().execute(context)

@@ -22,6 +22,7 @@ from kube_pod_helpers import (
 )
 from kubernetes.client import models as k8s
 
+from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE
 from facefusion_provider.operators.backends import load_backend
 from facefusion_provider.operators.commands import worker_argv
@@ -434,3 +435,18 @@ def test_the_dag_runs_its_worker_tasks_as_pods_when_the_backend_is_kubernetes(mo
     assert isinstance(tasks["merge"], KubernetesWorkerOperator)
     assert tasks["swap_chunk"].operator_class is KubernetesSwapChunkOperator  # mapped: one pod per chunk
     assert tasks["swap_chunk"].partial_kwargs["pool"] == "facefusion_gpu"
+
+
+def test_an_unreadable_job_fails_at_once_without_a_pod(
+    tmp_path: Path, recording_client: RecordingCoreV1Api, write_job: Callable[..., Any]
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    job_json = Path(storage.local_path(storage.JobLayout(job.job_uri).job_json) or "")
+    job_json.write_text('{"format_version": 999}')
+    operator = make_operator("merge", job.job_uri, make_pod_settings())
+    _use_client(operator, recording_client)
+
+    with pytest.raises(AirflowFailException, match=r"job\.json"):
+        operator.execute(task_context("merge"))  # type: ignore[arg-type]
+
+    assert recording_client.calls == []
