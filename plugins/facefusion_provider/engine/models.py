@@ -137,21 +137,16 @@ MODELS: dict[str, ModelSpec] = {
             licence="Non-Commercial",
             vendor="InsightFace",
         ),
-        _user_model(
-            "inswapper_128",
-            "swap",
-            inputs=(("target", (None, 3, 128, 128)), ("source", (None, 512))),
-            outputs=(("output", (None, 3, 128, 128)),),
-            licence="Non-Commercial",
-            vendor="InsightFace",
-        ),
-        _user_model(
-            "inswapper_128_fp16",
-            "swap",
-            inputs=(("target", (None, 3, 128, 128)), ("source", (None, 512))),
-            outputs=(("output", (None, 3, 128, 128)),),
-            licence="Non-Commercial",
-            vendor="InsightFace",
+        *(
+            _user_model(
+                name,  # the fp16 file has the same interface; runtime casts the feeds to its input types
+                "swap",
+                inputs=(("target", (None, 3, 128, 128)), ("source", (None, 512))),
+                outputs=(("output", (None, 3, 128, 128)),),
+                licence="Non-Commercial",
+                vendor="InsightFace",
+            )
+            for name in ("inswapper_128", "inswapper_128_fp16")
         ),
         _user_model(
             "gfpgan_1.4",
