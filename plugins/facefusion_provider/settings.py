@@ -176,6 +176,14 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "gpu_pool",
     ),
     SettingSpec(
+        "chunk_wave",
+        "integer",
+        "0",
+        "Chunks of one run that process at once: the pool's slots (GPUs), or max_active_chunks_per_run if smaller. A "
+        "plan of at least that many chunks comes in whole waves of equal chunks, so no GPU idles in the last. 0: off.",
+        "8",
+    ),
+    SettingSpec(
         "max_active_chunks_per_run",
         "integer",
         "16",
@@ -289,6 +297,7 @@ class FaceFusionSettings:
     work_root: str
     worker_command: tuple[str, ...]
     pool: str
+    chunk_wave: int
     max_active_chunks_per_run: int
     aws_conn_id: str | None
     retries: int
@@ -310,6 +319,7 @@ class FaceFusionSettings:
             worker_command=tuple(shlex.split(raw["worker_command"]))
             or (sys.executable, "-m", "facefusion_provider.worker"),
             pool=raw["pool"],
+            chunk_wave=_number(raw, "chunk_wave", int, minimum=0),
             max_active_chunks_per_run=_number(raw, "max_active_chunks_per_run", int, minimum=1),
             aws_conn_id=raw["aws_conn_id"] or None,
             retries=_number(raw, "retries", int, minimum=0),

@@ -49,9 +49,11 @@ S3_MAX_ATTEMPTS_VARIABLE = "FACEFUSION_S3_MAX_ATTEMPTS"
 INPUT_CACHE_DIR_VARIABLE = "FACEFUSION_INPUT_CACHE_DIR"
 INPUT_CACHE_MAX_BYTES_VARIABLE = "FACEFUSION_INPUT_CACHE_MAX_BYTES"
 READ_BLOCK_VARIABLE = "FACEFUSION_S3_READ_BLOCK_BYTES"
+MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
 DEFAULT_INPUT_CACHE_MAX_BYTES = 50 * 1024**3
 DEFAULT_READ_BLOCK_BYTES = 4 * 1024 * 1024  # one ranged GET per block; blocks a seek returns to stay cached
+DEFAULT_MERGE_PREFETCH = 4  # chunks the merge fetches at once, ahead of the one it remuxes
 _DOWNLOAD_BLOCK = 16 * 1024 * 1024
 _S3FS_ROUNDS = 2
 
@@ -154,6 +156,11 @@ def storage_options(uri: str) -> dict[str, Any]:
 
 def _s3_max_attempts() -> int:
     return _positive_setting(S3_MAX_ATTEMPTS_VARIABLE, DEFAULT_S3_MAX_ATTEMPTS)
+
+
+def merge_prefetch() -> int:
+    """How many chunks the merge downloads (and checks) at once, ahead of the one it is remuxing."""
+    return _positive_setting(MERGE_PREFETCH_VARIABLE, DEFAULT_MERGE_PREFETCH)
 
 
 def _positive_setting(variable: str, default: int) -> int:
@@ -428,6 +435,27 @@ def get_file(uri: str, local: str | os.PathLike[str]) -> None:
     fs, path = filesystem(uri)
     with _storage_errors(uri, fs):
         fs.get_file(path, os.fspath(local))
+
+
+def get_file_sha256(uri: str, local: str | os.PathLike[str]) -> str:
+    """Download ``uri`` to ``local`` and return the sha256 of what was written: one read of the object, hashed on the
+    way. Errors are classified like ``get_file``'s; a failed download leaves no file at ``local``."""
+    fs, path = filesystem(uri)
+    digest = hashlib.sha256()
+    try:
+        with (
+            _storage_errors(uri, fs),
+            fs.open(path, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as source,
+            open(local, "wb") as out,
+        ):
+            while block := source.read(_DOWNLOAD_BLOCK):
+                digest.update(block)
+                out.write(block)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local)
+        raise
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -65,3 +65,31 @@ def test_never_more_than_the_maximum_chunks() -> None:
 def test_invalid_ranges_are_refused(start: int, end: int, max_chunks: int) -> None:
     with pytest.raises(ValueError):
         plan_chunks(start, end, 4, max_chunks)
+
+
+@pytest.mark.parametrize(
+    ("frames", "size", "wave", "count"),
+    [
+        (108_000, 2048, 8, 56),  # 52.7 chunks of 2048 -> 7 full waves of 8
+        (108_000, 4096, 8, 24),  # 26.4 -> 3 waves (27 would leave 7 GPUs idle in a fourth)
+        (1000, 100, 4, 12),  # 10 -> 12 (83 frames each) rather than 8 (125 each)
+        (1000, 100, 10, 10),  # already whole waves
+        (900, 100, 4, 8),  # 9 -> 8 (112 frames each) rather than 12 (75 each)
+    ],
+)
+def test_a_plan_of_at_least_one_wave_fills_every_wave(frames: int, size: int, wave: int, count: int) -> None:
+    ranges = [(c.start, c.end) for c in plan_chunks(0, frames, size, wave=wave)]
+    assert len(ranges) == count and count % wave == 0
+    assert ranges[0][0] == 0 and ranges[-1][1] == frames
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    lengths = [b - a for a, b in ranges]
+    assert max(lengths) - min(lengths) <= 1  # equal chunks: every wave ends together
+
+
+def test_waves_leave_short_plans_and_the_chunk_cap_alone() -> None:
+    assert _ranges(0, 300, 64) == [(c.start, c.end) for c in plan_chunks(0, 300, 64, wave=8)]  # 5 chunks < 1 wave
+    assert len(plan_chunks(0, 100_000, 1, max_chunks=20, wave=8)) == 16  # whole waves under the cap
+    assert len(plan_chunks(0, 100_000, 1, max_chunks=5, wave=8)) == 5  # a cap below one wave wins
+    assert len(plan_chunks(0, 12, 1, wave=8)) == 12  # never more chunks than frames
+    with pytest.raises(ValueError, match="wave"):
+        plan_chunks(0, 10, 2, wave=-1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -44,6 +44,15 @@ class ChunkFile:
 
 
 @dataclass(frozen=True)
+class ChunkSpan:
+    """A chunk known before its file is local (from its commit marker): frames ``[start, end)`` and its label."""
+
+    start: int
+    end: int
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class _Timed:
     """A packet with the time at which the interleaver should write it."""
 
@@ -61,19 +70,26 @@ def chunk_pts_offset(probe: VideoProbe, chunk_start: int) -> int:
 
 
 def merge_chunks(
-    chunks: Sequence[ChunkFile],
+    chunks: Sequence[ChunkFile | ChunkSpan],
     original: MediaSource,
     probe: VideoProbe,
     output_path: str,
     *,
     name: str,
+    paths: Iterable[str] | None = None,
 ) -> int:
     """Write ``output_path`` from ``chunks`` (contiguous, in order) and the original's other streams; returns frames.
+
+    ``paths``, when given, yields each chunk's local path in order once that file is ready (e.g. downloaded and
+    checked): the first is asked for before anything is written, each later one only after the previous chunk has been
+    read to its end and closed (so the caller may delete it then), and the iterable is asked once more after the last.
+    Without ``paths`` every chunk is a ``ChunkFile`` read from its own path.
 
     The container follows the extension of ``output_path``. Without trimming every timestamp is the original's; a
     trimmed job starts where the original started.
     """
     _check_contiguous(chunks)
+    files = _chunk_files(chunks, paths if paths is not None else _own_paths(chunks))
     frame_start, frame_end = chunks[0].start, chunks[-1].end
     video_time_base = Fraction(probe.time_base)
     shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
@@ -81,12 +97,15 @@ def merge_chunks(
     options = {"movflags": "+faststart"} if extension in FASTSTART_EXTENSIONS else {}  # playable while downloading
     output = av.open(output_path, mode="w", options=options)
     try:
-        video_out = _add_video_stream(output, chunks[0].path, video_time_base, probe.rotation)
+        first = next(files)  # the stream template: chunk 0 is ready before anything else is read
+        video_out = _add_video_stream(output, first.path, video_time_base, probe.rotation)
         with open_media(original, name, demux_only=True) as source:
             copied = _add_copied_streams(output, source, probe)
             output.metadata.update({k: v for k, v in source.metadata.items() if k not in MUXER_TAGS})
             window = _time_window(probe, frame_start, frame_end, video_time_base)
-            video_packets = _video_packets(chunks, probe, video_out, video_time_base)
+            video_packets = _video_packets(
+                itertools.chain([first], files), probe, video_out, video_time_base, frame_start
+            )
             other_packets = _other_packets(source, copied, shift_seconds, window, name)
             for timed in heapq.merge(video_packets, other_packets):
                 output.mux(timed.packet)
@@ -96,7 +115,20 @@ def merge_chunks(
     return frames
 
 
-def _check_contiguous(chunks: Sequence[ChunkFile]) -> None:
+def _own_paths(chunks: Sequence[ChunkFile | ChunkSpan]) -> Iterator[str]:
+    for chunk in chunks:
+        if not isinstance(chunk, ChunkFile):
+            raise TypeError(f"chunk of frames {chunk.start}-{chunk.end - 1} has no file: pass paths to merge_chunks")
+        yield chunk.path
+
+
+def _chunk_files(chunks: Sequence[ChunkFile | ChunkSpan], paths: Iterable[str]) -> Iterator[ChunkFile]:
+    """Each chunk with its local path, taken from ``paths`` only when the chunk is reached."""
+    for chunk, path in zip(chunks, paths, strict=True):
+        yield ChunkFile(path, chunk.start, chunk.end, chunk.label)
+
+
+def _check_contiguous(chunks: Sequence[ChunkFile | ChunkSpan]) -> None:
     if not chunks:
         raise InvalidJobError("no chunks to merge")
     for before, after in itertools.pairwise(chunks):
@@ -153,10 +185,14 @@ def _time_window(
 
 
 def _video_packets(
-    chunks: Sequence[ChunkFile], probe: VideoProbe, video_out: av.video.stream.VideoStream, time_base: Fraction
+    chunks: Iterable[ChunkFile],
+    probe: VideoProbe,
+    video_out: av.video.stream.VideoStream,
+    time_base: Fraction,
+    frame_start: int,
 ) -> Iterator[_Timed]:
     """The chunks' packets in decode order with their original timestamps; checks every chunk's frames."""
-    first_pts = probe.pts[chunks[0].start]
+    first_pts = probe.pts[frame_start]
     output_origin = probe.pts[0]
     last_dts: int | None = None
     for chunk in chunks:

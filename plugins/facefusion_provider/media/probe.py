@@ -1,4 +1,9 @@
-"""Probe a video by demuxing its packets: exact frame count and every frame's timestamp, without a full decode."""
+"""Probe a video: exact frame count and every frame's timestamp, without a full decode.
+
+For a plain MP4/MOV the timestamps come from the moov sample tables (``mp4index``: about 1 MB for an hour of video);
+for anything else, or where those tables do not describe the stream FFmpeg opened, every video packet is demuxed (the
+whole file is read). PyAV still opens the container for the codec, dimensions, rotation and streams.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +16,23 @@ import av.video.stream
 
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, fraction_text, media_errors, open_media
+from facefusion_provider.media.mp4index import MovieIndex, read_movie_index, track_frame_times
 from facefusion_provider.types import StreamInfo, VideoProbe
 
 # Demuxers that read single pictures: a still image is not a video target.
 STILL_IMAGE_FORMATS = frozenset({"image2", "image2pipe"})
 COPIED_STREAM_KINDS = ("audio", "subtitle", "data")
+MOV_FORMAT = "mov"  # FFmpeg's demuxer for MP4/MOV: "mov,mp4,m4a,3gp,3g2,mj2"
 
 
 def probe_video(source: MediaSource, name: str) -> VideoProbe:
     """Everything the chunked pipeline needs to know about the target ``source`` (``name`` is used in errors)."""
+    movie = read_movie_index(source)
     with open_media(source, name) as container:
         video = select_video_stream(container, name)
         if video.time_base is None:
             raise InvalidMediaError(f"{name}: the video stream has no time base")
-        with media_errors(name, "reading the video packets"):
-            pts, last_duration = _demux_timestamps(container, video, name)
+        pts, last_duration = _frame_times(container, video, movie, name)
         rotation = _first_frame_rotation(container, video, name)
         time_base = video.time_base
         frame_rate = video.average_rate or video.guessed_rate or _rate_from_timestamps(pts, time_base)
@@ -48,13 +55,13 @@ def probe_video(source: MediaSource, name: str) -> VideoProbe:
 
 
 def video_timestamps(source: MediaSource, name: str) -> tuple[list[int], Fraction]:
-    """Every frame's pts in display order and the time base, from the packets alone (nothing decoded)."""
+    """Every frame's pts in display order and the time base, from the moov tables or the packets (nothing decoded)."""
+    movie = read_movie_index(source)
     with open_media(source, name, demux_only=True) as container:
         video = select_video_stream(container, name)
         if video.time_base is None:
             raise InvalidMediaError(f"{name}: the video stream has no time base")
-        with media_errors(name, "reading the video packets"):
-            pts, _ = _demux_timestamps(container, video, name)
+        pts, _ = _frame_times(container, video, movie, name)
         return pts, video.time_base
 
 
@@ -67,6 +74,21 @@ def select_video_stream(container: av.container.InputContainer, name: str) -> av
             return stream
     found = ", ".join(sorted({str(stream.type) for stream in container.streams})) or "no streams"
     raise InvalidMediaError(f"{name}: has no video stream (found: {found})")
+
+
+def _frame_times(
+    container: av.container.InputContainer,
+    video: av.video.stream.VideoStream,
+    movie: MovieIndex | None,
+    name: str,
+) -> tuple[list[int], int]:
+    """Every frame's pts and the last frame's duration: from the moov tables of the track FFmpeg opened as ``video``."""
+    track = movie.track(video.id) if movie is not None and MOV_FORMAT in container.format.name.split(",") else None
+    indexed = None if movie is None or track is None else track_frame_times(movie, track, name)
+    if indexed is not None and indexed.time_base == video.time_base and indexed.frame_count == video.frames:
+        return indexed.pts, indexed.last_duration
+    with media_errors(name, "reading the video packets"):
+        return _demux_timestamps(container, video, name)
 
 
 def _demux_timestamps(

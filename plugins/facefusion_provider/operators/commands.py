@@ -36,12 +36,16 @@ def worker_argv(command: str, job_uri: str, *, index: int | None = None, worker_
     return argv + [str(arg) for arg in worker_args]
 
 
-def prepare_worker_args(source_uris: Sequence[str], target_uri: str, output_uri: str, options: Options) -> list[str]:
-    """The flags of ``prepare`` after ``--job-uri``: inputs, output and every option that differs from its default."""
+def prepare_worker_args(
+    source_uris: Sequence[str], target_uri: str, output_uri: str, options: Options, *, chunk_wave: int = 0
+) -> list[str]:
+    """The flags of ``prepare`` after ``--job-uri``: inputs, output, the chunk wave when set, and every option that
+    differs from its default."""
     argv: list[str] = []
     for source in source_uris:
         argv += ["--source", source]
-    return [*argv, "--target", target_uri, "--output", output_uri, *options_to_argv(options)]
+    wave = ["--chunk-wave", str(chunk_wave)] if chunk_wave else []
+    return [*argv, "--target", target_uri, "--output", output_uri, *wave, *options_to_argv(options)]
 
 
 def worker_env(try_number: int, environ: Mapping[str, str]) -> dict[str, str]:

@@ -59,6 +59,7 @@ def validate_conf(
     *,
     work_root: str,
     content_id: Callable[[str], str] = storage.content_id,
+    chunk_wave: int = 0,
 ) -> dict[str, Any]:
     """Check a run's conf and name the job. Any problem is an ``InvalidOptionError`` (or ``InputMissingError``) whose
     message starts with the field, e.g. ``options.face_swapper_blend: ...`` or ``target_uri: ... no such file``."""
@@ -82,7 +83,7 @@ def validate_conf(
         "target_uri": target,
         "output_uri": output,
         "options": parsed.model_dump(mode="json"),
-        "prepare_args": prepare_worker_args(sources, target, output, parsed),
+        "prepare_args": prepare_worker_args(sources, target, output, parsed, chunk_wave=chunk_wave),
     }
 
 
@@ -139,14 +140,16 @@ class ValidateSwapConfOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = FaceFusionStorageHook()
+        settings = load_settings()
         with fail_on_bad_input():
             ticket = validate_conf(
                 self.source_uris,
                 self.target_uri,
                 self.output_uri,
                 self.options,
-                work_root=self.work_root or load_settings().work_root,
+                work_root=self.work_root or settings.work_root,
                 content_id=hook.content_id,
+                chunk_wave=settings.chunk_wave,
             )
         self.log.info("Job %s in %s", ticket["job_id"], ticket["job_uri"])
         if hook.output_is_current(ticket["output_uri"], ticket["job_id"]):

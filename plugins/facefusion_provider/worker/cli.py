@@ -42,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = commands.add_parser("prepare", help="probe the target, plan chunks, compute the identity, write job.json")
     prepare.add_argument("--job-uri", required=True, help="job folder (path or fsspec URI)")
     _add_io_arguments(prepare)
+    prepare.add_argument(
+        "--chunk-wave",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="chunks that run at once (the GPUs): a plan of at least N chunks comes in whole waves of N (0: off)",
+    )
     add_option_arguments(prepare)
 
     swap = commands.add_parser("swap-chunk", help="process one chunk and commit it (a committed chunk is skipped)")
@@ -80,6 +87,13 @@ def _add_global_arguments(parser: argparse.ArgumentParser, *, defaults: bool) ->
     )
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _add_io_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", default=[], metavar="IMG", help="source face image (repeatable)")
     parser.add_argument("--target", required=True, metavar="VIDEO", help="target video")
@@ -98,6 +112,7 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
             args.output,
             options=options_from_namespace(args),
             models_dir=args.models_dir,
+            chunk_wave=args.chunk_wave,
         )
         chunks = [chunk.model_dump() for chunk in spec.chunks]
         return {"job_id": spec.job_id, "job_uri": spec.job_uri, "chunks": chunks}

@@ -7,6 +7,7 @@ that need them, so ``facefusion-worker --help`` stays fast and pass-through jobs
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -27,6 +28,7 @@ from facefusion_provider.exceptions import InputMissingError, InvalidJobError, I
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.types import JOB_FORMAT_VERSION, Chunk, ChunkMarker, JobSpec, OutputMarker, VideoProbe
 from facefusion_provider.worker import faults
+from facefusion_provider.worker.prefetch import Prefetch
 
 if TYPE_CHECKING:
     import av
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WORK_ROOT_FOLDER = "facefusion-provider"
+MARKER_READS_AT_ONCE = 8  # the merge's marker reads in flight at once (botocore pools 10 connections per client)
 # Output containers the merge can write, and the encoders each one can hold.
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
     ".mp4": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
@@ -86,12 +89,17 @@ def prepare(
     *,
     options: Options | None = None,
     models_dir: str | None = None,
+    chunk_wave: int = 0,
     **option_values: Any,
 ) -> JobSpec:
-    """Probe the target, plan the chunks, compute the source identity and write ``job.json`` (reused if it exists)."""
+    """Probe the target, plan the chunks, compute the source identity and write ``job.json`` (reused if it exists).
+
+    ``chunk_wave``: how many chunks run at once; a plan of at least that many comes in whole waves of equal chunks.
+    """
     resolved = resolve_options(options, option_values)
     inputs = _Inputs.of(source_paths, target_path, output_path, resolved)
-    return _prepare(storage.normalize_uri(job_uri, field="job_uri"), inputs, resolved, models_dir, inputs.job_id())
+    job_uri = storage.normalize_uri(job_uri, field="job_uri")
+    return _prepare(job_uri, inputs, resolved, models_dir, inputs.job_id(), chunk_wave=chunk_wave)
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,9 @@ class _Inputs:
         return storage.compute_job_id(storage.content_id(self.target_uri), sources, self.options)
 
 
-def _prepare(job_uri: str, inputs: _Inputs, options: Options, models_dir: str | None, job_id: str) -> JobSpec:
+def _prepare(
+    job_uri: str, inputs: _Inputs, options: Options, models_dir: str | None, job_id: str, *, chunk_wave: int = 0
+) -> JobSpec:
     layout = storage.JobLayout(job_uri)
     if storage.exists(layout.job_json):
         existing = load_job(job_uri)
@@ -161,7 +171,7 @@ def _prepare(job_uri: str, inputs: _Inputs, options: Options, models_dir: str | 
     with storage.open_input(inputs.target_uri) as target:
         probe = probe_video(target, inputs.target_uri)
     frame_start, frame_end = trimmed_range(options, probe.frame_count)
-    chunks = plan_chunks(frame_start, frame_end, options.chunk_size)
+    chunks = plan_chunks(frame_start, frame_end, options.chunk_size, wave=chunk_wave)
     identity = _identity(inputs, options, probe, models_dir) if options.processors else {}
     spec = JobSpec(
         job_id=job_id,
@@ -395,20 +405,25 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
     if done is not None:
         logger.info("output %s is already done", spec.output_uri)
         return MergeResult(spec.output_uri, preview_uri, done.frame_count, skipped=True)
-    from facefusion_provider.media.merge import ChunkFile, merge_chunks
+    from facefusion_provider.media.merge import ChunkSpan, merge_chunks
 
     began = time.perf_counter()
     markers = _committed_markers(spec, layout)
     expected = spec.frame_end - spec.frame_start
+    spans = [
+        ChunkSpan(marker.start, marker.end, chunk_label(spec, chunk))
+        for marker, chunk in zip(markers, spec.chunks, strict=True)
+    ]
     with tempfile.TemporaryDirectory(prefix="facefusion-merge-") as folder:
-        chunk_files = [
-            ChunkFile(_local_chunk(layout, marker, folder), marker.start, marker.end, chunk_label(spec, chunk))
-            for marker, chunk in zip(markers, spec.chunks, strict=True)
-        ]
-        fetched = time.perf_counter()
+        fetches = [functools.partial(_local_chunk, layout, marker, folder) for marker in markers]
+        markers_read = time.perf_counter()
         with _publishing(spec.output_uri, folder) as output_path:
-            with storage.open_input(spec.target_uri) as target:
-                merge_chunks(chunk_files, target, spec.probe, output_path, name=spec.target_uri)
+            # The next chunks download (and are checked) while the remux reads the current one.
+            with (
+                Prefetch(fetches, storage.merge_prefetch(), functools.partial(_discard_download, folder)) as prefetch,
+                storage.open_input(spec.target_uri) as target,
+            ):
+                merge_chunks(spans, target, spec.probe, output_path, name=spec.target_uri, paths=prefetch.results())
             remuxed = time.perf_counter()
             _verify_output(spec, output_path)
             size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
@@ -421,8 +436,10 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
     storage.write_json_atomic(storage.output_marker_uri(spec.output_uri), marker.model_dump(mode="json"))
     finished = time.perf_counter()
     timings = {
-        "fetch_s": fetched - began,
-        "remux_s": remuxed - fetched,
+        "markers_s": markers_read - began,
+        "remux_s": remuxed - markers_read,  # fetching the chunks overlaps it
+        "fetch_wait_s": prefetch.wait_seconds,  # the part of remux_s spent waiting for the next chunk
+        "fetch_work_s": prefetch.work_seconds,  # downloading and hashing, summed over the fetch threads
         "verify_s": verified - remuxed,
         "publish_s": published - verified,
         "preview_s": finished - published,
@@ -493,7 +510,10 @@ def _preview(spec: JobSpec, layout: storage.JobLayout) -> bytes:
 
 
 def _committed_markers(spec: JobSpec, layout: storage.JobLayout) -> list[ChunkMarker]:
-    markers = [committed_marker(layout, spec, chunk) for chunk in spec.chunks]
+    # Many small objects, two requests each on S3: read side by side, the wait is the latency, not the bytes.
+    reads = [functools.partial(committed_marker, layout, spec, chunk) for chunk in spec.chunks]
+    with Prefetch(reads, MARKER_READS_AT_ONCE) as reading:
+        markers = list(reading.results())
     missing = [chunk.index for chunk, marker in zip(spec.chunks, markers, strict=True) if marker is None]
     if missing:
         raise InvalidJobError(
@@ -510,21 +530,33 @@ def _committed_markers(spec: JobSpec, layout: storage.JobLayout) -> list[ChunkMa
 
 
 def _local_chunk(layout: storage.JobLayout, marker: ChunkMarker, folder: str) -> str:
-    """A local path of the committed chunk, its checksum verified against the marker."""
+    """A local path of the committed chunk, its checksum verified against the marker.
+
+    A remote chunk is downloaded into ``folder`` and hashed in the same read; a local one is hashed where it is.
+    """
     uri = layout.chunk_video(marker.index)
     path = storage.local_path(uri)
     if path is None:
         path = os.path.join(folder, f"{marker.index:05d}.mp4")
-        storage.get_file(uri, path)
+        digest = storage.get_file_sha256(uri, path)
     elif not os.path.isfile(path):
         raise InvalidJobError(
             f"{uri}: the chunk file is missing although its marker exists; delete the marker and rerun"
         )
-    if storage.file_sha256(path) != marker.sha256:
+    else:
+        digest = storage.file_sha256(path)
+    if digest != marker.sha256:
+        _discard_download(folder, path)
         raise InvalidJobError(
             f"{uri}: checksum differs from its marker (corrupt chunk); delete {layout.chunk_marker(marker.index)} and rerun"
         )
     return path
+
+
+def _discard_download(folder: str, path: str) -> None:
+    """Deletes a chunk that was downloaded into ``folder``; a chunk read in place belongs to the job and stays."""
+    if os.path.dirname(path) == folder:
+        os.unlink(path)
 
 
 # --- run -----------------------------------------------------------------------------------------------------------

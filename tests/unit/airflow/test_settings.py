@@ -17,6 +17,7 @@ def test_defaults_are_the_embedded_single_machine_setup(tmp_path: Path) -> None:
     assert settings.work_root == (tmp_path / "facefusion").as_uri()
     assert settings.worker_command == (sys.executable, "-m", "facefusion_provider.worker")
     assert settings.pool == "facefusion_gpu"
+    assert settings.chunk_wave == 0
     assert settings.aws_conn_id is None
     assert settings.retries == 3
     assert settings.retry_delay == timedelta(seconds=30)
@@ -45,6 +46,7 @@ def test_environment_variables_override_airflow_config(monkeypatch: pytest.Monke
         ("backend", "slurm", "backend: 'slurm' is not one of local, kubernetes"),
         ("retries", "three", "retries: expected a number"),
         ("max_active_chunks_per_run", "0", "max_active_chunks_per_run: must be at least 1"),
+        ("chunk_wave", "-8", "chunk_wave: must be at least 0"),
     ],
 )
 def test_bad_settings_name_the_key(key: str, value: str, message: str) -> None:

@@ -43,6 +43,15 @@ def test_ticket_names_the_content_addressed_job(tmp_path: Path, inputs: dict[str
     assert ticket["prepare_args"][-4:] == ["--face-swapper-blend", "70", "--chunk-size", "8"]
 
 
+def test_the_chunk_wave_setting_reaches_prepare_but_not_the_job_id(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    plain = validate_conf(**inputs, work_root=str(tmp_path))
+    waved = validate_conf(**inputs, work_root=str(tmp_path), chunk_wave=8)
+    assert "--chunk-wave" not in plain["prepare_args"]
+    flag = waved["prepare_args"].index("--chunk-wave")
+    assert waved["prepare_args"][flag + 1] == "8"
+    assert waved["job_id"] == plain["job_id"]  # an existing job.json keeps the plan it was made with
+
+
 def test_only_pixel_options_change_the_job(tmp_path: Path, inputs: dict[str, Any]) -> None:
     first = validate_conf(**inputs, work_root=str(tmp_path))
     inputs["options"] = {**inputs["options"], "execution_thread_count": 2}

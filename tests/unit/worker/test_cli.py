@@ -99,6 +99,10 @@ def test_help_loads_no_media_or_engine_modules() -> None:
         ),
         (["run", "--target", "t.mp4", "--output", "o.mp4", "--chunk-size", "0"], "chunk_size: Input should be greater"),
         (["--log-level", "loud", "merge", "--job-uri", "j"], "argument --log-level: invalid choice: 'loud'"),
+        (
+            ["prepare", "--job-uri", "j", "--target", "t.mp4", "--output", "o.mp4", "--chunk-wave", "-1"],
+            "argument --chunk-wave: must be 0 or more, got -1",
+        ),
     ],
 )
 def test_invalid_arguments_name_the_option(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,3 +162,15 @@ def test_injected_faults_fail_the_chosen_command_and_try(
         "injected transient failure (swap-chunk chunk 1 try 1)",
         "injected permanent failure (merge try 1)",
     ]
+
+
+def test_prepare_plans_whole_waves_of_equal_chunks(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=17)
+    job = str(tmp_path / "job")
+    argv = ["prepare", "--job-uri", job, "--target", target, "--output", str(tmp_path / "out.mp4"), "--chunk-size", "4"]
+    prepared = _worker(*argv, "--chunk-wave", "3", *PASSTHROUGH)
+    assert prepared.returncode == 0, prepared.stderr
+    chunks = json.loads(prepared.stdout)["chunks"]
+    # 4 chunks of 4 frames would leave two of three GPUs idle in a second wave: 6 chunks of 2-3 frames fill two.
+    assert [(chunk["start"], chunk["end"]) for chunk in chunks] == [(0, 2), (2, 5), (5, 8), (8, 11), (11, 14), (14, 17)]
+    assert [chunk.model_dump() for chunk in worker.load_job(Path(job).as_uri()).chunks] == chunks

@@ -1,0 +1,159 @@
+"""The merge on a real S3 endpoint (moto's server, in this process): chunks downloaded ahead and checked in one read;
+a bad chunk in the middle fails the merge by name, publishes nothing and keeps every chunk's marker."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from facefusion_provider import storage, worker
+from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.media.readback import frame_digests, packet_payloads
+from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
+from facefusion_provider.types import JobSpec
+
+BUCKETS = ("work", "videos")
+
+
+@dataclass(frozen=True)
+class S3Job:
+    spec: JobSpec
+    target: str
+    client: Any
+
+    @property
+    def layout(self) -> storage.JobLayout:
+        return storage.JobLayout(self.spec.job_uri)
+
+    def keys(self, bucket: str, prefix: str) -> list[str]:
+        found = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+        return sorted(item["Key"] for item in found)
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[tuple[str, Any]]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    for bucket in BUCKETS:
+        client.create_bucket(Bucket=bucket)
+    try:
+        yield endpoint, client
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_job(s3_endpoint: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Job]:
+    """A committed job of 5 two-frame chunks under ``s3://work``, its output to go to ``s3://videos/out/``."""
+    endpoint, client = s3_endpoint
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        storage.S3_ENDPOINT_VARIABLE: endpoint,
+    }.items():
+        monkeypatch.setenv(name, value)
+    target = str(tmp_path / "target.mp4")
+    video = VideoSpec(frame_rate=Fraction(25), audio_rate=8000)
+    write_video(target, video, pattern_frames(10, video.width, video.height))
+    name = uuid.uuid4().hex
+    spec = worker.prepare(
+        f"s3://work/jobs/{name}",
+        [],
+        target,
+        f"s3://videos/out/{name}.mp4",
+        chunk_size=2,
+        processors=[],
+        output_video_quality=100,
+    )
+    for chunk in spec.chunks:
+        worker.swap_chunk(spec.job_uri, chunk.index)
+    try:
+        yield S3Job(spec, target, client)
+    finally:
+        fsspec.filesystem("s3").clear_instance_cache()
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The merge's temporary folders land here, so a test can see whether any was left behind."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_an_s3_job_merges_from_chunks_downloaded_ahead(s3_job: S3Job, private_tmp: Path, tmp_path: Path) -> None:
+    result = worker.merge(s3_job.spec.job_uri)
+
+    assert result.frame_count == 10 and len(s3_job.spec.chunks) == 5
+    local = tmp_path / "merged.mp4"
+    storage.get_file(result.output_uri, local)
+    assert [d.md5 for d in frame_digests(str(local))] == [d.md5 for d in frame_digests(s3_job.target)]
+    assert packet_payloads(str(local)) == packet_payloads(s3_job.target)
+    assert storage.exists(storage.output_marker_uri(result.output_uri))
+    assert list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing"])
+def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
+    damage: str, s3_job: S3Job, private_tmp: Path
+) -> None:
+    name = s3_job.spec.job_uri.rsplit("/", 1)[-1]
+    key = f"jobs/{name}/chunks/00002.mp4"
+    if damage == "corrupt":
+        data = s3_job.client.get_object(Bucket="work", Key=key)["Body"].read()
+        s3_job.client.put_object(Bucket="work", Key=key, Body=data[:-10] + b"0123456789")
+        expected: tuple[type[Exception], str] = (
+            InvalidJobError,
+            rf"^s3://work/{key}: checksum differs from its marker \(corrupt chunk\); delete s3://work/jobs/{name}/"
+            r"chunks/00002\.json and rerun$",
+        )
+    else:
+        s3_job.client.delete_object(Bucket="work", Key=key)
+        expected = (InputMissingError, rf"^s3://work/{key}: no such file$")
+
+    with pytest.raises(expected[0], match=expected[1]):
+        worker.merge(s3_job.spec.job_uri)
+
+    assert s3_job.keys("videos", f"out/{name}") == [] and s3_job.keys("videos", f"out/.{name}") == []
+    markers = [f"jobs/{name}/chunks/{chunk.index:05d}.json" for chunk in s3_job.spec.chunks]
+    assert set(markers) <= set(s3_job.keys("work", f"jobs/{name}/chunks/"))
+    assert list(private_tmp.iterdir()) == []
+    assert [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")] == []
+
+
+def test_get_file_sha256_downloads_and_hashes_in_one_read(s3_endpoint: tuple[str, Any], tmp_path: Path) -> None:
+    endpoint, client = s3_endpoint
+    data = bytes(range(256)) * 5000
+    key = f"blobs/{uuid.uuid4().hex}.bin"
+    client.put_object(Bucket="work", Key=key, Body=data)
+    with storage.using_s3_credentials(storage.S3Credentials("testing", "testing", endpoint_url=endpoint)):
+        digest = storage.get_file_sha256(f"s3://work/{key}", tmp_path / "copy.bin")
+        with pytest.raises(InputMissingError, match=rf"^s3://work/{key}\.gone: no such file$"):
+            storage.get_file_sha256(f"s3://work/{key}.gone", tmp_path / "gone.bin")
+    assert digest == hashlib.sha256(data).hexdigest() and (tmp_path / "copy.bin").read_bytes() == data
+    assert not (tmp_path / "gone.bin").exists()
+    fsspec.filesystem("s3").clear_instance_cache()

@@ -1,0 +1,272 @@
+"""The merge's I/O: chunks fetched ahead in threads while the remux runs, each read once, disk use bounded, and every
+failure raised from the merge call with nothing published, no thread left running and no temporary file left behind."""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from facefusion_provider import storage, worker
+from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
+from facefusion_provider.media.merge import ChunkFile, ChunkSpan, merge_chunks
+from facefusion_provider.media.probe import probe_video
+from facefusion_provider.media.readback import frame_digests, packet_payloads
+from facefusion_provider.types import JobSpec
+from facefusion_provider.worker.prefetch import Prefetch
+
+from .conftest import MakeVideo
+
+PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
+MERGE_TIMINGS = {
+    "markers_s",
+    "remux_s",
+    "fetch_wait_s",
+    "fetch_work_s",
+    "verify_s",
+    "publish_s",
+    "preview_s",
+    "total_s",
+}
+
+
+def fetch_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")]
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The merge's temporary folders land here, so a test can see whether any was left behind."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.fixture
+def remote_job(make_video: MakeVideo, tmp_path: Path) -> Iterator[tuple[str, JobSpec, str]]:
+    """A job of 6 two-frame chunks (with audio) on ``memory://``: remote storage, so the merge downloads each chunk."""
+    target = make_video(frames=12, audio_rate=8000)
+    job_uri = f"memory://merge-io/{uuid.uuid4().hex}"
+    output = str(tmp_path / "out" / "result.mp4")
+    spec = worker.prepare(job_uri, [], target, output, chunk_size=2, **PASSTHROUGH)
+    for chunk in spec.chunks:
+        worker.swap_chunk(job_uri, chunk.index)
+    yield job_uri, spec, target
+    storage.remove_tree(job_uri)
+
+
+def test_prefetch_hands_results_out_in_order_with_a_bounded_number_alive() -> None:
+    lock = threading.Lock()
+    alive: set[int] = set()
+    most_alive = 0
+    delays = [random.Random(7).uniform(0, 0.01) for _ in range(30)]
+
+    def make(index: int) -> int:
+        nonlocal most_alive
+        time.sleep(delays[index])  # finish out of order
+        with lock:
+            alive.add(index)
+            most_alive = max(most_alive, len(alive))
+        return index
+
+    def release(index: int) -> None:
+        with lock:
+            alive.remove(index)
+
+    tasks = [functools.partial(make, index) for index in range(30)]
+    with Prefetch(tasks, 3, release) as prefetch:
+        handed = list(prefetch.results())
+    assert handed == list(range(30))
+    assert most_alive <= 4  # the one in use and three ahead
+    assert alive == set()  # the last one too was released
+
+
+def test_a_failed_task_is_raised_in_its_turn_and_no_task_outlives_close() -> None:
+    lock = threading.Lock()
+    started: list[int] = []
+    running = 0
+    released: list[int] = []
+
+    def make(index: int) -> int:
+        nonlocal running
+        with lock:
+            started.append(index)
+            running += 1
+        try:
+            time.sleep(0.02)
+            if index == 2:
+                raise InvalidJobError("chunk 2 is corrupt")
+            return index
+        finally:
+            with lock:
+                running -= 1
+
+    tasks = [functools.partial(make, index) for index in range(20)]
+    taken: list[int] = []
+    with pytest.raises(InvalidJobError, match="chunk 2 is corrupt"), Prefetch(tasks, 2, released.append) as prefetch:
+        taken.extend(prefetch.results())
+    assert taken == [0, 1]
+    assert running == 0  # close waited for the downloads in flight
+    assert max(started) <= 4  # nothing far ahead of the failure was started (chunks 3 and 4 came into the window)
+    assert sorted(released) == sorted(set(started) - {2})  # every finished result was released, used or not
+    time.sleep(0.05)
+    assert running == 0 and max(started) <= 4  # and nothing starts later
+
+
+def test_prefetch_tasks_use_the_callers_s3_credentials() -> None:
+    credentials = storage.S3Credentials(access_key_id="AKIDEXAMPLE", secret_access_key="secret")
+    tasks = [lambda: storage.storage_options("s3://bucket/key").get("key")] * 3
+    with storage.using_s3_credentials(credentials), Prefetch(tasks, 2) as prefetch:
+        assert list(prefetch.results()) == ["AKIDEXAMPLE"] * 3
+
+
+def test_merge_chunks_asks_for_each_chunk_only_after_the_previous_one_is_read(
+    make_video: MakeVideo, tmp_path: Path
+) -> None:
+    # The paths arrive one by one and each earlier copy is deleted when the next is asked for, as the worker does.
+    target = make_video(frames=12, audio_rate=8000)
+    output = tmp_path / "whole.mp4"
+    job_uri = str(tmp_path / "job")
+    spec = worker.prepare(job_uri, [], target, str(output), chunk_size=3, **PASSTHROUGH)
+    for chunk in spec.chunks:
+        worker.swap_chunk(job_uri, chunk.index)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    asked: list[int] = []
+
+    def arriving() -> Iterator[str]:
+        previous: Path | None = None
+        for chunk in spec.chunks:
+            asked.append(chunk.index)
+            if previous is not None:
+                previous.unlink()
+            previous = staging / f"{chunk.index}.mp4"
+            shutil.copyfile(Path(job_uri) / "chunks" / f"{chunk.index:05d}.mp4", previous)
+            yield str(previous)
+        asked.append(-1)  # asked once more after the last chunk
+        assert previous is not None
+        previous.unlink()
+
+    spans = [ChunkSpan(chunk.start, chunk.end) for chunk in spec.chunks]
+    merged = tmp_path / "lazy.mp4"
+    assert merge_chunks(spans, target, probe_video(target, target), str(merged), name=target, paths=arriving()) == 12
+    assert asked == [0, 1, 2, 3, -1] and list(staging.iterdir()) == []
+    assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(target)]
+    assert packet_payloads(str(merged)) == packet_payloads(target)
+
+
+def test_merge_chunks_raises_what_the_paths_raise(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=6)
+    probe = probe_video(target, target)
+
+    def failing() -> Iterator[str]:
+        yield target
+        raise InvalidJobError("chunk 1: checksum differs")
+
+    with pytest.raises(InvalidJobError, match="chunk 1: checksum differs"):
+        merge_chunks(
+            [ChunkSpan(0, 6), ChunkSpan(6, 12)], target, probe, str(tmp_path / "o.mp4"), name="t", paths=failing()
+        )
+    with pytest.raises(TypeError, match="frames 0-5 has no file: pass paths"):
+        merge_chunks([ChunkSpan(0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t")
+    assert merge_chunks([ChunkFile(target, 0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t") == 6
+
+
+def test_a_remote_job_reads_each_chunk_once_with_few_on_disk_and_the_remux_starts_early(
+    remote_job: tuple[str, JobSpec, str],
+    private_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job_uri, spec, target = remote_job
+    monkeypatch.setenv(storage.MERGE_PREFETCH_VARIABLE, "2")
+    downloads: list[tuple[str, int, bool]] = []  # (chunk, chunk files on disk already, output being written)
+    hashed: list[str] = []
+    out_folder = tmp_path / "out"
+    real_download, real_hash = storage.get_file_sha256, storage.file_sha256
+
+    def counting_download(uri: str, local: str | os.PathLike[str]) -> str:
+        on_disk = len([name for name in os.listdir(os.path.dirname(local)) if name.endswith(".mp4")])
+        writing = any(".partial-" in name for name in os.listdir(out_folder))
+        downloads.append((os.path.basename(uri), on_disk, writing))
+        return real_download(uri, local)
+
+    def recording_hash(path: str | os.PathLike[str]) -> str:
+        hashed.append(os.fspath(path))
+        return real_hash(path)
+
+    monkeypatch.setattr(storage, "get_file_sha256", counting_download)
+    monkeypatch.setattr(storage, "file_sha256", recording_hash)
+    result = worker.merge(job_uri)
+
+    assert sorted(name for name, _, _ in downloads) == [f"{c.index:05d}.mp4" for c in spec.chunks]  # once each
+    assert all(".partial-" in path for path in hashed)  # only the output is hashed apart from its download
+    assert max(on_disk for _, on_disk, _ in downloads) <= 2  # the chunk being remuxed and two ahead, at most 3
+    assert downloads[-1][2]  # the remux was writing the output before the last chunk was fetched
+    assert set(result.timings) == MERGE_TIMINGS
+    assert result.timings["fetch_wait_s"] <= result.timings["remux_s"]
+    output = storage.local_path(spec.output_uri)
+    assert output is not None
+    assert [d.md5 for d in frame_digests(output)] == [d.md5 for d in frame_digests(target)]
+    assert packet_payloads(output) == packet_payloads(target)
+    assert list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing"])
+def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
+    damage: str, remote_job: tuple[str, JobSpec, str], private_tmp: Path, tmp_path: Path
+) -> None:
+    job_uri, spec, _ = remote_job
+    layout = storage.JobLayout(job_uri)
+    chunk_uri = layout.chunk_video(3)
+    if damage == "corrupt":
+        data = storage.read_bytes(chunk_uri)
+        storage.write_bytes_atomic(chunk_uri, data[:-10] + b"0123456789")
+        expected: tuple[type[Exception], str] = (
+            InvalidJobError,
+            r"/chunks/00003\.mp4: checksum differs from its marker",
+        )
+    else:
+        storage.remove_tree(chunk_uri)
+        expected = (InputMissingError, r"/chunks/00003\.mp4: no such file")
+
+    with pytest.raises(expected[0], match=expected[1]):
+        worker.merge(job_uri)
+
+    assert list((tmp_path / "out").iterdir()) == []  # no output, no partial file, no preview, no marker
+    assert all(storage.exists(layout.chunk_marker(chunk.index)) for chunk in spec.chunks)
+    assert list(private_tmp.iterdir()) == []  # the downloads went with their folder
+    assert fetch_threads() == []  # every fetch thread was joined
+
+
+def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
+    make_video: MakeVideo, tmp_path: Path, private_tmp: Path
+) -> None:
+    target = make_video(frames=9)
+    job_uri = str(tmp_path / "job")
+    spec = worker.prepare(job_uri, [], target, str(tmp_path / "out.mp4"), chunk_size=3, **PASSTHROUGH)
+    for chunk in spec.chunks:
+        worker.swap_chunk(job_uri, chunk.index)
+    chunks = sorted((tmp_path / "job" / "chunks").glob("*.mp4"))
+    result = worker.merge(job_uri)
+    assert sorted((tmp_path / "job" / "chunks").glob("*.mp4")) == chunks and len(chunks) == 3
+    assert set(result.timings) == MERGE_TIMINGS and list(private_tmp.iterdir()) == []
+    assert [d.md5 for d in frame_digests(str(tmp_path / "out.mp4"))] == [d.md5 for d in frame_digests(target)]
+
+
+def test_the_prefetch_setting_is_checked(remote_job: tuple[str, JobSpec, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    job_uri, _, _ = remote_job
+    monkeypatch.setenv(storage.MERGE_PREFETCH_VARIABLE, "0")
+    with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
+        worker.merge(job_uri)
