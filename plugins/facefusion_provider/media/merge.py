@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,7 +57,9 @@ class ChunkSpan:
 class _Timed:
     """A packet with the time at which the interleaver should write it."""
 
-    seconds: Fraction
+    seconds: (
+        float  # only orders the feed (FFmpeg's interleaver orders exactly); ticks of any two bases differ by far more
+    )
     order: int
     packet: av.Packet[Any]
 
@@ -207,11 +210,15 @@ def _video_packets(
                     f"{chunk.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {chunk.label!r}"
                 )
             stream = container.streams.video[0]
+            if stream.time_base is None:
+                raise InvalidMediaError(f"{chunk.path}: the video stream has no time base")
+            ticks = _Rescale(stream.time_base, time_base, chunk.path)
+            seconds_per_tick = float(time_base)
             for packet in container.demux(stream):
                 if packet.size == 0:
                     continue
-                pts = _rescaled(packet.pts, packet.time_base, time_base, chunk.path) + offset
-                dts = _rescaled(packet.dts, packet.time_base, time_base, chunk.path) + offset
+                pts = ticks(packet.pts) + offset
+                dts = ticks(packet.dts) + offset
                 # The next chunk's B-frame delay can reach back before the previous chunk's last decode time.
                 if last_dts is not None and dts <= last_dts:
                     dts = last_dts + 1
@@ -221,7 +228,7 @@ def _video_packets(
                 seen.append(pts - offset + chunk_pts_offset(probe, chunk.start))
                 packet.pts, packet.dts, packet.time_base = pts, dts, time_base
                 packet.stream = video_out
-                yield _Timed(dts * time_base, 0, packet)
+                yield _Timed(dts * seconds_per_tick, 0, packet)
         expected = probe.pts[chunk.start : chunk.end]
         if sorted(seen) != expected:
             raise InvalidJobError(
@@ -230,13 +237,23 @@ def _video_packets(
             )
 
 
-def _rescaled(value: int | None, source: Fraction, target: Fraction, name: str) -> int:
-    if value is None:
-        raise InvalidMediaError(f"{name}: a packet has no timestamp")
-    exact = value * source / target
-    if exact.denominator != 1:
-        raise InvalidMediaError(f"{name}: timestamp {value} x {source} is not a whole number of ticks of {target}")
-    return int(exact)
+class _Rescale:
+    """Timestamps from ticks of ``source`` to whole ticks of ``target``, in integers (a Fraction per packet is slow)."""
+
+    def __init__(self, source: Fraction, target: Fraction, name: str) -> None:
+        ratio = source / target
+        self._numerator, self._denominator = ratio.numerator, ratio.denominator
+        self._source, self._target, self._name = source, target, name
+
+    def __call__(self, value: int | None) -> int:
+        if value is None:
+            raise InvalidMediaError(f"{self._name}: a packet has no timestamp")
+        ticks, remainder = divmod(value * self._numerator, self._denominator)
+        if remainder:
+            raise InvalidMediaError(
+                f"{self._name}: timestamp {value} x {self._source} is not a whole number of ticks of {self._target}"
+            )
+        return ticks
 
 
 def _other_packets(
@@ -249,23 +266,34 @@ def _other_packets(
     """The original's other packets inside the output's time window, shifted with the video, bytes untouched."""
     if not copied:
         return
+    for stream in source.streams:
+        if stream.index not in copied:
+            stream.discard = av.stream.Discard.all  # FFmpeg then seeks over their samples instead of reading them
     start, end = window
     streams = [source.streams[index] for index in copied]
     mov_text = {stream.index for stream in streams if stream.codec_context and stream.codec_context.name == "mov_text"}
+    # Per stream, in its own ticks: the last tick a packet may end on before the window, the first one after it.
+    bounds = {
+        stream.index: (
+            None if start is None or stream.time_base is None else math.floor(start / stream.time_base),
+            None if end is None or stream.time_base is None else math.ceil(end / stream.time_base),
+            0 if stream.time_base is None else round(shift_seconds / stream.time_base),
+            0.0 if stream.time_base is None else float(stream.time_base),
+        )
+        for stream in streams
+    }
     with media_errors(name, "copying the audio and other streams"):
         for packet in source.demux(streams):
             if packet.size == 0 or packet.pts is None or packet.time_base is None:
                 continue
             if packet.stream_index in mov_text and bytes(packet) == MOV_TEXT_GAP:
                 continue  # the MP4 muxer writes its own empty samples between cues: copied ones would double them
-            time_base = packet.time_base
-            begins = packet.pts * time_base
-            if start is not None and begins + (packet.duration or 0) * time_base <= start:
+            ends_before, begins_after, shift, seconds_per_tick = bounds[packet.stream_index]
+            if ends_before is not None and packet.pts + (packet.duration or 0) <= ends_before:
                 continue
-            if end is not None and begins >= end:
+            if begins_after is not None and packet.pts >= begins_after:
                 continue
-            shift = round(shift_seconds / time_base)
             packet.pts -= shift
             packet.dts = packet.pts if packet.dts is None else packet.dts - shift
             packet.stream = copied[packet.stream_index]
-            yield _Timed(packet.dts * time_base, 1 + packet.stream_index, packet)
+            yield _Timed(packet.dts * seconds_per_tick, 1 + packet.stream_index, packet)

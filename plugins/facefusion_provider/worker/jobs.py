@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
@@ -422,8 +422,9 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
             with (
                 Prefetch(fetches, storage.merge_prefetch(), functools.partial(_discard_download, folder)) as prefetch,
                 storage.open_input(spec.target_uri) as target,
+                _merge_original(spec, target) as original,
             ):
-                merge_chunks(spans, target, spec.probe, output_path, name=spec.target_uri, paths=prefetch.results())
+                merge_chunks(spans, original, spec.probe, output_path, name=spec.target_uri, paths=prefetch.results())
             remuxed = time.perf_counter()
             _verify_output(spec, output_path)
             size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
@@ -447,6 +448,69 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
     }
     logger.info("merged %d frames into %s in %.2f s", expected, spec.output_uri, finished - began)
     return MergeResult(spec.output_uri, preview_uri, expected, skipped=False, timings=timings)
+
+
+@contextlib.contextmanager
+def _merge_original(spec: JobSpec, target: MediaSource) -> Iterator[MediaSource]:
+    """The target as the merge reads it: a remote MP4/MOV through a ``RangeReader`` that fetches the samples of the
+    streams the merge copies ahead of the demuxer, several at once, instead of every block of the file.
+
+    Everything else (a local file, another container, a target without streams to copy) is ``target`` itself.
+    """
+    remote = None if isinstance(target, str) or not spec.probe.streams else target
+    fetch = None if remote is None else storage.range_fetcher(spec.target_uri, remote)
+    planned = None if remote is None or fetch is None else _copied_sample_ranges(remote)
+    if remote is None or fetch is None or planned is None:
+        yield target
+        return
+    ranges, size = planned
+    pieces = storage.range_pieces(ranges)
+    with Prefetch([functools.partial(fetch, *piece) for piece in pieces], storage.RANGE_FETCHES_AT_ONCE) as fetching:
+        reader = storage.RangeReader(remote, pieces, fetching.results(), size)
+        yield cast("IO[bytes]", reader)  # a raw binary file; typeshed's IO[bytes] is nominal
+    logger.info(
+        "%s: the merge took %d bytes from %d ranged reads ahead and %d bytes in %d reads outside them (file: %d bytes)",
+        spec.target_uri,
+        reader.fetched_bytes,
+        len(pieces),
+        reader.fallback_bytes,
+        reader.fallback_reads,
+        size,
+    )
+
+
+def _copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], int] | None:
+    """Where the samples of every track but the video ones lie in ``target``, as sorted ranges with the gaps FFmpeg
+    reads through closed, and the file's size; None when its moov does not describe it or no such sample exists.
+
+    These are the samples of the streams the merge copies (audio, subtitle, data; a track it cannot copy costs only its
+    own bytes). A demuxer that discards the other streams reads just these, seeking over every larger gap. Only the
+    largest gaps stay open where the file's size allows fewer GETs (``storage.RANGE_BYTES_PER_GET``).
+    """
+    import numpy as np
+
+    from facefusion_provider.media.mp4index import read_movie_index
+
+    movie = read_movie_index(target)
+    tracks = [] if movie is None else [track for track in movie.tracks if track.handler != "vide"]
+    if movie is None or not any(track.sample_count for track in tracks):
+        return None
+    offsets = np.concatenate([track.offsets for track in tracks])
+    order = np.argsort(offsets, kind="stable")
+    starts = offsets[order]
+    ends = np.minimum(starts + np.concatenate([track.sizes for track in tracks])[order], movie.file_size)
+    reach = np.maximum.accumulate(ends)  # the end of everything up to each sample
+    gaps = starts[1:] - reach[:-1]
+    most_breaks = max(0, movie.file_size // storage.RANGE_BYTES_PER_GET - 1)
+    gap = storage.RANGE_GAP_BYTES
+    if np.count_nonzero(gaps > gap) > most_breaks:
+        gap = max(gap, int(np.partition(gaps, len(gaps) - most_breaks - 1)[len(gaps) - most_breaks - 1]))
+    breaks = np.flatnonzero(gaps > gap) + 1
+    firsts, lasts = np.append(0, breaks), np.append(breaks - 1, len(starts) - 1)
+    ranges = [
+        (start, end) for start, end in zip(starts[firsts].tolist(), reach[lasts].tolist(), strict=True) if start < end
+    ]
+    return (ranges, movie.file_size) if ranges else None
 
 
 @contextlib.contextmanager
