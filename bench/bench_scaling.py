@@ -41,6 +41,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 CHUNK_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 GOAL_GPUS, GOAL_EFFICIENCY = 8, 0.95
+MEASURED_CHUNKS = 4  # chunks of each measured clip
 POD_FPS = (10.0, 20.0, 30.0, 60.0, 120.0)  # what-if frame rates of one GPU pod
 
 
@@ -64,7 +65,9 @@ class Stated:
     video_seconds: float = 3600.0
     frame_rate: float = 30.0
     bitrate_mbps: float = 8.0  # 1080p H.264 output (and input)
-    audio_kbps: float = 128.0  # AAC: the merge reads only these bytes of the target (mp4index ranges)
+    # Of the target, the merge reads the ranges that hold its audio: all of a file that interleaves audio between every
+    # frame (FFmpeg's muxer), far less of one that groups it per second (cameras). Fetched ahead, beside the remux.
+    merge_target_read_fraction: float = 1.0
     gpu_inference_fps: float = 120.0  # detect + landmarks + inswapper_128 + paste per frame on one GPU, batched
     worker_cpu_cores: int = 4  # [facefusion] worker_cpu: the cores that decode and encode beside the GPU
     model_load_s: float = 6.0  # CUDA context and onnxruntime sessions of detector, landmarker and swapper
@@ -97,10 +100,9 @@ class Costs:
         frames = round(stated.video_seconds * stated.frame_rate)
         encode_fps = measured.encode_fps_per_core * stated.worker_cpu_cores
         video_mb = stated.bitrate_mbps * stated.video_seconds / 8
-        audio_mb = stated.audio_kbps * stated.video_seconds / 8 / 1000
         s3_s = video_mb / stated.s3_mb_per_s
         remux_s = frames * measured.merge_s_per_frame
-        merge_read_s = (video_mb + audio_mb) / stated.s3_mb_per_s  # the chunks, and the target's audio samples
+        merge_read_s = s3_s * (1 + stated.merge_target_read_fraction)  # the chunks, and the target's audio ranges
         return cls(
             frames=frames,
             # Decode, inference and encode overlap in the worker's bounded pipeline: the slowest stage sets the pace.
@@ -113,7 +115,7 @@ class Costs:
             + frames * measured.probe_s_per_frame
             + frames * measured.probe_bytes_per_frame / 1e6 / stated.s3_mb_per_s,
             # The merge fetches chunks and audio ahead while it remuxes; the output uploads once it is complete.
-            merge_work_s=max(remux_s, merge_read_s) + merge_read_s,
+            merge_work_s=max(remux_s, merge_read_s) + s3_s,
             airflow_task_s=stated.airflow_task_s,
             cold_start_s=stated.node_scale_up_s + stated.image_pull_s,
         )
@@ -278,9 +280,10 @@ def _real_clip_1080p(path: Path, frames: int) -> None:
 
 
 def _timed_run(scratch: Path, frames: int) -> dict[str, float]:
-    """``worker.run`` (prepare, the chunk, merge in one process) with pass-through processing: seconds per stage.
+    """``worker.run`` (prepare, the chunks, merge in one process) with pass-through processing: seconds per stage.
 
-    One chunk of every frame: per-chunk costs (a container to open, a marker to read) stay out of the per-frame ones.
+    Every clip in the same number of chunks: per-chunk costs (a container to open, a marker to read) cancel out of the
+    per-frame ones, and the merge checks chunks ahead while it remuxes as it does on a long video.
     """
     from facefusion_provider import worker
 
@@ -297,7 +300,7 @@ def _timed_run(scratch: Path, frames: int) -> dict[str, float]:
         work_root=(folder / "work").as_uri(),
         keep_work=True,
         processors=[],
-        chunk_size=frames,
+        chunk_size=frames // MEASURED_CHUNKS,
     )
     job = (folder / "work" / "jobs" / result.job_id).as_uri()
     started = statistics.median(_worker("swap-chunk", "--job-uri", job, "--index", "0") for _ in range(3))
@@ -342,8 +345,8 @@ def _probe_bytes(clip: Path) -> int:
 
 
 def measure(short: int = 48, long: int = 480) -> Measured:
-    """Time the worker on a short and a long 1080p clip (pass-through processing, one chunk each): the difference per
-    extra frame is each stage's per-frame cost, free of fixed costs; the process start is timed alone."""
+    """Time the worker on a short and a long 1080p clip (pass-through processing, the same number of chunks): the
+    difference per extra frame is each stage's per-frame cost, free of fixed costs; the process start is timed alone."""
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
         few, many = _timed_run(Path(scratch), short), _timed_run(Path(scratch), long)
     extra = long - short
@@ -359,7 +362,7 @@ def measure(short: int = 48, long: int = 480) -> Measured:
         encode_fps_per_core=round(1.0 / per_frame("swap_s") / cores, 2),
         merge_s_per_frame=per_frame("merge_s"),
         cpu_cores=cores,
-        clip=f"carphone scaled to 1920x1080, {short} and {long} frames in one chunk each, pass-through",
+        clip=f"carphone scaled to 1920x1080, {short} and {long} frames in {MEASURED_CHUNKS} chunks each, pass-through",
     )
 
 
