@@ -39,7 +39,7 @@ from facefusion_provider.media.synth import VideoSpec, write_video
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-CHUNK_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+CHUNK_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GOAL_GPUS, GOAL_EFFICIENCY = 8, 0.95
 MEASURED_CHUNKS = 4  # chunks of each measured clip
 POD_FPS = (10.0, 20.0, 30.0, 60.0, 120.0)  # what-if frame rates of one GPU pod

@@ -18,7 +18,8 @@ def plan_chunks(
     """Chunks ``[start, end)`` of about ``chunk_size`` frames; never more than ``max_chunks`` of them.
 
     ``wave``: how many chunks run at once (the GPUs). A plan of at least one wave gets a whole number of waves of equal
-    chunks, so no GPU idles while the last wave runs; ``0`` keeps chunks of exactly ``chunk_size`` frames.
+    chunks, so no GPU idles while the last wave runs; a shorter plan becomes one full wave where each chunk still holds
+    half of ``chunk_size`` (every GPU then shares the work); ``0`` keeps chunks of exactly ``chunk_size`` frames.
     """
     if start < 0 or end <= start:
         raise ValueError(f"empty or invalid frame range [{start}, {end})")
@@ -34,6 +35,8 @@ def plan_chunks(
     tail = total - count * size
     if tail >= TAIL_FRACTION * size:
         count += 1
+    if wave > 1 and count < wave and total >= wave * size / 2:
+        return _even_chunks(start, end, min(wave, max_chunks, total))
     if wave > 1 and count >= wave:
         most = max_chunks // wave * wave or max_chunks  # whole waves under the cap, unless one wave exceeds it
         return _even_chunks(start, end, min(whole_waves(total, size, wave), most, total))

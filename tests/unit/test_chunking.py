@@ -75,6 +75,7 @@ def test_invalid_ranges_are_refused(start: int, end: int, max_chunks: int) -> No
         (1000, 100, 4, 12),  # 10 -> 12 (83 frames each) rather than 8 (125 each)
         (1000, 100, 10, 10),  # already whole waves
         (900, 100, 4, 8),  # 9 -> 8 (112 frames each) rather than 12 (75 each)
+        (108_000, 16_384, 8, 8),  # 7 chunks would leave a GPU idle: one wave of 13 500 frames
     ],
 )
 def test_a_plan_of_at_least_one_wave_fills_every_wave(frames: int, size: int, wave: int, count: int) -> None:
@@ -87,7 +88,8 @@ def test_a_plan_of_at_least_one_wave_fills_every_wave(frames: int, size: int, wa
 
 
 def test_waves_leave_short_plans_and_the_chunk_cap_alone() -> None:
-    assert _ranges(0, 300, 64) == [(c.start, c.end) for c in plan_chunks(0, 300, 64, wave=8)]  # 5 chunks < 1 wave
+    # 3 chunks of 100 frames, not 8 of 37: a short plan keeps its chunks' size.
+    assert _ranges(0, 300, 100) == [(c.start, c.end) for c in plan_chunks(0, 300, 100, wave=8)]
     assert len(plan_chunks(0, 100_000, 1, max_chunks=20, wave=8)) == 16  # whole waves under the cap
     assert len(plan_chunks(0, 100_000, 1, max_chunks=5, wave=8)) == 5  # a cap below one wave wins
     assert len(plan_chunks(0, 12, 1, wave=8)) == 12  # never more chunks than frames
