@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -160,19 +158,6 @@ def downloaded(uri: str, folder: Path) -> bytes:
     return path.read_bytes()
 
 
-def prefetch_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")]
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The merge's temporary folders land here, so a test can see whether any was left behind."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 @pytest.mark.parametrize("layout", ["long", "long-faststart"], ids=["index-at-end", "index-first"])
 def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
     s3: S3, media: dict[str, Path], layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -203,7 +188,7 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
 
 
 def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
-    s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch, prefetch_threads: Callable[[], list[Any]]
 ) -> None:
     # What the merge's demuxer does with the streams it does not copy discarded: it reads the moov, probes the first
     # packets, then only the audio samples. Through the reader each of those comes once, by ranges fetched ahead.
@@ -252,7 +237,11 @@ def test_a_range_that_fails_once_is_retried_and_the_merge_succeeds(
 
 
 def test_a_range_that_keeps_failing_fails_the_merge_as_retryable_with_nothing_published(
-    s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch, private_tmp: Path
+    s3: S3,
+    media: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    private_tmp: Path,
+    prefetch_threads: Callable[[], list[Any]],
 ) -> None:
     monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
     monkeypatch.setenv(storage.S3_MAX_ATTEMPTS_VARIABLE, "2")

@@ -4,10 +4,8 @@ a bad chunk in the middle fails the merge by name, publishes nothing and keeps e
 from __future__ import annotations
 
 import hashlib
-import tempfile
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -96,15 +94,6 @@ def s3_job(s3_endpoint: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.Mon
         fsspec.filesystem("s3").clear_instance_cache()
 
 
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The merge's temporary folders land here, so a test can see whether any was left behind."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 def test_an_s3_job_merges_from_chunks_downloaded_ahead(s3_job: S3Job, private_tmp: Path, tmp_path: Path) -> None:
     result = worker.merge(s3_job.spec.job_uri)
 
@@ -119,7 +108,7 @@ def test_an_s3_job_merges_from_chunks_downloaded_ahead(s3_job: S3Job, private_tm
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
-    damage: str, s3_job: S3Job, private_tmp: Path
+    damage: str, s3_job: S3Job, private_tmp: Path, prefetch_threads: Callable[[], list[Any]]
 ) -> None:
     name = s3_job.spec.job_uri.rsplit("/", 1)[-1]
     key = f"jobs/{name}/chunks/00002.mp4"
@@ -142,7 +131,7 @@ def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
     markers = [f"jobs/{name}/chunks/{chunk.index:05d}.json" for chunk in s3_job.spec.chunks]
     assert set(markers) <= set(s3_job.keys("work", f"jobs/{name}/chunks/"))
     assert list(private_tmp.iterdir()) == []
-    assert [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")] == []
+    assert prefetch_threads() == []
 
 
 def test_get_file_sha256_downloads_and_hashes_in_one_read(s3_endpoint: tuple[str, Any], tmp_path: Path) -> None:

@@ -7,15 +7,15 @@ import functools
 import io
 import itertools
 import random
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import av
 import pytest
 
 from facefusion_provider import storage
-from facefusion_provider.media.mp4index import read_movie_index
+from facefusion_provider.media.mp4index import TrackIndex, read_movie_index
 from facefusion_provider.worker.jobs import _copied_sample_ranges
 from facefusion_provider.worker.prefetch import Prefetch
 
@@ -76,11 +76,8 @@ def audio_packets(source: str | io.RawIOBase, *, discard_others: bool) -> list[t
         return [(packet.pts, bytes(packet)) for packet in container.demux(container.streams.audio[0]) if packet.size]
 
 
-def test_the_plan_holds_every_audio_sample_and_skips_the_video_between_them(
-    make_video: MakeVideo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(storage, "RANGE_BYTES_PER_GET", 1)  # as many GETs as gaps: this file is small
-    path = make_video(frames=40, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
+def planned_audio(path: str) -> tuple[list[storage.ByteRange], TrackIndex]:
+    """The merge's plan of ranges for ``path`` and its audio track, every audio sample checked to lie in a range."""
     movie = read_movie_index(path)
     assert movie is not None
     with open(path, "rb") as handle:
@@ -91,6 +88,15 @@ def test_the_plan_holds_every_audio_sample_and_skips_the_video_between_them(
     audio = next(track for track in movie.tracks if track.handler == "soun")
     for offset, length in zip(audio.offsets.tolist(), audio.sizes.tolist(), strict=True):
         assert any(start <= offset and offset + length <= end for start, end in ranges)
+    return ranges, audio
+
+
+def test_the_plan_holds_every_audio_sample_and_skips_the_video_between_them(
+    make_video: MakeVideo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage, "RANGE_BYTES_PER_GET", 1)  # as many GETs as gaps: this file is small
+    path = make_video(frames=40, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
+    ranges, audio = planned_audio(path)
     assert all(later[0] - earlier[1] > storage.RANGE_GAP_BYTES for earlier, later in itertools.pairwise(ranges))
     assert sum(end - start for start, end in ranges) == int(audio.sizes.sum())  # not one byte of video
 
@@ -98,16 +104,8 @@ def test_the_plan_holds_every_audio_sample_and_skips_the_video_between_them(
 def test_a_small_file_is_read_in_few_gets_whatever_its_gaps(make_video: MakeVideo) -> None:
     # A GET costs about as much as a megabyte: below that per request, the largest gaps alone stay open.
     path = make_video(frames=40, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
-    movie = read_movie_index(path)
-    assert movie is not None
-    with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
-    assert planned is not None
-    ranges, size = planned
-    assert 1 <= len(ranges) <= max(1, size // storage.RANGE_BYTES_PER_GET)
-    audio = next(track for track in movie.tracks if track.handler == "soun")
-    for offset, length in zip(audio.offsets.tolist(), audio.sizes.tolist(), strict=True):
-        assert any(start <= offset and offset + length <= end for start, end in ranges)
+    ranges, _ = planned_audio(path)
+    assert 1 <= len(ranges) <= max(1, Path(path).stat().st_size // storage.RANGE_BYTES_PER_GET)
 
 
 def test_samples_closer_than_ffmpeg_reads_over_are_planned_as_one_range(make_video: MakeVideo) -> None:
@@ -133,16 +131,20 @@ def test_there_is_no_plan_without_samples_to_copy_or_without_a_moov(
         assert _copied_sample_ranges(handle) is None
 
 
+def planned_pieces(make_video: MakeVideo) -> tuple[str, int, list[storage.ByteRange]]:
+    """A clip of large frames with audio, its size, and the pieces the merge would fetch ahead of its demuxer."""
+    path = make_video(frames=250, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
+    with open(path, "rb") as handle:
+        planned = _copied_sample_ranges(handle)
+    assert planned is not None
+    return path, Path(path).stat().st_size, storage.range_pieces(planned[0])
+
+
 @pytest.mark.parametrize("discard_others", [True, False], ids=["video-discarded", "video-read"])
 def test_ffmpeg_gets_the_same_packets_through_the_reader_and_reads_ahead_only_the_audio(
     make_video: MakeVideo, discard_others: bool
 ) -> None:
-    path = make_video(frames=250, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
-    size = Path(path).stat().st_size
-    with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
-    assert planned is not None
-    pieces = storage.range_pieces(planned[0])
+    path, size, pieces = planned_pieces(make_video)
     fetches = [functools.partial(read_range, path, start, end) for start, end in pieces]
     with open(path, "rb") as raw, Prefetch(fetches, storage.RANGE_FETCHES_AT_ONCE) as fetching:
         fallback = Recorder(raw)
@@ -219,13 +221,10 @@ def test_a_failed_fetch_fails_every_later_read_of_the_pieces_with_the_same_error
     assert reader.read(50) == data[:50]  # outside the pieces the file still answers
 
 
-def test_a_failed_fetch_ends_the_demux_with_its_error_and_leaves_no_fetch_running(make_video: MakeVideo) -> None:
-    path = make_video(frames=250, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
-    size = Path(path).stat().st_size
-    with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
-    assert planned is not None
-    pieces = storage.range_pieces(planned[0])
+def test_a_failed_fetch_ends_the_demux_with_its_error_and_leaves_no_fetch_running(
+    make_video: MakeVideo, prefetch_threads: Callable[[], list[Any]]
+) -> None:
+    path, size, pieces = planned_pieces(make_video)
     started: list[int] = []
 
     def fetch(index: int) -> bytes:
@@ -241,5 +240,5 @@ def test_a_failed_fetch_ends_the_demux_with_its_error_and_leaves_no_fetch_runnin
         Prefetch(fetches, storage.RANGE_FETCHES_AT_ONCE) as fetching,
     ):
         audio_packets(storage.RangeReader(raw, pieces, fetching.results(), size), discard_others=True)
-    assert [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")] == []
+    assert prefetch_threads() == []
     assert max(started) <= len(pieces) // 2 + storage.RANGE_FETCHES_AT_ONCE + 1  # nothing far past the failure

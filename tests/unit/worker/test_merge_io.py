@@ -7,11 +7,10 @@ import functools
 import os
 import random
 import shutil
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +37,6 @@ MERGE_TIMINGS = {
     "preview_s",
     "total_s",
 }
-
-
-def fetch_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")]
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The merge's temporary folders land here, so a test can see whether any was left behind."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 @pytest.fixture
@@ -225,7 +211,11 @@ def test_a_remote_job_reads_each_chunk_once_with_few_on_disk_and_the_remux_start
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
-    damage: str, remote_job: tuple[str, JobSpec, str], private_tmp: Path, tmp_path: Path
+    damage: str,
+    remote_job: tuple[str, JobSpec, str],
+    private_tmp: Path,
+    tmp_path: Path,
+    prefetch_threads: Callable[[], list[Any]],
 ) -> None:
     job_uri, spec, _ = remote_job
     layout = storage.JobLayout(job_uri)
@@ -247,7 +237,7 @@ def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
     assert list((tmp_path / "out").iterdir()) == []  # no output, no partial file, no preview, no marker
     assert all(storage.exists(layout.chunk_marker(chunk.index)) for chunk in spec.chunks)
     assert list(private_tmp.iterdir()) == []  # the downloads went with their folder
-    assert fetch_threads() == []  # every fetch thread was joined
+    assert prefetch_threads() == []  # every fetch thread was joined
 
 
 def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
