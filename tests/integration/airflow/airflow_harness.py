@@ -138,7 +138,13 @@ class StandaloneAirflow:
                 errors = self.client.get("/api/v2/importErrors").text
                 raise RuntimeError(f"{DAG_ID} was not parsed: {errors}\n{self.log_tail()}")
             time.sleep(1)
-        self.api("PATCH", f"/api/v2/dags/{DAG_ID}", json={"is_paused": False})
+        # SQLite has one writer: while the dag-processor writes the new DAG, the API server may get a database error.
+        while (response := self.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False})).status_code >= 500:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"unpausing {DAG_ID}: {response.status_code} {response.text}\n{self.log_tail()}")
+            time.sleep(1)
+        if response.status_code >= 400:
+            raise AssertionError(f"unpausing {DAG_ID}: {response.status_code} {response.text}")
 
     def stop(self, timeout: float = 60) -> None:
         """SIGTERM to the whole process group, then wait until every member is gone (SIGKILL after ``timeout``)."""

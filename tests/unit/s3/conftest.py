@@ -1,4 +1,4 @@
-"""Ingestion planning, ledger and credential tests: no Airflow database, no S3 server (those are in integration/s3)."""
+"""Ingestion planning, ledger and credential tests without an Airflow database; merge tests on a moto S3 server."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ import tempfile
 # Airflow reads AIRFLOW_HOME once, at import: point it at a throwaway folder before any test imports Airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-tests-"))
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+# The S3 servers of the integration tests (moto in its own process, a fault-injecting proxy), reused here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "s3"))
+from s3_servers import MotoServer
+
+from facefusion_provider import storage
+
+BUCKETS = ("work", "videos")
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +30,32 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name.startswith(("AIRFLOW__FACEFUSION__", "FACEFUSION_", "AWS_", "AIRFLOW_CONN_", "AIRFLOW_VAR_")):
             monkeypatch.delenv(name)
     yield
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[MotoServer]:
+    """moto's S3 server with the buckets ``work`` and ``videos``, for one test module."""
+    server = MotoServer()
+    try:
+        client = server.client()
+        for bucket in BUCKETS:
+            client.create_bucket(Bucket=bucket)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def use_s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Points the storage layer at an S3 endpoint, with moto's test credentials (for this test only)."""
+
+    def use(endpoint: str) -> None:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            storage.S3_ENDPOINT_VARIABLE: endpoint,
+        }.items():
+            monkeypatch.setenv(name, value)
+
+    return use

@@ -5,7 +5,6 @@ file a merge of a local copy writes, and a failing range fails the merge as a st
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 import av
 import fsspec
 import pytest
+from s3_servers import Fault, FaultyProxy, MotoServer
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import RetryableError
@@ -23,10 +23,6 @@ from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 from facefusion_provider.types import JobSpec
 from facefusion_provider.worker.jobs import _copied_sample_ranges, _merge_original
-
-# The fault-injecting proxy of the S3 integration tests, reused.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "s3"))
-from s3_servers import Fault, FaultyProxy
 
 PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 BIG_FRAMES = {"preset": "ultrafast", "crf": "0"}  # 320x240 lossless: about 70 KB a frame, more than FFmpeg reads over
@@ -68,38 +64,17 @@ class S3:
 
 
 @pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    proxy = FaultyProxy(server.get_host_and_port()[1])
-    client = boto3.client(
-        "s3",
-        endpoint_url=proxy.url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    for bucket in ("work", "videos"):
-        client.create_bucket(Bucket=bucket)
+def s3_server(moto_server: MotoServer) -> Iterator[S3]:
+    proxy = FaultyProxy(moto_server.port)
     try:
-        yield S3(proxy.url, proxy, client)
+        yield S3(proxy.url, proxy, moto_server.client(endpoint=proxy.url))
     finally:
         proxy.stop()
-        server.stop()
 
 
 @pytest.fixture
-def s3(s3_server: S3, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        storage.S3_ENDPOINT_VARIABLE: s3_server.endpoint,
-    }.items():
-        monkeypatch.setenv(name, value)
+def s3(s3_server: S3, use_s3_endpoint: Callable[[str], None]) -> Iterator[S3]:
+    use_s3_endpoint(s3_server.endpoint)
     fsspec.filesystem("s3").clear_instance_cache()
     s3_server.proxy.clear()
     yield s3_server

@@ -13,14 +13,13 @@ from typing import Any
 
 import fsspec
 import pytest
+from s3_servers import MotoServer
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 from facefusion_provider.types import JobSpec
-
-BUCKETS = ("work", "videos")
 
 
 @dataclass(frozen=True)
@@ -38,41 +37,10 @@ class S3Job:
         return sorted(item["Key"] for item in found)
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[tuple[str, Any]]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    for bucket in BUCKETS:
-        client.create_bucket(Bucket=bucket)
-    try:
-        yield endpoint, client
-    finally:
-        server.stop()
-
-
 @pytest.fixture
-def s3_job(s3_endpoint: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Job]:
+def s3_job(moto_server: MotoServer, use_s3_endpoint: Callable[[str], None], tmp_path: Path) -> Iterator[S3Job]:
     """A committed job of 5 two-frame chunks under ``s3://work``, its output to go to ``s3://videos/out/``."""
-    endpoint, client = s3_endpoint
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        storage.S3_ENDPOINT_VARIABLE: endpoint,
-    }.items():
-        monkeypatch.setenv(name, value)
+    use_s3_endpoint(moto_server.url)
     target = str(tmp_path / "target.mp4")
     video = VideoSpec(frame_rate=Fraction(25), audio_rate=8000)
     write_video(target, video, pattern_frames(10, video.width, video.height))
@@ -89,7 +57,7 @@ def s3_job(s3_endpoint: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.Mon
     for chunk in spec.chunks:
         worker.swap_chunk(spec.job_uri, chunk.index)
     try:
-        yield S3Job(spec, target, client)
+        yield S3Job(spec, target, moto_server.client())
     finally:
         fsspec.filesystem("s3").clear_instance_cache()
 
@@ -134,8 +102,8 @@ def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
     assert prefetch_threads() == []
 
 
-def test_get_file_sha256_downloads_and_hashes_in_one_read(s3_endpoint: tuple[str, Any], tmp_path: Path) -> None:
-    endpoint, client = s3_endpoint
+def test_get_file_sha256_downloads_and_hashes_in_one_read(moto_server: MotoServer, tmp_path: Path) -> None:
+    endpoint, client = moto_server.url, moto_server.client()
     data = bytes(range(256)) * 5000
     key = f"blobs/{uuid.uuid4().hex}.bin"
     client.put_object(Bucket="work", Key=key, Body=data)
