@@ -1,8 +1,9 @@
 """How a swap run scales over GPUs on Kubernetes: makespan and efficiency for 1-64 GPUs and several chunk sizes.
 
 The model adds measured worker costs (measured here by running the real worker CLI: process start, the probe's time
-and bytes read, decode + encode and merge costs) to stated cluster costs (Airflow's per-task overhead, pod start, image
-pull, node scale-up, S3 throughput, GPU inference speed; none can be measured on a machine without a cluster or a GPU),
+and bytes read, decode + encode and merge costs; and by timing the engine's own functions: the swap's CPU work per face
+beside inference) to stated cluster costs (Airflow's per-task overhead, pod start, image pull, node scale-up, S3
+throughput, GPU inference speed; none can be measured on a machine without a cluster or a GPU),
 then schedules the planned chunks (``chunking.plan_chunks`` with ``wave`` = the GPUs, as the ``chunk_wave`` setting
 does) on G pool slots the way the pool hands them out. The makespan runs from the trigger to the published output
 (``cleanup`` runs after the output exists).
@@ -32,10 +33,20 @@ import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from facefusion_provider.chunking import plan_chunks
 from facefusion_provider.media.synth import VideoSpec, write_video
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import av
+    import onnxruntime as ort
+
+    from facefusion_provider.engine.face import Frame
+    from facefusion_provider.engine.store import ModelStore
+    from facefusion_provider.options import Options
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -43,6 +54,7 @@ CHUNK_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GOAL_GPUS, GOAL_EFFICIENCY = 8, 0.95
 MEASURED_CHUNKS = 4  # chunks of each measured clip
 POD_FPS = (10.0, 20.0, 30.0, 60.0, 120.0)  # what-if frame rates of one GPU pod
+SWAP_CPU_REPETITIONS = 25  # timings of each part of the swap's CPU work; the median counts
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,12 @@ class Measured:
     probe_s_per_frame: float  # prepare's probe of every frame's timestamps, beyond the process start
     probe_bytes_per_frame: float  # what the probe reads of the target: the MP4 index, not the frames
     encode_fps_per_core: float  # decode + x264 encode of a chunk, per CPU core of this machine
-    merge_s_per_frame: float  # merge's remux, checks and checksums of the committed chunks, beyond the process start
+    merge_s_per_frame: float  # the merge's remux, its checks and checksums, the local output's moov move; per frame
+    swap_cpu_s_per_face: float  # the inswapper path's CPU work per face beside inference, one core (sum of the parts)
+    swap_cpu_parts_ms: dict[str, float]  # that work's parts, median milliseconds each
+    encoder_rgb_s_per_frame: (
+        float  # the encoder's conversion of a swapped (RGB) frame back to yuv420p: not in pass-through
+    )
     cpu_cores: int
     clip: str
 
@@ -68,15 +85,56 @@ class Stated:
     # Of the target, the merge reads the ranges that hold its audio: all of a file that interleaves audio between every
     # frame (FFmpeg's muxer), far less of one that groups it per second (cameras). Fetched ahead, beside the remux.
     merge_target_read_fraction: float = 1.0
-    gpu_inference_fps: float = 120.0  # detect + landmarks + inswapper_128 + paste per frame on one GPU, batched
-    worker_cpu_cores: int = 4  # [facefusion] worker_cpu: the cores that decode and encode beside the GPU
+    # Inference only (detect + landmarks + inswapper_128 per frame on one GPU, batched); the CPU work around it is measured.
+    gpu_inference_fps: float = 120.0
+    faces_per_frame: float = 1.0  # faces swapped per frame on average (face_selector_mode one: at most 1)
+    worker_cpu_cores: int = 4  # [facefusion] worker_cpu: the cores for decode, encode and the swap's CPU work
     model_load_s: float = 6.0  # CUDA context and onnxruntime sessions of detector, landmarker and swapper
     airflow_task_s: float = 4.0  # scheduling a task instance, starting it, deferring, the trigger's 2 s poll
     pod_start_s: float = 3.0  # a pod on a warm node with the image cached: scheduling to running
     image_pull_s: float = 90.0  # the CUDA worker image (about 4 GB) on a fresh node
     node_scale_up_s: float = 180.0  # the autoscaler adding a GPU node
-    s3_mb_per_s: float = 300.0  # one pod's S3 throughput
+    s3_mb_per_s: float = 300.0  # one pod's S3 throughput each way (the network is full duplex)
+    upload_part_mb: float = 16.0  # the merge's upload parts (worker.publish): two go up after the muxer closes
     identity_s: float = 1.0  # prepare's source identity (a few images through detector and recognizer)
+
+
+@dataclass(frozen=True)
+class PodRate:
+    """One GPU pod's frame rate: the slower of its process thread and its CPU cores (decode, inference and encode
+    overlap in the worker's bounded pipeline)."""
+
+    inference_s: float  # G: one frame's inference on the GPU
+    swap_cpu_s: float  # C: the swap's CPU work on one frame's faces
+    encode_s: float  # E: decode + encode of one swapped frame on one core
+    cores: int
+
+    @classmethod
+    def of(cls, measured: Measured, stated: Stated) -> PodRate:
+        return cls(
+            inference_s=1.0 / stated.gpu_inference_fps,
+            swap_cpu_s=measured.swap_cpu_s_per_face * stated.faces_per_frame,
+            encode_s=1.0 / measured.encode_fps_per_core + measured.encoder_rgb_s_per_frame,
+            cores=stated.worker_cpu_cores,
+        )
+
+    @property
+    def process_fps(self) -> float:
+        """The process stage is one thread: each batch's inference, then its CPU work, in turn."""
+        return 1.0 / (self.inference_s + self.swap_cpu_s)
+
+    @property
+    def cores_fps(self) -> float:
+        """Decode, encode and the swap's CPU work share the pod's cores."""
+        return self.cores / (self.encode_s + self.swap_cpu_s)
+
+    @property
+    def fps(self) -> float:
+        return min(self.process_fps, self.cores_fps)
+
+    @property
+    def bound_by(self) -> str:
+        return "process thread" if self.process_fps <= self.cores_fps else "CPU cores"
 
 
 @dataclass(frozen=True)
@@ -84,29 +142,27 @@ class Costs:
     """Seconds of each part of a run, from the measured and the stated costs."""
 
     frames: int
-    frame_s: float  # per frame of a chunk on one GPU pod
+    frame_s: float  # per frame of a chunk on one GPU pod: the slower of its process thread and its CPU cores
     upload_s_per_frame: float  # a chunk's upload of its encoded frames
     worker_start_s: float
     model_load_s: float
     pod_overhead_s: float  # Airflow's task overhead and the pod's start, for every pod
     prepare_work_s: float  # source identity, probe of every frame, the bytes of the target that the probe reads
-    merge_work_s: float  # remux of every frame while the chunks download, then the output's upload
+    merge_work_s: float  # remux of every frame while the chunks download and the output uploads, then its last parts
     airflow_task_s: float
     cold_start_s: float
 
     @classmethod
     def of(cls, measured: Measured, stated: Stated, *, pod_fps: float | None = None) -> Costs:
-        """``pod_fps`` replaces the pod's frame rate (the slower of GPU and encoder) for a what-if."""
+        """``pod_fps`` replaces the pod's frame rate (``PodRate``) for a what-if."""
         frames = round(stated.video_seconds * stated.frame_rate)
-        encode_fps = measured.encode_fps_per_core * stated.worker_cpu_cores
         video_mb = stated.bitrate_mbps * stated.video_seconds / 8
         s3_s = video_mb / stated.s3_mb_per_s
         remux_s = frames * measured.merge_s_per_frame
         merge_read_s = s3_s * (1 + stated.merge_target_read_fraction)  # the chunks, and the target's audio ranges
         return cls(
             frames=frames,
-            # Decode, inference and encode overlap in the worker's bounded pipeline: the slowest stage sets the pace.
-            frame_s=1.0 / (pod_fps or min(stated.gpu_inference_fps, encode_fps)),
+            frame_s=1.0 / (pod_fps or PodRate.of(measured, stated).fps),
             upload_s_per_frame=s3_s / frames,
             worker_start_s=measured.worker_start_s,
             model_load_s=stated.model_load_s,
@@ -114,8 +170,9 @@ class Costs:
             prepare_work_s=stated.identity_s
             + frames * measured.probe_s_per_frame
             + frames * measured.probe_bytes_per_frame / 1e6 / stated.s3_mb_per_s,
-            # The merge fetches chunks and audio ahead while it remuxes; the output uploads once it is complete.
-            merge_work_s=max(remux_s, merge_read_s) + s3_s,
+            # The merge fetches chunks and audio ahead while it remuxes, and uploads the output's media data as it is
+            # written; once the muxer closes, part 1 (the head with the moov) and the last part go up.
+            merge_work_s=max(remux_s, merge_read_s, s3_s) + 2 * stated.upload_part_mb / stated.s3_mb_per_s,
             airflow_task_s=stated.airflow_task_s,
             cold_start_s=stated.node_scale_up_s + stated.image_pull_s,
         )
@@ -221,6 +278,7 @@ def fastest_pod_at_goal(measured: Measured, stated: Stated) -> float:
 
 def model(measured: Measured, stated: Stated) -> dict[str, Any]:
     costs = Costs.of(measured, stated)
+    rate = PodRate.of(measured, stated)
     rows = _grid_rows(costs, cold=False) + _grid_rows(costs, cold=True)
     reached = _recommended(rows, GOAL_GPUS)
     recommended = reached["chunk_size"]
@@ -233,12 +291,18 @@ def model(measured: Measured, stated: Stated) -> dict[str, Any]:
             "merge_s": costs.merge_s,
         },
         "pod_fps": round(1 / costs.frame_s, 1),
+        "pod_rate": {
+            **asdict(rate),
+            "process_fps": round(rate.process_fps, 1),
+            "cores_fps": round(rate.cores_fps, 1),
+            "bound_by": rate.bound_by,
+        },
         "single_process_s": round(costs.single_process_s, 1),
         "serial_s": round(costs.serial_s, 1),
         "rows": rows,
         "recommended_chunk_size": recommended,
         "without_waves": {"chunks": plain_chunks, "makespan_s": round(plain_makespan, 1)},
-        # What-if: the pod's frame rate (the slower of GPU inference and CPU encode) decides how long the GPUs work.
+        # What-if: the pod's frame rate (all of it, replacing PodRate) decides how long the GPUs work.
         "by_pod_fps": [_at_pod_fps(measured, stated, fps) for fps in POD_FPS],
         "fastest_pod_at_goal_fps": fastest_pod_at_goal(measured, stated),
         "goal": {
@@ -344,11 +408,143 @@ def _probe_bytes(clip: Path) -> int:
         return reader.read_bytes
 
 
+class _ReplaySession:
+    """An onnxruntime session that runs once, then hands back those outputs: the CPU work around it, without inference."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+        self._outputs: list[Any] | None = None
+
+    def get_inputs(self) -> Any:
+        return self._session.get_inputs()
+
+    def get_outputs(self) -> Any:
+        return self._session.get_outputs()
+
+    def get_providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
+    def run(self, output_names: list[str] | None, feeds: dict[str, Any]) -> list[Any]:
+        if self._outputs is None:
+            self._outputs = self._session.run(output_names, feeds)
+        return self._outputs
+
+
+class _ReplayStore:
+    """A ModelStore whose sessions replay their first outputs (the engine only asks it for sessions here)."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self._store = store
+        self._sessions: dict[str, _ReplaySession] = {}
+
+    def session_for(self, name: str, options: Options) -> ort.InferenceSession:
+        if name not in self._sessions:
+            self._sessions[name] = _ReplaySession(self._store.session_for(name, options))
+        return cast("ort.InferenceSession", self._sessions[name])
+
+
+def _cpu_seconds(work: Callable[[], object]) -> float:
+    """The median CPU seconds of ``work``: process time, so the other load on this machine does not count."""
+    samples = []
+    for _ in range(SWAP_CPU_REPETITIONS):
+        started = time.process_time()
+        work()
+        samples.append(time.process_time() - started)
+    return statistics.median(samples)
+
+
+def _encoder_rgb_seconds(decoded: av.VideoFrame) -> float:
+    """The encoder's conversion of a swapped frame (the engine's RGB) back to the decoded format, per frame."""
+    from facefusion_provider.media.images import rgb_array, rgb_frame
+
+    swapped = rgb_frame(rgb_array(decoded))
+    return _cpu_seconds(lambda: swapped.reformat(format=decoded.format.name))
+
+
+def _decoded_frame_1080p(scratch: Path) -> av.VideoFrame:
+    """The first frame of the 1080p carphone clip as the worker's decoder hands it on (yuv420p)."""
+    import av
+
+    clip = scratch / "face.mp4"
+    _real_clip_1080p(clip, 2)
+    with av.open(str(clip)) as container:
+        return next(container.decode(video=0))
+
+
+def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, float], str]:
+    """Median CPU seconds of each part of the inswapper path's work per face beside inference, on one core, and the
+    face's size (the paste-back grows with the face's area).
+
+    The production path (``FaceProcessor.process_batch``) with the default options on a real 1080p frame with its
+    real face: the detector around its inference (letterbox, input tensor, decoding of the real output, NMS, the
+    selection), the arcface_128 warp at the default pixel boost, the tiling, the swapper's input and output tensors,
+    the colour match and the paste-back, and the pipeline's frame conversions (to and from the engine's RGB array;
+    the encoder thread's conversion back to yuv420p is ``_encoder_rgb_seconds``). The swapper's output is stood in for by the aligned crop itself: no inswapper weights exist here, and
+    these functions' cost does not depend on the pixels. Left out as too small to count: the emap projection of the
+    identity (once per batch) and the box mask (cached).
+    """
+    import cv2
+
+    from facefusion_provider.engine.align import warp_face
+    from facefusion_provider.engine.paste import create_box_mask, match_color_statistics, paste_back
+    from facefusion_provider.engine.processors import FaceProcessor
+    from facefusion_provider.engine.store import ModelStore
+    from facefusion_provider.engine.swap_inswapper import (
+        MODEL_SIZE,
+        explode_pixel_boost,
+        implode_pixel_boost,
+        normalize_output,
+        pixel_boost_size,
+        prepare_target,
+    )
+    from facefusion_provider.media.images import rgb_array, rgb_frame
+    from facefusion_provider.options import Options
+
+    frame: Frame = rgb_array(decoded)
+    options = Options(face_swapper_model="inswapper_128")
+    store = cast("ModelStore", _ReplayStore(ModelStore(cache_dir=str(scratch / "models"))))
+    processor = FaceProcessor(options, store, batch_size=1)
+    faces = processor.select(frame)  # untimed: runs the detector once, and its sessions replay that output from now on
+    if not faces:
+        raise RuntimeError("the detector found no face in the 1080p carphone frame")
+    (face,) = faces
+    boost = pixel_boost_size(options)
+    total = boost // MODEL_SIZE
+    crop, matrix = warp_face(frame, face.landmark_5, "arcface_128", boost)
+    tiles = implode_pixel_boost(crop, total)
+    swapped_tiles = normalize_output(prepare_target(tiles))
+    swapped = explode_pixel_boost(swapped_tiles, total)
+    mask = create_box_mask(boost, options.face_mask_blur, options.face_mask_padding)
+    corrected = match_color_statistics(swapped, crop, mask)
+    blend = options.face_swapper_blend / 100.0
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)  # CPU work of one core: the pod's other cores decode and encode meanwhile
+    try:
+        parts = {
+            "detector": _cpu_seconds(lambda: processor.select(frame)),
+            "align": _cpu_seconds(lambda: warp_face(frame, face.landmark_5, "arcface_128", boost)),
+            "tiling": _cpu_seconds(lambda: explode_pixel_boost(implode_pixel_boost(crop, total), total)),
+            "swapper_tensors": _cpu_seconds(lambda: normalize_output(prepare_target(tiles))),
+            "color_correction": _cpu_seconds(lambda: match_color_statistics(swapped, crop, mask)),
+            "paste_back": _cpu_seconds(lambda: paste_back(frame, corrected, mask, matrix, blend)),
+            "to_rgb": _cpu_seconds(lambda: rgb_array(decoded)),
+            "from_rgb": _cpu_seconds(lambda: rgb_frame(frame)),
+        }
+    finally:
+        cv2.setNumThreads(threads)
+    width, height = face.bbox[2:] - face.bbox[:2]
+    return parts, f"{width:.0f}x{height:.0f}"
+
+
 def measure(short: int = 48, long: int = 480) -> Measured:
     """Time the worker on a short and a long 1080p clip (pass-through processing, the same number of chunks): the
-    difference per extra frame is each stage's per-frame cost, free of fixed costs; the process start is timed alone."""
+    difference per extra frame is each stage's per-frame cost, free of fixed costs; the process start is timed alone.
+    Then the swap's CPU work per face, part by part, on the clip's real face, and the encoder's extra conversion."""
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
         few, many = _timed_run(Path(scratch), short), _timed_run(Path(scratch), long)
+        decoded = _decoded_frame_1080p(Path(scratch))
+        swap_cpu, face_size = _swap_cpu_parts(decoded, Path(scratch))
+        encoder_rgb_s = _encoder_rgb_seconds(decoded)
     extra = long - short
 
     def per_frame(stage: str) -> float:
@@ -361,8 +557,12 @@ def measure(short: int = 48, long: int = 480) -> Measured:
         probe_bytes_per_frame=round(per_frame("probe_bytes"), 1),
         encode_fps_per_core=round(1.0 / per_frame("swap_s") / cores, 2),
         merge_s_per_frame=per_frame("merge_s"),
+        swap_cpu_s_per_face=sum(swap_cpu.values()),
+        swap_cpu_parts_ms={part: round(1000 * seconds, 3) for part, seconds in swap_cpu.items()},
+        encoder_rgb_s_per_frame=encoder_rgb_s,
         cpu_cores=cores,
-        clip=f"carphone scaled to 1920x1080, {short} and {long} frames in {MEASURED_CHUNKS} chunks each, pass-through",
+        clip=f"carphone scaled to 1920x1080, {short} and {long} frames in {MEASURED_CHUNKS} chunks each, pass-through; "
+        f"the swap's CPU work on its first frame's {face_size}-pixel face",
     )
 
 
@@ -395,7 +595,7 @@ def best_per_gpu_count(rows: list[dict[str, Any]], nodes: str) -> list[dict[str,
 
 def write_markdown(result: dict[str, Any], path: Path) -> None:
     measured, stated, modelled = result["measured"], result["stated"], result["model"]
-    goal, rows, costs = modelled["goal"], modelled["rows"], modelled["costs"]
+    goal, rows, costs, rate = modelled["goal"], modelled["rows"], modelled["costs"], modelled["pod_rate"]
     recommended = modelled["recommended_chunk_size"]
     verdict = "met" if goal["reached"] >= goal["efficiency"] else "not met"
     lines = [
@@ -409,8 +609,11 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"pod swaps at most {modelled['fastest_pod_at_goal_fps']:.1f} frames per second; this model's pod does "
         f"{modelled['pod_fps']:.0f}. The reference design reports about 7x (87.5 %) on 8.",
         "",
-        f"One pod swaps {modelled['pod_fps']:.0f} frames per second (the slower of GPU inference and the CPU encoder), "
-        f"so one GPU works {costs['frames'] * costs['frame_s'] / 60:.0f} minutes on the hour of video. Every run also "
+        f"One pod swaps {modelled['pod_fps']:.0f} frames per second, bound by its {rate['bound_by']}: the process "
+        f"thread does {rate['process_fps']:.0f} (inference {1000 * rate['inference_s']:.1f} ms, then the swap's CPU work "
+        f"{1000 * rate['swap_cpu_s']:.1f} ms per frame), the {rate['cores']} CPU cores {rate['cores_fps']:.0f} (decode + "
+        f"encode {1000 * rate['encode_s']:.1f} ms and the swap's CPU work per frame, shared). So one GPU works "
+        f"{costs['frames'] * costs['frame_s'] / 60:.0f} minutes on the hour of video. Every run also "
         f"pays {modelled['serial_s']:.0f} s that no GPU count shortens (validate {costs['airflow_task_s']:.0f} s, "
         f"prepare {costs['prepare_s']:.0f} s, plan {costs['airflow_task_s']:.0f} s, merge {costs['merge_s']:.0f} s) "
         f"and {costs['chunk_fixed_s']:.1f} s per chunk (task, pod start, process start, model load): the faster the "
@@ -466,7 +669,11 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"Measured here ({measured['clip']}, {measured['cpu_cores']} cores): worker process start "
         f"{measured['worker_start_s']:.2f} s; probe {1e6 * measured['probe_s_per_frame']:.1f} us and "
         f"{measured['probe_bytes_per_frame']:.0f} bytes read per frame; decode + encode "
-        f"{measured['encode_fps_per_core']:.1f} fps per core; merge {1000 * measured['merge_s_per_frame']:.2f} ms/frame.",
+        f"{measured['encode_fps_per_core']:.1f} fps per core; merge {1000 * measured['merge_s_per_frame']:.2f} ms/frame."
+        f" The swap's CPU work beside inference, one core: {1000 * measured['swap_cpu_s_per_face']:.1f} ms per face ("
+        + ", ".join(f"{part.replace('_', ' ')} {ms:.2f}" for part, ms in measured["swap_cpu_parts_ms"].items())
+        + f" ms); the encoder's conversion of a swapped frame back to yuv420p {1000 * measured['encoder_rgb_s_per_frame']:.1f} "
+        "ms per frame (part of decode + encode in the pod's rate).",
         "",
         "Stated (flags of the script): " + ", ".join(f"{key} {value}" for key, value in stated.items()) + ".",
         "",

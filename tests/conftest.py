@@ -20,6 +20,6 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def prefetch_threads() -> Callable[[], list[threading.Thread]]:
-    """The fetch threads of ``worker.prefetch`` still alive: none may outlive a merge, failed or not."""
-    return lambda: [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-prefetch")]
+def worker_threads() -> Callable[[], list[threading.Thread]]:
+    """The worker's own threads still alive (fetching ahead, uploading parts): none may outlive a merge, failed or not."""
+    return lambda: [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-")]

@@ -65,9 +65,13 @@ RANGE_PIECE_BYTES = 4 * 1024 * 1024  # a planned range is fetched in pieces of a
 # Ranges closer than their file's size allows at this many bytes per GET on average are joined: a request costs about
 # as much time as a megabyte, so a file whose audio sits between every large frame is read whole, not frame by frame.
 RANGE_BYTES_PER_GET = 1024 * 1024
-# Ranged GETs in flight ahead of the reader: with the merge's chunk downloads (DEFAULT_MERGE_PREFETCH), botocore's
-# 10 pooled connections per client.
+# Ranged GETs in flight ahead of the reader: with the merge's chunk downloads (DEFAULT_MERGE_PREFETCH) and its part
+# uploads (UPLOADS_AT_ONCE), within S3_POOL_CONNECTIONS.
 RANGE_FETCHES_AT_ONCE = 6
+UPLOADS_AT_ONCE = 4
+S3_POOL_CONNECTIONS = 16
+UPLOAD_MIN_PART_BYTES = 5 * 1024 * 1024  # S3's smallest part but the last
+UPLOAD_MAX_PARTS = 10_000  # S3's most parts of one object
 
 ByteRange = tuple[int, int]  # bytes [start, end) of a file
 
@@ -152,6 +156,7 @@ def storage_options(uri: str) -> dict[str, Any]:
         "config_kwargs": {
             "retries": {"mode": "standard", "total_max_attempts": _s3_max_attempts()},
             "connect_timeout": 10,
+            "max_pool_connections": S3_POOL_CONNECTIONS,
             "read_timeout": 60,
         },
         "use_listings_cache": False,  # markers are written by other processes: never trust a cached listing
@@ -443,6 +448,57 @@ def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
     # never shows a partial object.
     with _storage_errors(uri, fs, missing_is_input=False):
         fs.put_file(os.fspath(local), path)
+
+
+class MultipartUpload:
+    """One S3 object written as numbered parts, from any thread and in any order; the key shows nothing until
+    ``complete``, and ``abort`` discards every part. Each request is retried and its errors classified like the rest.
+
+    A part uploaded again under the same number replaces the earlier one. Every part but the last must hold at least
+    ``UPLOAD_MIN_PART_BYTES``.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._fs, _ = filesystem(uri)
+        self._bucket, self._key = _bucket_and_key(uri)
+        self._etags: dict[int, str] = {}
+        with _storage_errors(uri, self._fs, missing_is_input=False):
+            started = self._fs.call_s3("create_multipart_upload", Bucket=self._bucket, Key=self._key)
+        self.upload_id: str = started["UploadId"]
+
+    def put_part(self, number: int, data: bytes) -> None:
+        with _storage_errors(self.uri, self._fs, missing_is_input=False):
+            answer = self._fs.call_s3(
+                "upload_part",
+                Bucket=self._bucket,
+                Key=self._key,
+                UploadId=self.upload_id,
+                PartNumber=number,
+                Body=data,
+            )
+        self._etags[number] = answer["ETag"]
+
+    def complete(self, part_count: int) -> None:
+        """The object becomes parts ``1..part_count``; any part uploaded beyond them is dropped."""
+        parts = [{"PartNumber": number, "ETag": self._etags[number]} for number in range(1, part_count + 1)]
+        with _storage_errors(self.uri, self._fs, missing_is_input=False):
+            self._fs.call_s3(
+                "complete_multipart_upload",
+                Bucket=self._bucket,
+                Key=self._key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+
+    def abort(self) -> None:
+        with _storage_errors(self.uri, self._fs, missing_is_input=False):
+            self._fs.call_s3("abort_multipart_upload", Bucket=self._bucket, Key=self._key, UploadId=self.upload_id)
+
+
+def multipart_upload(uri: str) -> MultipartUpload | None:
+    """A new multipart upload to ``uri`` on S3; None for any other store (publish a finished file there instead)."""
+    return MultipartUpload(uri) if urlparse(uri).scheme == "s3" else None
 
 
 def get_file(uri: str, local: str | os.PathLike[str]) -> None:

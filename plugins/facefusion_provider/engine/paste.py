@@ -98,7 +98,9 @@ def paste_back(
         np.asarray(crop, np.float32), local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
     )
     original = frame[y1:y2, x1:x2].astype(np.float32)
-    mixed = original + (pasted - original) * weight[:, :, None]
-    touched = weight > 0
-    result[y1:y2, x1:x2][touched] = np.clip(np.rint(mixed[touched]), 0, 255).astype(np.uint8)
+    # In place, over the whole rectangle: where the weight is 0 the sum is the original value exactly.
+    pasted -= original
+    pasted *= weight[:, :, None]
+    pasted += original
+    result[y1:y2, x1:x2] = np.clip(np.rint(pasted, out=pasted), 0, 255, out=pasted).astype(np.uint8)
     return result

@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 
 # Container tags that describe the original file's muxer, not its content.
 MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "creation_time"})
-FASTSTART_EXTENSIONS = frozenset({"mp4", "m4v", "mov"})
 MOV_TEXT_GAP = b"\x00\x00"  # an MP4 subtitle sample with no text
 
 
@@ -88,17 +87,16 @@ def merge_chunks(
     read to its end and closed (so the caller may delete it then), and the iterable is asked once more after the last.
     Without ``paths`` every chunk is a ``ChunkFile`` read from its own path.
 
-    The container follows the extension of ``output_path``. Without trimming every timestamp is the original's; a
-    trimmed job starts where the original started.
+    The container follows the extension of ``output_path``; an MP4/MOV gets its moov last, the media data first
+    (``media.faststart`` moves it in front when the output is published). Without trimming every timestamp is the
+    original's; a trimmed job starts where the original started.
     """
     _check_contiguous(chunks)
     files = _chunk_files(chunks, paths if paths is not None else _own_paths(chunks))
     frame_start, frame_end = chunks[0].start, chunks[-1].end
     video_time_base = Fraction(probe.time_base)
     shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
-    extension = output_path.rsplit(".", 1)[-1].lower()
-    options = {"movflags": "+faststart"} if extension in FASTSTART_EXTENSIONS else {}  # playable while downloading
-    output = av.open(output_path, mode="w", options=options)
+    output = av.open(output_path, mode="w")  # an MP4's moov comes last: see media.faststart
     try:
         first = next(files)  # the stream template: chunk 0 is ready before anything else is read
         video_out = _add_video_stream(output, first.path, video_time_base, probe.rotation)

@@ -266,7 +266,7 @@ def _binary_handle(source: MediaSource) -> Iterator[IO[bytes]]:
         yield source
 
 
-def _read_exactly(handle: IO[bytes], count: int) -> bytes:
+def read_exactly(handle: IO[bytes], count: int) -> bytes:
     """``count`` bytes, or fewer only at the end of the file (a raw stream may return short reads)."""
     parts: list[bytes] = []
     remaining = count
@@ -279,36 +279,60 @@ def _read_exactly(handle: IO[bytes], count: int) -> bytes:
     return b"".join(parts)
 
 
-def _find_moov(handle: IO[bytes], file_size: int) -> bytes | None:
-    """The moov payload, wherever it is; None when the file is not a plain ISO BMFF file or is fragmented.
+@dataclass(frozen=True)
+class TopBox:
+    """A top-level box: its kind, where it starts in the file, its header's size and its whole size."""
 
-    Walks the top-level boxes by their headers and skips every other payload by seeking.
+    kind: str
+    position: int
+    header_size: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+
+def top_level_boxes(handle: IO[bytes], file_size: int) -> Iterator[TopBox]:
+    """The file's top-level boxes from their headers, skipping every payload by seeking.
+
+    Raises ``UnsupportedLayoutError`` at a header that cannot be a box (cut short, smaller than itself).
     """
-    moov: bytes | None = None
     position = 0
     while position + 8 <= file_size:
         handle.seek(position)
-        header = _read_exactly(handle, 16 if position + 16 <= file_size else 8)
+        header = read_exactly(handle, 16 if position + 16 <= file_size else 8)
         size, kind_bytes = struct.unpack_from(">I4s", header)
-        kind = kind_bytes.decode("latin-1")
         header_size = 8
         if size == 1:
             if len(header) < 16:
-                return None
+                raise UnsupportedLayoutError("a 64-bit box size cut short")
             (size,) = struct.unpack_from(">Q", header, 8)
             header_size = 16
         elif size == 0:
             size = file_size - position
-        if position == 0 and kind not in FIRST_BOX_KINDS:
-            return None
-        if size < header_size or kind in FRAGMENT_BOX_KINDS:
-            return None
-        if kind == "moov":
-            if moov is not None or size > MAX_MOOV_BYTES or position + size > file_size:
-                return None
-            handle.seek(position + header_size)
-            moov = _read_exactly(handle, size - header_size)
+        if size < header_size:
+            raise UnsupportedLayoutError("a box smaller than its header")
+        yield TopBox(kind_bytes.decode("latin-1"), position, header_size, size)
         position += size
+
+
+def _find_moov(handle: IO[bytes], file_size: int) -> bytes | None:
+    """The moov payload, wherever it is; None when the file is not a plain ISO BMFF file or is fragmented."""
+    moov: bytes | None = None
+    try:
+        for box in top_level_boxes(handle, file_size):
+            if box.position == 0 and box.kind not in FIRST_BOX_KINDS:
+                return None
+            if box.kind in FRAGMENT_BOX_KINDS:
+                return None
+            if box.kind == "moov":
+                if moov is not None or box.size > MAX_MOOV_BYTES or box.end > file_size:
+                    return None
+                handle.seek(box.position + box.header_size)
+                moov = read_exactly(handle, box.size - box.header_size)
+    except UnsupportedLayoutError:
+        return None
     return moov
 
 
@@ -316,13 +340,14 @@ def _find_moov(handle: IO[bytes], file_size: int) -> bytes | None:
 
 
 @dataclass(frozen=True)
-class _Box:
+class Box:
     kind: str
     start: int  # payload start, in the moov buffer
     end: int
+    header_start: int  # where its header starts
 
 
-def _children(data: bytes, start: int, end: int) -> list[_Box]:
+def child_boxes(data: bytes, start: int, end: int) -> list[Box]:
     boxes = []
     position = start
     while position + 8 <= end:
@@ -335,19 +360,19 @@ def _children(data: bytes, start: int, end: int) -> list[_Box]:
             size = end - position
         if size < header_size or position + size > end:
             raise UnsupportedLayoutError("a box overruns its parent")
-        boxes.append(_Box(kind_bytes.decode("latin-1"), position + header_size, position + size))
+        boxes.append(Box(kind_bytes.decode("latin-1"), position + header_size, position + size, position))
         position += size
     return boxes
 
 
-def _only(boxes: list[_Box], kind: str) -> _Box | None:
+def _only(boxes: list[Box], kind: str) -> Box | None:
     found = [box for box in boxes if box.kind == kind]
     if len(found) > 1:
         raise UnsupportedLayoutError(f"more than one {kind}")
     return found[0] if found else None
 
 
-def _required(boxes: list[_Box], kind: str) -> _Box:
+def _required(boxes: list[Box], kind: str) -> Box:
     box = _only(boxes, kind)
     if box is None:
         raise UnsupportedLayoutError(f"no {kind}")
@@ -355,7 +380,7 @@ def _required(boxes: list[_Box], kind: str) -> _Box:
 
 
 def _parse_moov(data: bytes, file_size: int) -> MovieIndex:
-    boxes = _children(data, 0, len(data))
+    boxes = child_boxes(data, 0, len(data))
     if any(box.kind in {"mvex", "cmov"} for box in boxes):
         raise UnsupportedLayoutError("fragmented or compressed movie")
     mvhd = _required(boxes, "mvhd")
@@ -368,15 +393,15 @@ def _parse_moov(data: bytes, file_size: int) -> MovieIndex:
     tracks = tuple(_parse_trak(data, trak, movie_timescale) for trak in traks)
     chapters: set[int] = set()
     for trak in traks:
-        tref = _only(_children(data, trak.start, trak.end), "tref")
+        tref = _only(child_boxes(data, trak.start, trak.end), "tref")
         if tref is not None:
-            for reference in _children(data, tref.start, tref.end):
+            for reference in child_boxes(data, tref.start, tref.end):
                 if reference.kind == "chap":
                     chapters.update(_u32_array(data, reference.start, reference.end).tolist())
     return MovieIndex(tracks=tracks, chapter_track_ids=frozenset(chapters), file_size=file_size)
 
 
-def _timescale(data: bytes, box: _Box, long_fields: int) -> int:
+def _timescale(data: bytes, box: Box, long_fields: int) -> int:
     """The timescale of an mvhd/mdhd box: after ``long_fields`` 32- or 64-bit times (version 0 or 1)."""
     version = data[box.start]
     if version not in (0, 1):
@@ -386,19 +411,19 @@ def _timescale(data: bytes, box: _Box, long_fields: int) -> int:
     return int(timescale)
 
 
-def _parse_trak(data: bytes, trak: _Box, movie_timescale: int) -> TrackIndex:
-    boxes = _children(data, trak.start, trak.end)
+def _parse_trak(data: bytes, trak: Box, movie_timescale: int) -> TrackIndex:
+    boxes = child_boxes(data, trak.start, trak.end)
     tkhd = _required(boxes, "tkhd")
     version = data[tkhd.start]
     (track_id,) = struct.unpack_from(">I", data, tkhd.start + (20 if version == 1 else 12))
-    mdia = _children(data, *_span(_required(boxes, "mdia")))
+    mdia = child_boxes(data, *_span(_required(boxes, "mdia")))
     timescale = _timescale(data, _required(mdia, "mdhd"), long_fields=2)
     if timescale <= 0:
         raise UnsupportedLayoutError("no timescale")
     hdlr = _required(mdia, "hdlr")
     handler = data[hdlr.start + 8 : hdlr.start + 12].decode("latin-1")
-    minf = _children(data, *_span(_required(mdia, "minf")))
-    stbl = _children(data, *_span(_required(minf, "stbl")))
+    minf = child_boxes(data, *_span(_required(mdia, "minf")))
+    stbl = child_boxes(data, *_span(_required(minf, "stbl")))
     if _only(stbl, "stz2") is not None:
         raise UnsupportedLayoutError("compact sample sizes")
     sizes = _sample_sizes(data, _required(stbl, "stsz"))
@@ -424,15 +449,15 @@ def _parse_trak(data: bytes, trak: _Box, movie_timescale: int) -> TrackIndex:
         offsets=_sample_offsets(data, stbl, sizes),
         sync_samples=None if stss is None else _sync_samples(data, stss, len(sizes)),
         other_sync_info=_has_other_sync_info(data, stbl),
-        edits=() if edts is None else _edits(data, _children(data, edts.start, edts.end)),
+        edits=() if edts is None else _edits(data, child_boxes(data, edts.start, edts.end)),
     )
 
 
-def _span(box: _Box) -> tuple[int, int]:
+def _span(box: Box) -> tuple[int, int]:
     return box.start, box.end
 
 
-def _full_box_entries(data: bytes, box: _Box, entry_bytes: int, header_bytes: int = 8) -> tuple[int, int]:
+def _full_box_entries(data: bytes, box: Box, entry_bytes: int, header_bytes: int = 8) -> tuple[int, int]:
     """The start of a full box's entry table and its entry count, checked against the box's size."""
     (count,) = struct.unpack_from(">I", data, box.start + header_bytes - 4)
     start = box.start + header_bytes
@@ -445,7 +470,7 @@ def _u32_array(data: bytes, start: int, end: int) -> Int64Array:
     return np.frombuffer(data, dtype=">u4", count=(end - start) // 4, offset=start).astype(np.int64)
 
 
-def _per_sample(data: bytes, box: _Box, *, signed: bool) -> Int64Array:
+def _per_sample(data: bytes, box: Box, *, signed: bool) -> Int64Array:
     """An stts/ctts run table (count, value) expanded to one value per sample."""
     start, count = _full_box_entries(data, box, 8)
     table = np.frombuffer(data, dtype=">u4", count=count * 2, offset=start).reshape(count, 2)
@@ -456,7 +481,7 @@ def _per_sample(data: bytes, box: _Box, *, signed: bool) -> Int64Array:
     return np.repeat(values, counts)
 
 
-def _sample_sizes(data: bytes, box: _Box) -> Int64Array:
+def _sample_sizes(data: bytes, box: Box) -> Int64Array:
     (constant, count) = struct.unpack_from(">II", data, box.start + 4)
     if count > MAX_SAMPLES:
         raise UnsupportedLayoutError("sample count")
@@ -470,7 +495,7 @@ def _sample_sizes(data: bytes, box: _Box) -> Int64Array:
     return sizes
 
 
-def _sample_offsets(data: bytes, stbl: list[_Box], sizes: Int64Array) -> Int64Array:
+def _sample_offsets(data: bytes, stbl: list[Box], sizes: Int64Array) -> Int64Array:
     """Where each sample starts: chunks from stco/co64, samples per chunk from stsc, sizes in between."""
     stco, co64 = _only(stbl, "stco"), _only(stbl, "co64")
     table, dtype = (stco, ">u4") if co64 is None else (co64, ">u8")
@@ -504,7 +529,7 @@ def _sample_offsets(data: bytes, stbl: list[_Box], sizes: Int64Array) -> Int64Ar
     return offsets
 
 
-def _sync_samples(data: bytes, box: _Box, sample_count: int) -> Int64Array:
+def _sync_samples(data: bytes, box: Box, sample_count: int) -> Int64Array:
     start, count = _full_box_entries(data, box, 4)
     numbers = np.frombuffer(data, dtype=">u4", count=count, offset=start).astype(np.int64)
     if len(numbers) and (numbers[0] < 1 or numbers[-1] > sample_count or np.any(np.diff(numbers) <= 0)):
@@ -512,13 +537,13 @@ def _sync_samples(data: bytes, box: _Box, sample_count: int) -> Int64Array:
     return numbers
 
 
-def _has_other_sync_info(data: bytes, stbl: list[_Box]) -> bool:
+def _has_other_sync_info(data: bytes, stbl: list[Box]) -> bool:
     if _only(stbl, "stps") is not None:
         return True
     return any(box.kind == "sbgp" and data[box.start + 4 : box.start + 8] == b"rap " for box in stbl)
 
 
-def _edits(data: bytes, edts: list[_Box]) -> tuple[EditEntry, ...]:
+def _edits(data: bytes, edts: list[Box]) -> tuple[EditEntry, ...]:
     elst = _only(edts, "elst")
     if elst is None:
         return ()

@@ -14,7 +14,6 @@ import os
 import posixpath
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -406,6 +405,7 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
         logger.info("output %s is already done", spec.output_uri)
         return MergeResult(spec.output_uri, preview_uri, done.frame_count, skipped=True)
     from facefusion_provider.media.merge import ChunkSpan, merge_chunks
+    from facefusion_provider.worker.publish import OutputPublisher
 
     began = time.perf_counter()
     markers = _committed_markers(spec, layout)
@@ -414,21 +414,27 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
         ChunkSpan(marker.start, marker.end, chunk_label(spec, chunk))
         for marker, chunk in zip(markers, spec.chunks, strict=True)
     ]
-    with tempfile.TemporaryDirectory(prefix="facefusion-merge-") as folder:
+    with (
+        tempfile.TemporaryDirectory(prefix="facefusion-merge-") as folder,
+        OutputPublisher(spec.output_uri, folder, expected_bytes=sum(m.size for m in markers)) as publisher,
+    ):
         fetches = [functools.partial(_local_chunk, layout, marker, folder) for marker in markers]
         markers_read = time.perf_counter()
-        with _publishing(spec.output_uri, folder) as output_path:
-            # The next chunks download (and are checked) while the remux reads the current one.
-            with (
-                Prefetch(fetches, storage.merge_prefetch(), functools.partial(_discard_download, folder)) as prefetch,
-                storage.open_input(spec.target_uri) as target,
-                _merge_original(spec, target) as original,
-            ):
-                merge_chunks(spans, original, spec.probe, output_path, name=spec.target_uri, paths=prefetch.results())
-            remuxed = time.perf_counter()
-            _verify_output(spec, output_path)
-            size, digest = os.path.getsize(output_path), storage.file_sha256(output_path)
-            verified = time.perf_counter()
+        # The next chunks download (and are checked) while the remux reads the current one; an S3 output's media
+        # data uploads while it is written.
+        with (
+            Prefetch(fetches, storage.merge_prefetch(), functools.partial(_discard_download, folder)) as prefetch,
+            storage.open_input(spec.target_uri) as target,
+            _merge_original(spec, target) as original,
+        ):
+            merge_chunks(spans, original, spec.probe, publisher.path, name=spec.target_uri, paths=prefetch.results())
+        remuxed = time.perf_counter()
+        published_file = publisher.finish()
+        with published_file.open() as output:
+            _verify_output(spec, output)
+        size, digest = published_file.size, published_file.sha256()
+        verified = time.perf_counter()
+        publisher.publish()
     published = time.perf_counter()
     storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
     marker = OutputMarker(
@@ -441,7 +447,7 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
         "remux_s": remuxed - markers_read,  # fetching the chunks overlaps it
         "fetch_wait_s": prefetch.wait_seconds,  # the part of remux_s spent waiting for the next chunk
         "fetch_work_s": prefetch.work_seconds,  # downloading and hashing, summed over the fetch threads
-        "verify_s": verified - remuxed,
+        "verify_s": verified - remuxed,  # the moov moved in front, the frame times checked, the checksum
         "publish_s": published - verified,
         "preview_s": finished - published,
         "total_s": finished - began,
@@ -513,31 +519,7 @@ def _copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], i
     return (ranges, movie.file_size) if ranges else None
 
 
-@contextlib.contextmanager
-def _publishing(uri: str, folder: str) -> Iterator[str]:
-    """A local path to write; when the block succeeds that file becomes ``uri`` at once (never a partial file there).
-
-    A local output is written beside its destination and renamed (no copy); a remote one is uploaded from ``folder``.
-    """
-    extension = posixpath.splitext(urlparse(uri).path)[1]
-    destination = storage.local_path(uri)
-    if destination is None:
-        path = os.path.join(folder, "output" + extension)
-        yield path
-        storage.put_file_atomic(path, uri)
-        return
-    directory, name = os.path.split(destination)
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f".{name}.partial-{uuid.uuid4().hex}{extension}")
-    try:
-        yield path
-        os.replace(path, destination)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-def _verify_output(spec: JobSpec, output_path: str) -> None:
+def _verify_output(spec: JobSpec, output: MediaSource) -> None:
     """The written file holds exactly the job's frames at the original frame times (read back from its packets).
 
     Times are compared from the first frame on: a muxer may move the whole timeline (Matroska starts it at the earliest
@@ -545,7 +527,7 @@ def _verify_output(spec: JobSpec, output_path: str) -> None:
     """
     from facefusion_provider.media.probe import video_timestamps
 
-    pts, time_base = video_timestamps(output_path, spec.output_uri)
+    pts, time_base = video_timestamps(output, spec.output_uri)
     source_base = Fraction(spec.probe.time_base)
     wanted = spec.probe.pts[spec.frame_start : spec.frame_end]
     expected = [(p - wanted[0]) * source_base for p in wanted]

@@ -70,8 +70,9 @@ def test_transient_failures_during_chunk_upload_and_merge_lose_nothing(
         Fault("PUT", r"/work/jobs/flaky/chunks/00001\.mp4", "reset"),
         Fault("PUT", r"/work/jobs/flaky/chunks/00002\.json", "lost"),  # stored, but the worker never hears so
         Fault("GET", r"/work/jobs/flaky/chunks/00001\.mp4", 500),  # merge fetching a chunk
-        Fault("PUT", r"/videos/out/flaky\.mp4$", 503),  # merge publishing the output
-        Fault("PUT", r"/videos/out/flaky\.mp4$", "reset"),
+        # merge publishing the output: a multipart upload (a part, then the completion)
+        Fault("PUT", r"/videos/out/flaky\.mp4\?.*partNumber=1\b", 503),
+        Fault("POST", r"/videos/out/flaky\.mp4\?uploadId=", "reset"),
     ]
     s3.proxy.inject(*faults)
     for chunk in chunks:
@@ -91,7 +92,7 @@ def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, 
     job = "s3://work/jobs/stuck"
     for chunk in prepare(s3, media, job, target, "s3://videos/out/stuck.mp4", chunk_size=24):
         assert worker(s3, "swap-chunk", "--job-uri", job, "--index", str(chunk["index"])).returncode == 0
-    s3.proxy.inject(Fault("PUT", r"/videos/out/stuck\.mp4$", 503, times=1000))
+    s3.proxy.inject(Fault("PUT", r"/videos/out/stuck\.mp4\?.*partNumber=", 503, times=1000))  # every part
     started = time.monotonic()
     result = worker(s3, "merge", "--job-uri", job, FACEFUSION_S3_MAX_ATTEMPTS="2")
     assert result.returncode == EXIT_RETRYABLE, result.stderr
@@ -99,6 +100,7 @@ def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, 
     assert report["retryable"] is True and "s3://videos/out/stuck.mp4" in report["message"]
     assert time.monotonic() - started < 60
     assert [k for k in s3.keys("videos", "out/") if "stuck" in k] == []  # neither output nor marker nor preview
+    assert s3.client().list_multipart_uploads(Bucket="videos", Prefix="out/stuck").get("Uploads", []) == []
     s3.proxy.clear()
     assert worker(s3, "merge", "--job-uri", job).returncode == 0
     output = download(s3, "out/stuck.mp4", tmp_path / "stuck.mp4")

@@ -163,7 +163,7 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
 
 
 def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
-    s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch, prefetch_threads: Callable[[], list[Any]]
+    s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch, worker_threads: Callable[[], list[Any]]
 ) -> None:
     # What the merge's demuxer does with the streams it does not copy discarded: it reads the moov, probes the first
     # packets, then only the audio samples. Through the reader each of those comes once, by ranges fetched ahead.
@@ -188,7 +188,7 @@ def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
     audio_bytes = sum(map(len, audio))
     assert fetched - opened <= audio_bytes  # past the opening: audio samples only, each once
     assert fetched < size * 0.5 and opened < 8 * 1024 * 1024  # the opening: the moov and FFmpeg's 5 MB probe
-    assert prefetch_threads() == []
+    assert worker_threads() == []
 
 
 def test_a_range_that_fails_once_is_retried_and_the_merge_succeeds(
@@ -216,7 +216,7 @@ def test_a_range_that_keeps_failing_fails_the_merge_as_retryable_with_nothing_pu
     media: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     private_tmp: Path,
-    prefetch_threads: Callable[[], list[Any]],
+    worker_threads: Callable[[], list[Any]],
 ) -> None:
     monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
     monkeypatch.setenv(storage.S3_MAX_ATTEMPTS_VARIABLE, "2")
@@ -229,7 +229,7 @@ def test_a_range_that_keeps_failing_fails_the_merge_as_retryable_with_nothing_pu
         worker.merge(spec.job_uri)
 
     assert s3.keys(f"out/{name}") == [] and s3.keys(f"out/.{name}") == []
-    assert prefetch_threads() == [] and list(private_tmp.iterdir()) == []
+    assert worker_threads() == [] and list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", ["no-audio", "matroska"])

@@ -17,6 +17,7 @@ from s3_servers import MotoServer
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 from facefusion_provider.types import JobSpec
@@ -35,6 +36,11 @@ class S3Job:
     def keys(self, bucket: str, prefix: str) -> list[str]:
         found = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
         return sorted(item["Key"] for item in found)
+
+
+def top_level_kinds(path: Path) -> list[str]:
+    with path.open("rb") as handle:
+        return [box.kind for box in top_level_boxes(handle, path.stat().st_size)]
 
 
 @pytest.fixture
@@ -70,13 +76,15 @@ def test_an_s3_job_merges_from_chunks_downloaded_ahead(s3_job: S3Job, private_tm
     storage.get_file(result.output_uri, local)
     assert [d.md5 for d in frame_digests(str(local))] == [d.md5 for d in frame_digests(s3_job.target)]
     assert packet_payloads(str(local)) == packet_payloads(s3_job.target)
+    assert top_level_kinds(local) == ["ftyp", "moov", "free", "mdat"]  # playable while it downloads
+    assert s3_job.client.list_multipart_uploads(Bucket="videos").get("Uploads", []) == []
     assert storage.exists(storage.output_marker_uri(result.output_uri))
     assert list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
-    damage: str, s3_job: S3Job, private_tmp: Path, prefetch_threads: Callable[[], list[Any]]
+    damage: str, s3_job: S3Job, private_tmp: Path, worker_threads: Callable[[], list[Any]]
 ) -> None:
     name = s3_job.spec.job_uri.rsplit("/", 1)[-1]
     key = f"jobs/{name}/chunks/00002.mp4"
@@ -96,10 +104,11 @@ def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
         worker.merge(s3_job.spec.job_uri)
 
     assert s3_job.keys("videos", f"out/{name}") == [] and s3_job.keys("videos", f"out/.{name}") == []
+    assert s3_job.client.list_multipart_uploads(Bucket="videos", Prefix="out/").get("Uploads", []) == []
     markers = [f"jobs/{name}/chunks/{chunk.index:05d}.json" for chunk in s3_job.spec.chunks]
     assert set(markers) <= set(s3_job.keys("work", f"jobs/{name}/chunks/"))
     assert list(private_tmp.iterdir()) == []
-    assert prefetch_threads() == []
+    assert worker_threads() == []
 
 
 def test_get_file_sha256_downloads_and_hashes_in_one_read(moto_server: MotoServer, tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def test_a_failed_fetch_fails_every_later_read_of_the_pieces_with_the_same_error
 
 
 def test_a_failed_fetch_ends_the_demux_with_its_error_and_leaves_no_fetch_running(
-    make_video: MakeVideo, prefetch_threads: Callable[[], list[Any]]
+    make_video: MakeVideo, worker_threads: Callable[[], list[Any]]
 ) -> None:
     path, size, pieces = planned_pieces(make_video)
     started: list[int] = []
@@ -240,5 +240,5 @@ def test_a_failed_fetch_ends_the_demux_with_its_error_and_leaves_no_fetch_runnin
         Prefetch(fetches, storage.RANGE_FETCHES_AT_ONCE) as fetching,
     ):
         audio_packets(storage.RangeReader(raw, pieces, fetching.results(), size), discard_others=True)
-    assert prefetch_threads() == []
+    assert worker_threads() == []
     assert max(started) <= len(pieces) // 2 + storage.RANGE_FETCHES_AT_ONCE + 1  # nothing far past the failure

@@ -19,6 +19,7 @@ import pytest
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
 from facefusion_provider.media.merge import ChunkFile, ChunkSpan, merge_chunks
+from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.types import JobSpec
@@ -197,7 +198,7 @@ def test_a_remote_job_reads_each_chunk_once_with_few_on_disk_and_the_remux_start
     result = worker.merge(job_uri)
 
     assert sorted(name for name, _, _ in downloads) == [f"{c.index:05d}.mp4" for c in spec.chunks]  # once each
-    assert all(".partial-" in path for path in hashed)  # only the output is hashed apart from its download
+    assert hashed == []  # each chunk is hashed as it downloads, the output as it is published: no file is read again
     assert max(on_disk for _, on_disk, _ in downloads) <= 2  # the chunk being remuxed and two ahead, at most 3
     assert downloads[-1][2]  # the remux was writing the output before the last chunk was fetched
     assert set(result.timings) == MERGE_TIMINGS
@@ -215,7 +216,7 @@ def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
     remote_job: tuple[str, JobSpec, str],
     private_tmp: Path,
     tmp_path: Path,
-    prefetch_threads: Callable[[], list[Any]],
+    worker_threads: Callable[[], list[Any]],
 ) -> None:
     job_uri, spec, _ = remote_job
     layout = storage.JobLayout(job_uri)
@@ -237,7 +238,7 @@ def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
     assert list((tmp_path / "out").iterdir()) == []  # no output, no partial file, no preview, no marker
     assert all(storage.exists(layout.chunk_marker(chunk.index)) for chunk in spec.chunks)
     assert list(private_tmp.iterdir()) == []  # the downloads went with their folder
-    assert prefetch_threads() == []  # every fetch thread was joined
+    assert worker_threads() == []  # every fetch thread was joined
 
 
 def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
@@ -253,6 +254,12 @@ def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
     assert sorted((tmp_path / "job" / "chunks").glob("*.mp4")) == chunks and len(chunks) == 3
     assert set(result.timings) == MERGE_TIMINGS and list(private_tmp.iterdir()) == []
     assert [d.md5 for d in frame_digests(str(tmp_path / "out.mp4"))] == [d.md5 for d in frame_digests(target)]
+    with (tmp_path / "out.mp4").open("rb") as output:  # the moov in front, and no temporary file left beside it
+        assert [box.kind for box in top_level_boxes(output, (tmp_path / "out.mp4").stat().st_size)][:2] == [
+            "ftyp",
+            "moov",
+        ]
+    assert not [path.name for path in tmp_path.iterdir() if ".partial-" in path.name]
 
 
 def test_the_prefetch_setting_is_checked(remote_job: tuple[str, JobSpec, str], monkeypatch: pytest.MonkeyPatch) -> None:
