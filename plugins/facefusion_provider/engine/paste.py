@@ -94,8 +94,11 @@ def paste_back(
     size = (x2 - x1, y2 - y1)
     weight = cv2.warpAffine(crop_mask.astype(np.float32), local, size, flags=cv2.INTER_LINEAR, borderValue=0.0)
     weight = np.clip(weight, 0.0, 1.0) * float(blend)
-    pasted = cv2.warpAffine(
-        np.asarray(crop, np.float32), local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    pasted: FloatArray = np.asarray(
+        cv2.warpAffine(
+            np.asarray(crop, np.float32), local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        ),
+        np.float32,
     )
     original = frame[y1:y2, x1:x2].astype(np.float32)
     # In place, over the whole rectangle: where the weight is 0 the sum is the original value exactly.
