@@ -123,3 +123,22 @@ def _box_sizes_add_up(data: bytes, start: int = 0, end: int | None = None) -> bo
         if box.kind in {"moov", "trak", "mdia", "minf", "stbl"} and not _box_sizes_add_up(data, box.start, box.end):
             return False
     return sum(box.end - box.header_start for box in child_boxes(data, start, end)) == end - start
+
+
+def test_an_mdat_past_4_gib_keeps_its_media_start_when_its_size_turns_64_bit() -> None:
+    # FFmpeg writes ftyp, free, mdat; past 4 GiB it rewrites free + mdat's header as one 16-byte header at the end.
+    ftyp = _box("ftyp", b"isom" + bytes(4) + b"isomiso2avc1mp41")
+    media = bytes(range(256)) * 4
+    moov = _box("moov", _box("mvhd", bytes(100)))
+    while_writing = ftyp + _box("free", b"") + struct.pack(">I4s", 0, b"mdat") + media
+    finished = ftyp + struct.pack(">I4sQ", 1, b"mdat", 16 + len(media)) + media + moov
+
+    layout = moov_at_end(io.BytesIO(finished))
+
+    assert media_start(while_writing) == len(ftyp) + 16
+    assert layout is not None and (layout.media_start, layout.media_end) == (
+        len(ftyp) + 16,
+        len(ftyp) + 16 + len(media),
+    )
+    head = faststart_head(io.BytesIO(finished), layout)
+    assert head == ftyp + moov + finished[len(ftyp) : len(ftyp) + 16]  # no offsets to move: the moov as it was
