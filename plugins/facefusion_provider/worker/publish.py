@@ -124,25 +124,29 @@ class OutputPublisher:
         """Once the muxer has closed ``path``: the output as it will be published, with its moov in front."""
         if self._follower is not None:
             self._follower.stop()
-        layout = None
-        if self._faststart:
-            with open(self.path, "rb") as handle:
-                layout = moov_at_end(handle)
-                try:
-                    head = None if layout is None else faststart_head(handle, layout)
-                except UnsupportedLayoutError as error:
-                    logger.warning("%s: published with its moov last: %s", self.uri, error)
-                    head = None
-        if layout is None or head is None:
+        finished = self._with_moov_first() if self._faststart else None
+        if finished is None:
             finished = FinishedOutput(b"", self.path, 0, os.path.getsize(self.path))
-        else:
-            finished = FinishedOutput(head, self.path, layout.media_start, layout.media_end)
-        if self._upload is None and finished.head:
-            _write_joined(finished, self._final)  # a local file or another store: the whole file, in place
+        elif self._upload is None:  # a local file or another store: the whole file, assembled in place
+            _write_joined(finished, self._final)
             os.unlink(self.path)
             finished = FinishedOutput(b"", self._final, 0, finished.size)
         self._finished = finished
         return finished
+
+    def _with_moov_first(self) -> FinishedOutput | None:
+        """The muxed file with its moov moved in front; None where it is not laid out as the muxer writes it."""
+        with open(self.path, "rb") as handle:
+            layout = moov_at_end(handle)
+            try:
+                head = None if layout is None else faststart_head(handle, layout)
+            except UnsupportedLayoutError as error:
+                head = None
+                logger.warning("%s: %s", self.uri, error)
+        if layout is None or head is None:
+            logger.warning("%s: published with its moov where the muxer wrote it", self.uri)
+            return None
+        return FinishedOutput(head, self.path, layout.media_start, layout.media_end)
 
     def publish(self) -> None:
         """``uri`` becomes the finished output, all at once."""

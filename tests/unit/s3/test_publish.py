@@ -205,3 +205,19 @@ def test_a_merge_to_s3_streams_its_output_in_parts_and_publishes_every_packet(
         assert [box.kind for box in top_level_boxes(handle, merged.stat().st_size)][:2] == ["ftyp", "moov"]
     assert _pending_uploads(s3, f"out/{name}") == [] and list(private_tmp.iterdir()) == []
     assert worker_threads() == []
+
+
+@pytest.mark.parametrize("store", ["s3", "local"])
+def test_a_file_not_laid_out_as_the_muxer_writes_is_published_as_it_is(
+    store: str, s3: Any, outputs: tuple[bytes, bytes], small_parts: None, tmp_path: Path
+) -> None:
+    _, faststart = outputs  # its moov is in front already: nothing to move, and no streamed part holds only media
+    key = f"out/{uuid.uuid4().hex}.mp4"
+    uri = f"s3://videos/{key}" if store == "s3" else (tmp_path / "videos" / "out.mp4").as_uri()
+    with OutputPublisher(uri, str(tmp_path), expected_bytes=len(faststart)) as publisher:
+        Path(publisher.path).write_bytes(faststart)
+        time.sleep(0.1)  # the follower sees the whole file, and finds no media start in its head
+        assert publisher.finish().size == len(faststart)
+        publisher.publish()
+
+    assert storage.read_bytes(uri) == faststart
