@@ -21,6 +21,7 @@ import av.video.stream
 from facefusion_provider.exceptions import InvalidJobError, InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media
 from facefusion_provider.media.encode import LABEL_TAG
+from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS
 from facefusion_provider.types import VideoProbe
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def merge_chunks(
     *,
     name: str,
     paths: Iterable[str] | None = None,
+    moov_last: bool = False,
 ) -> int:
     """Write ``output_path`` from ``chunks`` (contiguous, in order) and the original's other streams; returns frames.
 
@@ -87,16 +89,18 @@ def merge_chunks(
     read to its end and closed (so the caller may delete it then), and the iterable is asked once more after the last.
     Without ``paths`` every chunk is a ``ChunkFile`` read from its own path.
 
-    The container follows the extension of ``output_path``; an MP4/MOV gets its moov last, the media data first
-    (``media.faststart`` moves it in front when the output is published). Without trimming every timestamp is the
-    original's; a trimmed job starts where the original started.
+    The container follows the extension of ``output_path``. An MP4/MOV gets its moov in front (FFmpeg's faststart, a
+    second pass over the file), or with ``moov_last`` after the media data, which is then final as soon as it is
+    written (``media.faststart`` moves the moov in front later). Without trimming every timestamp is the original's;
+    a trimmed job starts where the original started.
     """
     _check_contiguous(chunks)
     files = _chunk_files(chunks, paths if paths is not None else _own_paths(chunks))
     frame_start, frame_end = chunks[0].start, chunks[-1].end
     video_time_base = Fraction(probe.time_base)
     shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
-    output = av.open(output_path, mode="w")  # an MP4's moov comes last: see media.faststart
+    moov_first = not moov_last and output_path.rsplit(".", 1)[-1].lower() in FASTSTART_EXTENSIONS
+    output = av.open(output_path, mode="w", options={"movflags": "+faststart"} if moov_first else {})
     try:
         first = next(files)  # the stream template: chunk 0 is ready before anything else is read
         video_out = _add_video_stream(output, first.path, video_time_base, probe.rotation)

@@ -427,7 +427,15 @@ def _merge(spec: JobSpec, layout: storage.JobLayout) -> MergeResult:
             storage.open_input(spec.target_uri) as target,
             _merge_original(spec, target) as original,
         ):
-            merge_chunks(spans, original, spec.probe, publisher.path, name=spec.target_uri, paths=prefetch.results())
+            merge_chunks(
+                spans,
+                original,
+                spec.probe,
+                publisher.path,
+                name=spec.target_uri,
+                paths=prefetch.results(),
+                moov_last=publisher.moov_last,
+            )
         remuxed = time.perf_counter()
         published_file = publisher.finish()
         with published_file.open() as output:

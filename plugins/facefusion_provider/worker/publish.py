@@ -1,12 +1,12 @@
 """The merge's output, published atomically: never a partial file at the output URI, and an MP4/MOV with its moov in
-front (playable while it downloads) without a second pass over its media data.
+front (playable while it downloads).
 
-The muxer writes the file with its moov last (``media.faststart``). For an S3 output the media data goes up in parts
-of a multipart upload while the muxer is still writing them: a part is final once the file has grown past it. When
-the muxer has finished, the head (ftyp, the relocated moov, mdat's header) and the first part go up as part 1 and the
-upload completes; until then the key shows nothing, and a failure aborts the upload. A local output is assembled
-beside its destination (the media data copied by the kernel) and renamed into place; another store gets the finished
-file in one upload.
+An S3 output uploads while it is written: the muxer writes the MP4 with its moov last (``moov_last``), each part of
+the media data goes up as a part of a multipart upload once the file has grown past it, and when the muxer has
+finished, the head (ftyp, the moov moved in front by ``media.faststart``, mdat's header) and the first part go up as
+part 1 and the upload completes; until then the key shows nothing, and a failure aborts the upload. Any other output
+is written whole first (FFmpeg moving the moov in front in place), then renamed into place beside a local
+destination, or uploaded at once to another store.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import io
 import logging
 import os
 import posixpath
-import shutil
 import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,7 +34,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PART_BYTES = 16 * 1024 * 1024
 FOLLOW_SECONDS = 0.2  # how often the growing file is looked at while the muxer writes
 HEAD_PROBE_BYTES = 64 * 1024  # the muxer's first bytes, where the media data's start is read
-_COPY_BYTES = 64 * 1024 * 1024
+_READ_BYTES = 8 * 1024 * 1024  # a block of the hash
 
 
 def part_bytes(expected_bytes: int) -> int:
@@ -64,7 +63,7 @@ class FinishedOutput:
         with open(self.path, "rb") as handle:
             handle.seek(self.start)
             remaining = self.end - self.start
-            while remaining and (block := handle.read(min(remaining, _COPY_BYTES))):
+            while remaining and (block := handle.read(min(remaining, _READ_BYTES))):
                 digest.update(block)
                 remaining -= len(block)
         return digest.hexdigest()
@@ -91,22 +90,24 @@ class OutputPublisher:
 
     def __init__(self, uri: str, folder: str, *, expected_bytes: int) -> None:
         self.uri = uri
-        path = urlparse(uri).path
-        extension = posixpath.splitext(path)[1]
-        self._faststart = extension[1:].lower() in FASTSTART_EXTENSIONS
+        extension = posixpath.splitext(urlparse(uri).path)[1]
         self._destination = storage.local_path(uri)
         if self._destination is not None:
             directory, name = os.path.split(self._destination)
             os.makedirs(directory, exist_ok=True)
-            temporary = os.path.join(directory, f".{name}.partial-{uuid.uuid4().hex}")
+            self.path = os.path.join(directory, f".{name}.partial-{uuid.uuid4().hex}{extension}")
         else:
-            temporary = os.path.join(folder, "output")
-        self.path = temporary + ".muxed" + extension
-        self._final = temporary + extension if self._faststart else self.path
-        self._upload = storage.multipart_upload(uri) if self._faststart else None
+            self.path = os.path.join(folder, "output" + extension)
+        streams = extension[1:].lower() in FASTSTART_EXTENSIONS
+        self._upload = storage.multipart_upload(uri) if streams else None
         self._follower = None if self._upload is None else _MediaFollower(self.path, self._upload, expected_bytes)
         self._finished: FinishedOutput | None = None
         self.published = False
+
+    @property
+    def moov_last(self) -> bool:
+        """Whether the muxer must write the moov after the media data (it is moved in front when published)."""
+        return self._upload is not None
 
     def __enter__(self) -> OutputPublisher:
         return self
@@ -116,21 +117,16 @@ class OutputPublisher:
     ) -> None:
         if self._follower is not None:
             self._follower.close(abort=not self.published)
-        for path in {self.path, self._final}:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
     def finish(self) -> FinishedOutput:
-        """Once the muxer has closed ``path``: the output as it will be published, with its moov in front."""
+        """Once the muxer has closed ``path``: the output as it will be published."""
         if self._follower is not None:
             self._follower.stop()
-        finished = self._with_moov_first() if self._faststart else None
+        finished = self._with_moov_first() if self.moov_last else None
         if finished is None:
             finished = FinishedOutput(b"", self.path, 0, os.path.getsize(self.path))
-        elif self._upload is None:  # a local file or another store: the whole file, assembled in place
-            _write_joined(finished, self._final)
-            os.unlink(self.path)
-            finished = FinishedOutput(b"", self._final, 0, finished.size)
         self._finished = finished
         return finished
 
@@ -261,41 +257,6 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
-
-
-def _write_joined(finished: FinishedOutput, path: str) -> None:
-    """``path`` becomes the published file: the head, then the media data copied from the muxed file by the kernel."""
-    with open(finished.path, "rb") as source, open(path, "wb") as target:
-        target.write(finished.head)
-        target.flush()
-        source.seek(finished.start)
-        remaining = finished.end - finished.start
-        try:
-            while remaining:
-                copied = os.copy_file_range(source.fileno(), target.fileno(), min(remaining, _COPY_BYTES))
-                if copied == 0:
-                    raise OSError("the muxed file ended early")
-                remaining -= copied
-        except OSError:  # a filesystem without copy_file_range: copy through user space
-            source.seek(finished.end - remaining)
-            target.seek(0, io.SEEK_END)
-            shutil.copyfileobj(_Limited(source, remaining), target, _COPY_BYTES)
-
-
-class _Limited(io.RawIOBase):
-    """The next ``count`` bytes of ``handle``."""
-
-    def __init__(self, handle: IO[bytes], count: int) -> None:
-        self._handle, self._left = handle, count
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._handle.read(min(len(buffer), self._left))
-        buffer[: len(data)] = data
-        self._left -= len(data)
-        return len(data)
 
 
 class _JoinedReader(io.RawIOBase):
