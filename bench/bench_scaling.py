@@ -88,6 +88,7 @@ class Stated:
     # Inference only (detect + landmarks + inswapper_128 per frame on one GPU, batched); the CPU work around it is measured.
     gpu_inference_fps: float = 120.0
     faces_per_frame: float = 1.0  # faces swapped per frame on average (face_selector_mode one: at most 1)
+    frame_threads: int = 4  # execution_thread_count: frames a GPU worker processes side by side
     worker_cpu_cores: int = 4  # [facefusion] worker_cpu: the cores for decode, encode and the swap's CPU work
     model_load_s: float = 6.0  # CUDA context and onnxruntime sessions of detector, landmarker and swapper
     airflow_task_s: float = 4.0  # scheduling a task instance, starting it, deferring, the trigger's 2 s poll
@@ -101,13 +102,14 @@ class Stated:
 
 @dataclass(frozen=True)
 class PodRate:
-    """One GPU pod's frame rate: the slower of its process thread and its CPU cores (decode, inference and encode
+    """One GPU pod's frame rate: the slower of its process stage and its CPU cores (decode, inference and encode
     overlap in the worker's bounded pipeline)."""
 
     inference_s: float  # G: one frame's inference on the GPU
     swap_cpu_s: float  # C: the swap's CPU work on one frame's faces
     encode_s: float  # E: decode + encode of one swapped frame on one core
     cores: int
+    frame_threads: int  # T: frames the process stage works on side by side
 
     @classmethod
     def of(cls, measured: Measured, stated: Stated) -> PodRate:
@@ -116,12 +118,13 @@ class PodRate:
             swap_cpu_s=measured.swap_cpu_s_per_face * stated.faces_per_frame,
             encode_s=1.0 / measured.encode_fps_per_core + measured.encoder_rgb_s_per_frame,
             cores=stated.worker_cpu_cores,
+            frame_threads=stated.frame_threads,
         )
 
     @property
     def process_fps(self) -> float:
-        """The process stage is one thread: each batch's inference, then its CPU work, in turn."""
-        return 1.0 / (self.inference_s + self.swap_cpu_s)
+        """The process stage: T frames side by side, each its inference then its CPU work; the GPU runs one at a time."""
+        return min(1.0 / self.inference_s, self.frame_threads / (self.inference_s + self.swap_cpu_s))
 
     @property
     def cores_fps(self) -> float:
@@ -134,7 +137,7 @@ class PodRate:
 
     @property
     def bound_by(self) -> str:
-        return "process thread" if self.process_fps <= self.cores_fps else "CPU cores"
+        return "process stage" if self.process_fps <= self.cores_fps else "CPU cores"
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Costs:
     """Seconds of each part of a run, from the measured and the stated costs."""
 
     frames: int
-    frame_s: float  # per frame of a chunk on one GPU pod: the slower of its process thread and its CPU cores
+    frame_s: float  # per frame of a chunk on one GPU pod: the slower of its process stage and its CPU cores
     upload_s_per_frame: float  # a chunk's upload of its encoded frames
     worker_start_s: float
     model_load_s: float
@@ -610,7 +613,8 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"{modelled['pod_fps']:.0f}. The reference design reports about 7x (87.5 %) on 8.",
         "",
         f"One pod swaps {modelled['pod_fps']:.0f} frames per second, bound by its {rate['bound_by']}: the process "
-        f"thread does {rate['process_fps']:.0f} (inference {1000 * rate['inference_s']:.1f} ms, then the swap's CPU work "
+        f"stage does {rate['process_fps']:.0f} ({rate['frame_threads']} frames side by side, each inference "
+        f"{1000 * rate['inference_s']:.1f} ms on the GPU, one at a time, then the swap's CPU work "
         f"{1000 * rate['swap_cpu_s']:.1f} ms per frame), the {rate['cores']} CPU cores {rate['cores_fps']:.0f} (decode + "
         f"encode {1000 * rate['encode_s']:.1f} ms and the swap's CPU work per frame, shared). So one GPU works "
         f"{costs['frames'] * costs['frame_s'] / 60:.0f} minutes on the hour of video. Every run also "

@@ -108,7 +108,12 @@ class Options(BaseModel):
     execution_providers: list[ExecutionProvider] = Field(
         default=["cpu"], description="onnxruntime execution providers, tried in order; the first available one is used."
     )
-    execution_thread_count: int = Field(default=4, ge=1, le=128, description="Inference threads per worker.")
+    execution_thread_count: int = Field(
+        default=4,
+        ge=1,
+        le=128,
+        description="On the CPU provider: inference threads. On a GPU: frames processed side by side in a worker.",
+    )
 
     @field_validator("processors", "execution_providers")
     @classmethod

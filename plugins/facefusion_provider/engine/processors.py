@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from facefusion_provider.engine.landmarks import (
     tflite_interpreter,
 )
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding
-from facefusion_provider.engine.runtime import resolve_providers
+from facefusion_provider.engine.runtime import each, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.engine.swap_classic import (
@@ -160,31 +161,40 @@ class FaceProcessor:
     classic_source: ClassicSource | None = None
     source_embedding: FloatArray | None = None
     reference_embedding: FloatArray | None = None
+    # Frames whose work runs side by side: on a GPU the CPU work around inference (detector decoding, paste-back)
+    # would otherwise leave the GPU and the pod's other cores waiting on one thread.
+    frame_threads: int = 1
 
     def process_batch(self, frames: list[Frame]) -> list[Frame]:
-        selected = [self.select(frame) for frame in frames]
-        results = list(frames)
-        for processor in self.options.processors:
-            if processor == "face_swapper":
-                results = self.swap(results, selected)
-            else:
-                results = [self.enhance(frame, faces) for frame, faces in zip(results, selected, strict=True)]
-        return results
+        pool = ThreadPoolExecutor(self.frame_threads, "facefusion-frames") if self.frame_threads > 1 else None
+        try:
+            selected = each(pool, self.select, frames)
+            results = list(frames)
+            for processor in self.options.processors:
+                if processor == "face_swapper":
+                    results = self.swap(results, selected, pool)
+                else:
+                    results = each(pool, lambda pair: self.enhance(*pair), list(zip(results, selected, strict=True)))
+            return results
+        finally:
+            if pool is not None:
+                pool.shutdown()
 
     def select(self, frame: Frame) -> list[Face]:
         faces = detect_faces(frame, self.options, self.store)
         return select_faces(frame, faces, self.options, self.store, self.reference_embedding)
 
-    def swap(self, frames: list[Frame], selected: list[list[Face]]) -> list[Frame]:
-        if self.classic_source is not None:
+    def swap(self, frames: list[Frame], selected: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
+        if self.classic_source is not None:  # one thread: the face mesh's LiteRT interpreter is not thread-safe
             return [self.swap_classic(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
         assert self.source_embedding is not None
         if self.options.face_landmarker_model == "2dfan4":
-            selected = [
-                [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
-                for frame, faces in zip(frames, selected, strict=True)
-            ]
-        return swap_faces(frames, selected, self.source_embedding, self.options, self.store)
+            selected = each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+        return swap_faces(frames, selected, self.source_embedding, self.options, self.store, pool=pool)
+
+    def landmarks(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
+        frame, faces = pair
+        return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
 
     def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame:
         assert self.classic_source is not None
@@ -205,7 +215,7 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
     store = store_from_environment(models_dir)
     store.session_for(options.face_detector_model, options)
     require_recognizer(options, store)
-    processor = FaceProcessor(options, store, batch_size=_batch_size(options))
+    processor = FaceProcessor(options, store, batch_size=_batch_size(options), frame_threads=_frame_threads(options))
     if options.face_selector_mode == "reference":
         processor.reference_embedding = _embedding(identity, "reference_embedding")
     if options.face_landmarker_model == "2dfan4" and "face_swapper" in options.processors:
@@ -231,7 +241,12 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
 
 
 def _batch_size(options: Options) -> int:
-    return 1 if resolve_providers(options.execution_providers)[0] == "CPUExecutionProvider" else GPU_BATCH_SIZE
+    return GPU_BATCH_SIZE if on_gpu(options.execution_providers) else 1
+
+
+def _frame_threads(options: Options) -> int:
+    """On a GPU, ``execution_thread_count`` frames at once; on the CPU one, whose inference uses those threads."""
+    return options.execution_thread_count if on_gpu(options.execution_providers) else 1
 
 
 def _embedding(identity: dict[str, Any], key: str) -> FloatArray:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,18 @@ _NUMPY_TYPES: dict[str, type[np.generic]] = {
 }
 
 TRT_CACHE_ENV = "FACEFUSION_TRT_CACHE"
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+
+def each(pool: Executor | None, function: Callable[[ItemT], ResultT], items: Iterable[ItemT]) -> list[ResultT]:
+    """``function`` of every item, in order: side by side on ``pool`` (sessions are safe to run from any thread)."""
+    return list(map(function, items) if pool is None else pool.map(function, items))
+
+
+def on_gpu(execution_providers: Sequence[str]) -> bool:
+    """Whether the first provider this build has for ``execution_providers`` runs on a GPU."""
+    return resolve_providers(execution_providers)[0] != "CPUExecutionProvider"
 
 
 def resolve_providers(execution_providers: Sequence[str]) -> list[str]:

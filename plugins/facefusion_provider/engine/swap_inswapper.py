@@ -8,6 +8,7 @@ import mmap
 import os
 import time
 from collections.abc import MutableMapping, Sequence
+from concurrent.futures import Executor
 from typing import TypeVar
 
 import numpy as np
@@ -20,7 +21,7 @@ from facefusion_provider.engine.align import Matrix, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.paste import create_box_mask, match_color_statistics, paste_back
 from facefusion_provider.engine.recognize import normalize_embedding
-from facefusion_provider.engine.runtime import batch_is_dynamic, run_session
+from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import ModelIncompatibleError
 from facefusion_provider.options import Options
@@ -134,11 +135,13 @@ def swap_faces(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     timings: MutableMapping[str, float] | None = None,
+    pool: Executor | None = None,
 ) -> list[Frame]:
     """Swap the source identity into every given face of every frame; all crops go through the model in batches.
 
     ``faces[i]`` are the faces of ``frames[i]`` to swap; a frame with none comes back as the same array.
-    ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back.
+    ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back. With ``pool`` the
+    frames are pasted back side by side (a frame's own faces in turn).
     """
     model_name = options.face_swapper_model
     session = store.session_for(model_name, options)
@@ -160,13 +163,24 @@ def swap_faces(
     clock.lap("swap_infer")
     mask = create_box_mask(boost, options.face_mask_blur, options.face_mask_padding)
     blend = options.face_swapper_blend / 100.0
-    results = list(frames)
     per_face = total * total
-    for number, (index, crop, matrix) in enumerate(crops):
-        swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
-        if options.face_swapper_color_correction:
-            swapped = match_color_statistics(swapped, crop, mask)
-        results[index] = paste_back(results[index], swapped, mask, matrix, blend)
+    numbered: dict[int, list[int]] = {}  # frame index -> its crops' numbers
+    for number, (index, _, _) in enumerate(crops):
+        numbered.setdefault(index, []).append(number)
+
+    def paste_frame(index: int) -> Frame:
+        frame = frames[index]
+        for number in numbered[index]:
+            _, crop, matrix = crops[number]
+            swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
+            if options.face_swapper_color_correction:
+                swapped = match_color_statistics(swapped, crop, mask)
+            frame = paste_back(frame, swapped, mask, matrix, blend)
+        return frame
+
+    results = list(frames)
+    for index, pasted in zip(numbered, each(pool, paste_frame, numbered), strict=True):
+        results[index] = pasted
     clock.lap("swap_paste")
     return results
 

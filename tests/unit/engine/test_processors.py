@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from engine_onnx.builders import gfpgan_model, inswapper_model, save_model, value_info
 from onnx import helper
 from PIL import Image
 
+from facefusion_provider.engine import processors
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.landmarks import landmark_5_from_mesh
@@ -230,3 +234,48 @@ def test_a_missing_swapper_model_fails_when_the_processor_is_built(tmp_path: Pat
     identity = {"face_swapper_model": "inswapper_128_fp16", "source_embedding": [1.0] + [0.0] * 511}
     with pytest.raises(ModelMissingError, match=r"inswapper_128_fp16\.onnx"):
         build_frame_processor(Options(face_swapper_model="inswapper_128_fp16"), identity, str(tmp_path))
+
+
+def test_frames_processed_side_by_side_come_out_exactly_as_in_turn(
+    man_source: str,
+    pair: Frame,
+    astronaut: Frame,
+    no_face: Frame,
+    user_models: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    options = Options(
+        face_swapper_model="inswapper_128",
+        face_selector_mode="many",
+        processors=["face_swapper", "face_enhancer"],
+        face_swapper_blend=70,
+    )
+    identity = prepare_identity([man_source], None, options, user_models)
+    frames = [pair, astronaut, no_face, pair, astronaut]
+    in_turn = build_frame_processor(options, identity, user_models).process_batch(frames)
+    threads: set[str] = set()
+    real_detect = processors.detect_faces
+
+    def recording_detect(*args: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return real_detect(*args)
+
+    monkeypatch.setattr(processors, "detect_faces", recording_detect)
+    side_by_side = build_frame_processor(options, identity, user_models)
+    side_by_side.frame_threads = 3
+
+    results = side_by_side.process_batch(frames)
+
+    assert len(threads) > 1 and all(name.startswith("facefusion-frames") for name in threads)
+    assert all(np.array_equal(a, b) for a, b in zip(results, in_turn, strict=True))
+    assert not np.array_equal(results[0], pair) and np.array_equal(results[2], no_face)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-frames")]
+
+
+def test_frames_go_side_by_side_only_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = Options(execution_providers=["cuda", "cpu"], execution_thread_count=6)
+    assert (
+        processors._frame_threads(options) == 1
+    )  # no CUDA in this onnxruntime: the CPU runs, its threads do inference
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert processors._frame_threads(options) == 6 and processors._batch_size(options) == processors.GPU_BATCH_SIZE
