@@ -11,9 +11,11 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from types import FrameType
 from typing import Any, NoReturn
 
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_OK, FaceFusionError, InvalidOptionError
@@ -158,7 +160,13 @@ def _report(error: BaseException) -> int:
     return code
 
 
+def _terminate(signal_number: int, frame: FrameType | None) -> NoReturn:
+    """SIGTERM (a deleted pod, a killed task): unwind like an error, so uploads are aborted and temporary files go."""
+    raise SystemExit(128 + signal_number)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(
@@ -169,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(error, FaceFusionError):
             logging.getLogger(__name__).exception("unexpected failure")
         return _report(error)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(json.dumps(summary, sort_keys=True), flush=True)
     return EXIT_OK
 

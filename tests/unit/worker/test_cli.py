@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,31 @@ def test_prepare_plans_whole_waves_of_equal_chunks(make_video: MakeVideo, tmp_pa
     # 4 chunks of 4 frames would leave two of three GPUs idle in a second wave: 6 chunks of 2-3 frames fill two.
     assert [(chunk["start"], chunk["end"]) for chunk in chunks] == [(0, 2), (2, 5), (5, 8), (8, 11), (11, 14), (14, 17)]
     assert [chunk.model_dump() for chunk in worker.load_job(Path(job).as_uri()).chunks] == chunks
+
+
+def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=240)
+    work, scratch, output = tmp_path / "work", tmp_path / "tmp", tmp_path / "out" / "out.mp4"
+    scratch.mkdir()
+    arguments = ["run", "--target", target, "--output", str(output), "--work-root", str(work), "--chunk-size", "4"]
+    running = subprocess.Popen(
+        [sys.executable, "-m", "facefusion_provider.worker", *arguments, *PASSTHROUGH],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(work.glob("jobs/*/chunks/00001.json")):  # mid-run: two of sixty chunks committed
+            assert running.poll() is None and time.monotonic() < deadline, running.stderr and running.stderr.read()
+            time.sleep(0.01)
+        running.send_signal(signal.SIGTERM)
+        _, errors = running.communicate(timeout=60)
+    finally:
+        running.kill()
+
+    assert running.returncode == 128 + signal.SIGTERM, errors
+    assert not output.parent.exists() or list(output.parent.iterdir()) == []  # neither output nor partial file
+    assert list(scratch.iterdir()) == []  # every temporary folder removed on the way out
+    assert len(list(work.glob("jobs/*/chunks/*.json"))) < 60  # it stopped before the end: finished chunks stay
