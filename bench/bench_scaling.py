@@ -71,6 +71,7 @@ class Measured:
     encoder_rgb_s_per_frame: (
         float  # the encoder's conversion of a swapped (RGB) frame back to yuv420p: not in pass-through
     )
+    side_by_side_efficiency: float  # that work on one thread per core, frames side by side: speedup / cores
     cpu_cores: int
     clip: str
 
@@ -110,6 +111,7 @@ class PodRate:
     encode_s: float  # E: decode + encode of one swapped frame on one core
     cores: int
     frame_threads: int  # T: frames the process stage works on side by side
+    side_by_side_efficiency: float  # measured: what each of T threads adds, relative to one
 
     @classmethod
     def of(cls, measured: Measured, stated: Stated) -> PodRate:
@@ -119,12 +121,14 @@ class PodRate:
             encode_s=1.0 / measured.encode_fps_per_core + measured.encoder_rgb_s_per_frame,
             cores=stated.worker_cpu_cores,
             frame_threads=stated.frame_threads,
+            side_by_side_efficiency=measured.side_by_side_efficiency,
         )
 
     @property
     def process_fps(self) -> float:
         """The process stage: T frames side by side, each its inference then its CPU work; the GPU runs one at a time."""
-        return min(1.0 / self.inference_s, self.frame_threads / (self.inference_s + self.swap_cpu_s))
+        threads = max(1.0, self.frame_threads * self.side_by_side_efficiency)
+        return min(1.0 / self.inference_s, threads / (self.inference_s + self.swap_cpu_s))
 
     @property
     def cores_fps(self) -> float:
@@ -474,7 +478,7 @@ def _decoded_frame_1080p(scratch: Path) -> av.VideoFrame:
         return next(container.decode(video=0))
 
 
-def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, float], str]:
+def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, float], str, float]:
     """Median CPU seconds of each part of the inswapper path's work per face beside inference, on one core, and the
     face's size (the paste-back grows with the face's area).
 
@@ -482,9 +486,10 @@ def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, fl
     real face: the detector around its inference (letterbox, input tensor, decoding of the real output, NMS, the
     selection), the arcface_128 warp at the default pixel boost, the tiling, the swapper's input and output tensors,
     the colour match and the paste-back, and the pipeline's frame conversions (to and from the engine's RGB array;
-    the encoder thread's conversion back to yuv420p is ``_encoder_rgb_seconds``). The swapper's output is stood in for by the aligned crop itself: no inswapper weights exist here, and
-    these functions' cost does not depend on the pixels. Left out as too small to count: the emap projection of the
-    identity (once per batch) and the box mask (cached).
+    the encoder thread's conversion back to yuv420p is ``_encoder_rgb_seconds``). The swapper's output is stood in for
+    by the aligned crop itself: no inswapper weights exist here, and these functions' cost does not depend on the
+    pixels. Left out as too small to count: the emap projection of the identity (once per batch) and the box mask
+    (cached). Also returns how much faster the same work runs for several frames side by side, one thread per core.
     """
     import cv2
 
@@ -520,9 +525,16 @@ def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, fl
     mask = create_box_mask(boost, options.face_mask_blur, options.face_mask_padding)
     corrected = match_color_statistics(swapped, crop, mask)
     blend = options.face_swapper_blend / 100.0
+
+    def one_face(_: object) -> Frame:
+        (found,) = processor.select(frame)
+        face_crop, face_matrix = warp_face(frame, found.landmark_5, "arcface_128", boost)
+        return paste_back(frame, match_color_statistics(swapped, face_crop, mask), mask, face_matrix, blend)
+
     threads = cv2.getNumThreads()
     cv2.setNumThreads(1)  # CPU work of one core: the pod's other cores decode and encode meanwhile
     try:
+        speedup = _side_by_side_speedup(one_face)
         parts = {
             "detector": _cpu_seconds(lambda: processor.select(frame)),
             "align": _cpu_seconds(lambda: warp_face(frame, face.landmark_5, "arcface_128", boost)),
@@ -536,7 +548,26 @@ def _swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, fl
     finally:
         cv2.setNumThreads(threads)
     width, height = face.bbox[2:] - face.bbox[:2]
-    return parts, f"{width:.0f}x{height:.0f}"
+    return parts, f"{width:.0f}x{height:.0f}", speedup
+
+
+def _side_by_side_speedup(one_face: Callable[[object], object], frames: int = 8) -> float:
+    """Wall time of ``frames`` faces one after another over the same faces on one thread per core (as a GPU worker
+    runs ``execution_thread_count`` frames side by side): the median of a few tries, this machine's other load aside."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def wall(run: Callable[[], object]) -> float:
+        samples = []
+        for _ in range(5):
+            started = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        in_turn = wall(lambda: [one_face(i) for i in range(frames)])
+        side_by_side = wall(lambda: list(pool.map(one_face, range(frames))))
+    return in_turn / side_by_side
 
 
 def measure(short: int = 48, long: int = 480) -> Measured:
@@ -546,7 +577,7 @@ def measure(short: int = 48, long: int = 480) -> Measured:
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
         few, many = _timed_run(Path(scratch), short), _timed_run(Path(scratch), long)
         decoded = _decoded_frame_1080p(Path(scratch))
-        swap_cpu, face_size = _swap_cpu_parts(decoded, Path(scratch))
+        swap_cpu, face_size, side_by_side = _swap_cpu_parts(decoded, Path(scratch))
         encoder_rgb_s = _encoder_rgb_seconds(decoded)
     extra = long - short
 
@@ -563,6 +594,7 @@ def measure(short: int = 48, long: int = 480) -> Measured:
         swap_cpu_s_per_face=sum(swap_cpu.values()),
         swap_cpu_parts_ms={part: round(1000 * seconds, 3) for part, seconds in swap_cpu.items()},
         encoder_rgb_s_per_frame=encoder_rgb_s,
+        side_by_side_efficiency=round(side_by_side / cores, 3),
         cpu_cores=cores,
         clip=f"carphone scaled to 1920x1080, {short} and {long} frames in {MEASURED_CHUNKS} chunks each, pass-through; "
         f"the swap's CPU work on its first frame's {face_size}-pixel face",
@@ -677,7 +709,10 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f" The swap's CPU work beside inference, one core: {1000 * measured['swap_cpu_s_per_face']:.1f} ms per face ("
         + ", ".join(f"{part.replace('_', ' ')} {ms:.2f}" for part, ms in measured["swap_cpu_parts_ms"].items())
         + f" ms); the encoder's conversion of a swapped frame back to yuv420p {1000 * measured['encoder_rgb_s_per_frame']:.1f} "
-        "ms per frame (part of decode + encode in the pod's rate).",
+        "ms per frame (part of decode + encode in the pod's rate). Frames side by side, one thread per core: "
+        f"{measured['side_by_side_efficiency'] * measured['cpu_cores']:.2f}x the one-thread rate on "
+        f"{measured['cpu_cores']} cores, so each of a pod's frame threads counts "
+        f"{measured['side_by_side_efficiency']:.2f}.",
         "",
         "Stated (flags of the script): " + ", ".join(f"{key} {value}" for key, value in stated.items()) + ".",
         "",
