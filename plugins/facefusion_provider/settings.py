@@ -112,7 +112,14 @@ KUBERNETES_SETTINGS: tuple[SettingSpec, ...] = (
         "How long a pod may take to be scheduled and start: long enough for a GPU node to scale up and pull the image.",
         "1200",
     ),
-    SettingSpec("worker_cpu", "string", "4", "CPU request of a worker pod (a Kubernetes quantity).", "8"),
+    SettingSpec(
+        "worker_cpu",
+        "string",
+        "4",
+        "CPU request of a worker pod (a Kubernetes quantity); a GPU worker decodes, encodes and pastes "
+        "execution_thread_count frames side by side on these cores.",
+        "8",
+    ),
     SettingSpec("worker_memory", "string", "8Gi", "Memory request and limit of a worker pod.", "16Gi"),
     SettingSpec(
         "worker_ephemeral_storage",
