@@ -39,7 +39,7 @@ _READ_BYTES = 8 * 1024 * 1024  # a block of the hash
 
 def part_bytes(expected_bytes: int) -> int:
     """The part size for an output of about ``expected_bytes``: 16 MiB, larger where S3's part limit needs it."""
-    return max(DEFAULT_PART_BYTES, -(-2 * expected_bytes // storage.UPLOAD_MAX_PARTS))
+    return max(storage.UPLOAD_MIN_PART_BYTES, DEFAULT_PART_BYTES, -(-2 * expected_bytes // storage.UPLOAD_MAX_PARTS))
 
 
 @dataclass(frozen=True)
