@@ -222,3 +222,10 @@ def test_a_file_not_laid_out_as_the_muxer_writes_is_published_as_it_is(
         publisher.publish()
 
     assert s3.get_object(Bucket="videos", Key=key)["Body"].read() == faststart
+
+
+def test_parts_grow_so_an_output_twice_the_expected_size_fits_s3s_part_limit() -> None:
+    assert publish.part_bytes(0) == publish.DEFAULT_PART_BYTES
+    for expected in (10**9, 10**11, 5 * 10**12):
+        assert 2 * expected <= publish.part_bytes(expected) * storage.UPLOAD_MAX_PARTS
+    assert publish.part_bytes(10**11) > publish.DEFAULT_PART_BYTES
