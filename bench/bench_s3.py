@@ -215,11 +215,16 @@ def markdown(report: dict[str, Any]) -> str:
     shares = ", ".join(
         f"{row['fraction_of_file_per_chunk']:.0%} with {row['mode'].rsplit('_', 1)[1]} blocks" for row in ranged
     )
+    prepared = ", ".join(
+        f"{row['prepare_target_bytes'] / clip['bytes']:.0%} with {row['mode'].rsplit('_', 1)[1]} blocks"
+        for row in ranged
+    )
     lines += [
         "",
         f"Modelled network: {model['request_latency_s'] * 1000:.0f} ms per request plus bytes at "
-        f"{model['bandwidth_bytes_per_s'] / 1e6:.0f} MB/s (loopback itself has neither). `prepare` reads the whole "
-        "target in every S3 mode (it demuxes every packet to learn each frame's timestamp).",
+        f"{model['bandwidth_bytes_per_s'] / 1e6:.0f} MB/s (loopback itself has neither). By ranged reads `prepare` "
+        f"fetched {prepared}: the frame times come from the MP4's index (its moov) and the stream details from the "
+        "container's start, each rounded up to whole blocks; the node cache downloads the whole file there.",
         "",
         f"A chunk's own frames are {ideal:.0%} of the file. By ranged reads a chunk fetched {shares}: the container's "
         "start (the decoder's probe) and its index, plus the chunk's frames from the keyframe before them, each rounded "
