@@ -162,6 +162,7 @@ def _report(error: BaseException) -> int:
 
 def _terminate(signal_number: int, frame: FrameType | None) -> NoReturn:
     """SIGTERM (a deleted pod, a killed task): unwind like an error, so uploads are aborted and temporary files go."""
+    signal.signal(signal_number, signal.SIG_IGN)  # a second one must not cut the clean-up short
     raise SystemExit(128 + signal_number)
 
 

@@ -139,11 +139,17 @@ def run_pipeline(
                 return
 
     threads = [threading.Thread(target=guarded(stage), daemon=True) for stage in (decode_stage, encode_stage)]
-    for thread in threads:
-        thread.start()
-    guarded(process_stage)()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.start()
+        guarded(process_stage)()
+    except BaseException:  # interrupted outside the stages (SIGTERM while a thread starts): stop the others too
+        failed.set()
+        raise
+    finally:
+        for thread in threads:
+            if thread.ident is not None:  # started
+                thread.join()
     timings.wall = time.perf_counter() - started
     if errors:
         raise errors[0]

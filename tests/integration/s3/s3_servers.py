@@ -138,19 +138,43 @@ class Exchange:
     request_range: str | None = None
 
 
+class Link:
+    """One direction of a network link of ``bytes_per_second`` (None: unlimited): transfers through it queue up, so
+    together they never pass that rate, as on a pod's network interface."""
+
+    def __init__(self, bytes_per_second: float | None) -> None:
+        self.bytes_per_second = bytes_per_second
+        self._free_at = 0.0
+        self._lock = threading.Lock()
+
+    def carry(self, size: int) -> None:
+        """Returns once ``size`` bytes would have crossed the link."""
+        if not self.bytes_per_second or not size:
+            return
+        with self._lock:
+            done = max(time.monotonic(), self._free_at) + size / self.bytes_per_second
+            self._free_at = done
+        time.sleep(max(0.0, done - time.monotonic()))
+
+
 @dataclass
 class _ProxyState:
     upstream_port: int
+    uplink: Link = field(default_factory=lambda: Link(None))  # request bodies, to S3
+    downlink: Link = field(default_factory=lambda: Link(None))  # answers, from S3
     faults: list[Fault] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class FaultyProxy:
-    """An HTTP proxy on 127.0.0.1 in front of an S3 endpoint: records every exchange, injects the faults it is given."""
+    """An HTTP proxy on 127.0.0.1 in front of an S3 endpoint: records every exchange, injects the faults it is given.
 
-    def __init__(self, upstream_port: int) -> None:
-        self.state = _ProxyState(upstream_port)
+    ``bytes_per_second`` limits each direction (full duplex) to that rate, shared by every connection.
+    """
+
+    def __init__(self, upstream_port: int, bytes_per_second: float | None = None) -> None:
+        self.state = _ProxyState(upstream_port, Link(bytes_per_second), Link(bytes_per_second))
         handler = type("Handler", (_ProxyHandler,), {"state": self.state})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -193,6 +217,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        self.state.uplink.carry(len(body))
         with self.state.lock:
             fault = next((f for f in self.state.faults if f.matches(self.command, self.path)), None)
             if fault is not None:
@@ -210,6 +235,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             upstream.request(self.command, self.path, body=body, headers=headers)
             response = upstream.getresponse()
             payload = response.read()
+            self.state.downlink.carry(len(payload))
             self._record(response.status, injected=fault is not None, body_bytes=len(payload))
             if fault is not None:  # "lost": S3 did the work, the client never hears of it
                 self._reset()

@@ -179,10 +179,10 @@ def test_prepare_plans_whole_waves_of_equal_chunks(make_video: MakeVideo, tmp_pa
 
 
 def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video: MakeVideo, tmp_path: Path) -> None:
-    target = make_video(frames=240)
+    target = make_video(frames=400, width=320, height=240)
     work, scratch, output = tmp_path / "work", tmp_path / "tmp", tmp_path / "out" / "out.mp4"
     scratch.mkdir()
-    arguments = ["run", "--target", target, "--output", str(output), "--work-root", str(work), "--chunk-size", "4"]
+    arguments = ["run", "--target", target, "--output", str(output), "--work-root", str(work), "--chunk-size", "400"]
     running = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", *arguments, *PASSTHROUGH],
         stdout=subprocess.PIPE,
@@ -192,9 +192,10 @@ def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video:
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(work.glob("jobs/*/chunks/00001.json")):  # mid-run: two of sixty chunks committed
+        while not list(work.glob("jobs/*/job.json")):  # prepared: the one chunk of 400 frames is being encoded
             assert running.poll() is None and time.monotonic() < deadline, running.stderr and running.stderr.read()
             time.sleep(0.01)
+        time.sleep(0.3)
         running.send_signal(signal.SIGTERM)
         _, errors = running.communicate(timeout=60)
     finally:
@@ -203,4 +204,4 @@ def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video:
     assert running.returncode == 128 + signal.SIGTERM, errors
     assert not output.parent.exists() or list(output.parent.iterdir()) == []  # neither output nor partial file
     assert list(scratch.iterdir()) == []  # every temporary folder removed on the way out
-    assert len(list(work.glob("jobs/*/chunks/*.json"))) < 60  # it stopped before the end: finished chunks stay
+    assert list(work.glob("jobs/*/chunks/*")) == []  # the chunk was cut short: nothing of it committed

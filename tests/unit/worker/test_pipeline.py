@@ -106,3 +106,25 @@ def test_a_processor_that_loses_frames_is_an_error() -> None:
 
     with pytest.raises(RuntimeError, match="returned 1 frames for 2"):
         run_pipeline(_frames(4, []), lambda f, p: None, Lossy())
+
+
+def test_an_interrupt_while_the_stages_start_stops_those_already_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = threading.Thread.start
+    started: list[threading.Thread] = []
+
+    def start(thread: threading.Thread) -> None:
+        if started:
+            raise SystemExit(143)  # what the worker's SIGTERM handler raises, here as the second stage starts
+        started.append(thread)
+        real_start(thread)
+
+    produced: list[int] = []
+    frames = _frames(10_000, produced)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(SystemExit):
+        run_pipeline(frames, lambda frame, pts: None, Darken(batch_size=4))
+    monkeypatch.undo()
+
+    assert not started[0].is_alive()  # the decode stage was stopped and joined, not left decoding
+    frames.close()  # and let go of the frames: closing them works ("generator already executing" before)
+    assert len(produced) < 100

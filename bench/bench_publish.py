@@ -1,0 +1,184 @@
+"""Merge to S3 over a limited link: the output's upload overlaps the remux and the chunk downloads.
+
+A job's chunks and its target sit on an S3 server on loopback (moto, in its own process) behind a proxy that limits
+each direction to ``--mb-per-s`` (full duplex, shared by every connection, as a pod's network interface). The same job
+is merged by ``facefusion-worker merge`` twice over: once to a local file, once to S3, where the MP4's media data goes
+up in parts while the muxer writes it (``worker.publish``). The difference is what publishing to S3 adds to a merge;
+the same link carrying the finished output alone is what a merge that uploads afterwards would add. Frames are noise
+coded losslessly, so the bytes, not the encoder, set the pace.
+
+    python bench/bench_publish.py                  # writes bench/results/publish.json and bench/results/publish.md
+    python bench/bench_publish.py --frames 120 --mb-per-s 20 --runs 1 --out /tmp/publish
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(REPO / "tests" / "integration" / "s3"))  # the tests' S3 server and proxy
+
+from s3_servers import FaultyProxy, MotoServer  # noqa: E402
+
+from facefusion_provider.media.synth import VideoSpec, write_video  # noqa: E402
+
+WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
+PARTS_LINE = re.compile(r"(\d+) parts of (\d+) MiB, (\d+) of them uploaded while the muxer wrote")
+
+
+def make_target(path: Path, frames: int) -> None:
+    """Noise at 640x360, coded losslessly (about 0.7 MB a frame), with an AAC track."""
+    rng = np.random.default_rng(5)
+    images = (rng.integers(0, 256, (360, 640, 3), dtype=np.uint8) for _ in range(frames))
+    spec = VideoSpec(640, 360, Fraction(25), codec_options={"preset": "ultrafast", "qp": "0"}, audio_rate=48000)
+    write_video(str(path), spec, images)
+
+
+def worker(args: list[str], env: dict[str, str]) -> tuple[float, str, str]:
+    started = time.perf_counter()
+    result = subprocess.run([*WORKER, *args], env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed: {result.stderr[-2000:]}")
+    return time.perf_counter() - started, result.stdout, result.stderr
+
+
+def _merged(client: Any, job: str, output: str, env: dict[str, str], runs: int) -> tuple[float, str]:
+    """The median seconds of ``runs`` merges of ``job`` (its output and marker deleted before each), and a log."""
+    from facefusion_provider import storage
+
+    seconds, log = [], ""
+    for _ in range(runs):
+        for uri in (output, storage.output_marker_uri(output)):
+            local = storage.local_path(uri)
+            if local is not None:
+                Path(local).unlink(missing_ok=True)
+            else:
+                client.delete_object(Bucket="work", Key=uri.removeprefix("s3://work/"))
+        took, _, log = worker(["merge", "--job-uri", job], env)
+        seconds.append(took)
+    return statistics.median(seconds), log
+
+
+def measure(frames: int, chunk: int, mb_per_s: float, runs: int, scratch: Path) -> dict[str, Any]:
+    server = MotoServer()
+    proxy = FaultyProxy(server.port, bytes_per_second=mb_per_s * 1e6)
+    try:
+        client = server.client()
+        client.create_bucket(Bucket="work")
+        make_target(scratch / "target.mp4", frames)
+        client.upload_file(str(scratch / "target.mp4"), "work", "in/target.mp4")
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "FACEFUSION_S3_ENDPOINT_URL": proxy.url,
+        }
+        merges = {}
+        for where, output in (("s3", "s3://work/out/bench.mp4"), ("local", (scratch / "out" / "bench.mp4").as_uri())):
+            job = f"s3://work/jobs/{where}"
+            args = ["--job-uri", job, "--target", "s3://work/in/target.mp4", "--output", output]
+            options = ["--processors", "--output-video-quality", "100", "--chunk-size", str(chunk)]
+            worker(["prepare", *args, *options], env)
+            for index in range(-(-frames // chunk)):
+                worker(["swap-chunk", "--job-uri", job, "--index", str(index)], env)
+            merges[where] = _merged(client, job, output, env, runs)
+        chunks = sorted(
+            item["Key"]
+            for item in client.list_objects_v2(Bucket="work", Prefix="jobs/s3/chunks/")["Contents"]
+            if item["Key"].endswith(".mp4")
+        )
+        parts = PARTS_LINE.search(merges["s3"][1])
+        output_bytes = client.head_object(Bucket="work", Key="out/bench.mp4")["ContentLength"]
+        chunk_bytes = sum(client.head_object(Bucket="work", Key=key)["ContentLength"] for key in chunks)
+        client.download_file("work", "out/bench.mp4", str(scratch / "out.mp4"))
+        started = time.perf_counter()
+        server.client(endpoint=proxy.url).upload_file(str(scratch / "out.mp4"), "work", "out/again.mp4")
+        upload_s = time.perf_counter() - started
+    finally:
+        proxy.stop()
+        server.stop()
+    return {
+        "frames": frames,
+        "chunks": len(chunks),
+        "chunk_bytes": chunk_bytes,
+        "output_bytes": output_bytes,
+        "merge_to_s3_s": round(merges["s3"][0], 2),
+        "merge_to_local_s": round(merges["local"][0], 2),
+        "output_upload_alone_s": round(upload_s, 2),
+        "parts": int(parts.group(1)) if parts else None,
+        "part_mib": int(parts.group(2)) if parts else None,
+        "parts_while_writing": int(parts.group(3)) if parts else None,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    row = report["result"]
+    added = row["merge_to_s3_s"] - row["merge_to_local_s"]
+    return "\n".join(
+        [
+            "# Merge to S3 over a limited link: the output uploads while it is written",
+            "",
+            f"`{report['command']}` on {report['machine']['cpus']} CPUs; S3 (moto) behind a link of "
+            f"{report['mb_per_s']:.0f} MB/s each way; each merge the median of {report['runs']}.",
+            "",
+            "| frames | chunks | chunk bytes | output bytes | merge to a local file s | merge to S3 s | the output's "
+            "upload alone s | parts (MiB) | uploaded while writing |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {row['frames']} | {row['chunks']} | {row['chunk_bytes']:,} | {row['output_bytes']:,} "
+            f"| {row['merge_to_local_s']} | {row['merge_to_s3_s']} | {row['output_upload_alone_s']} "
+            f"| {row['parts']} ({row['part_mib']}) | {row['parts_while_writing']} |",
+            "",
+            f"Both merges read the same chunks and target from S3 over the link. Publishing to S3 instead of a local file "
+            f"added {added:.2f} s to the merge; uploading the finished output alone takes "
+            f"{row['output_upload_alone_s']} s, which a merge that uploads afterwards would add whole. "
+            f"{row['parts_while_writing']} of the {row['parts']} parts went up while the muxer was still writing; "
+            "the head (with the moov) and the last part go up after it.",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=300, help="frames of the target (about 0.7 MB each)")
+    parser.add_argument("--chunk-size", type=int, default=50)
+    parser.add_argument("--mb-per-s", type=float, default=40.0, help="the link's rate each way")
+    parser.add_argument("--runs", type=int, default=3, help="merges of each kind; the median counts")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-publish-") as scratch:
+        result = measure(args.frames, args.chunk_size, args.mb_per_s, args.runs, Path(scratch))
+    report = {
+        "command": shlex.join(["python", "bench/bench_publish.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "mb_per_s": args.mb_per_s,
+        "runs": args.runs,
+        "result": result,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "publish.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "publish.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
