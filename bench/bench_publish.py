@@ -14,13 +14,11 @@ coded losslessly, so the bytes, not the encoder, set the pace.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +34,10 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "integration" / "s3"))  # the tests' S3 server and proxy
 
 from s3_servers import FaultyProxy, MotoServer  # noqa: E402
+from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider.media.synth import VideoSpec, write_video  # noqa: E402
 
-WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 PARTS_LINE = re.compile(r"(\d+) parts of (\d+) MiB, (\d+) of them uploaded while the muxer wrote")
 
 
@@ -49,14 +47,6 @@ def make_target(path: Path, frames: int) -> None:
     images = (rng.integers(0, 256, (360, 640, 3), dtype=np.uint8) for _ in range(frames))
     spec = VideoSpec(640, 360, Fraction(25), codec_options={"preset": "ultrafast", "qp": "0"}, audio_rate=48000)
     write_video(str(path), spec, images)
-
-
-def worker(args: list[str], env: dict[str, str]) -> tuple[float, str, str]:
-    started = time.perf_counter()
-    result = subprocess.run([*WORKER, *args], env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed: {result.stderr[-2000:]}")
-    return time.perf_counter() - started, result.stdout, result.stderr
 
 
 def _merged(client: Any, job: str, output: str, env: dict[str, str], runs: int) -> tuple[float, str]:
@@ -71,7 +61,7 @@ def _merged(client: Any, job: str, output: str, env: dict[str, str], runs: int) 
                 Path(local).unlink(missing_ok=True)
             else:
                 client.delete_object(Bucket="work", Key=uri.removeprefix("s3://work/"))
-        took, _, log = worker(["merge", "--job-uri", job], env)
+        took, _, log = run_worker(["merge", "--job-uri", job], env)
         seconds.append(took)
     return statistics.median(seconds), log
 
@@ -96,9 +86,9 @@ def measure(frames: int, chunk: int, mb_per_s: float, runs: int, scratch: Path) 
             job = f"s3://work/jobs/{where}"
             args = ["--job-uri", job, "--target", "s3://work/in/target.mp4", "--output", output]
             options = ["--processors", "--output-video-quality", "100", "--chunk-size", str(chunk)]
-            worker(["prepare", *args, *options], env)
+            run_worker(["prepare", *args, *options], env)
             for index in range(-(-frames // chunk)):
-                worker(["swap-chunk", "--job-uri", job, "--index", str(index)], env)
+                run_worker(["swap-chunk", "--job-uri", job, "--index", str(index)], env)
             merges[where] = _merged(client, job, output, env, runs)
         chunks = sorted(
             item["Key"]
@@ -173,10 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "result": result,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "publish.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "publish.md").write_text(markdown(report))
-    print(markdown(report))
+    write_report(args.out, "publish", report, markdown)
     return 0
 
 

@@ -19,10 +19,8 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -33,10 +31,10 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "integration" / "s3"))  # the tests' S3 server and counting proxy
 
 from s3_servers import FaultyProxy, MotoServer  # noqa: E402
+from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 
-WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 # Stated network model for the "where the cache pays" estimate (S3 in-region, one connection).
 REQUEST_LATENCY_S = 0.03
 BANDWIDTH_BYTES_S = 90e6
@@ -50,14 +48,6 @@ def make_target(path: Path, seconds: int, fps: int, gop: int) -> None:
         codec_options={"preset": "ultrafast", "crf": "26", "g": str(gop)},
     )
     write_video(str(path), spec, pattern_frames(seconds * fps, 1280, 720, seed=3))
-
-
-def run_worker(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    started = time.perf_counter()
-    result = subprocess.run([*WORKER, *args], env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed: {result.stderr[-2000:]}")
-    return time.perf_counter() - started, result.stdout
 
 
 def target_traffic(proxy: FaultyProxy, key: str) -> tuple[int, int]:
@@ -78,13 +68,13 @@ def measure_mode(
     job, output = f"s3://work/bench/{mode}", f"s3://work/bench/{mode}-out.mp4"
     proxy.forget_exchanges()
     args = ["--job-uri", job, "--source", face, "--target", target, "--output", output]
-    seconds, stdout = run_worker(["prepare", *args, "--processors", "--chunk-size", str(chunk)], env)
+    seconds, stdout, _ = run_worker(["prepare", *args, "--processors", "--chunk-size", str(chunk)], env)
     fetched, requests = target_traffic(proxy, key)
     prepare = {"seconds": seconds, "target_bytes": fetched, "target_requests": requests}
     rows = []
     for item in json.loads(stdout.strip().splitlines()[-1])["chunks"]:
         proxy.forget_exchanges()
-        seconds, _ = run_worker(["swap-chunk", "--job-uri", job, "--index", str(item["index"])], env)
+        seconds, _, _ = run_worker(["swap-chunk", "--job-uri", job, "--index", str(item["index"])], env)
         fetched, requests = target_traffic(proxy, key)
         rows.append(
             {
@@ -182,10 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "chunks": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "s3.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "s3.md").write_text(markdown(report))
-    print(markdown(report))
+    write_report(args.out, "s3", report, markdown)
     return 0
 
 
