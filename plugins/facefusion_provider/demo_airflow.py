@@ -1,11 +1,11 @@
 """Run the ``facefusion_swap`` DAG once through Airflow on the embedded default, with ``airflow dags test``.
 
 An isolated ``AIRFLOW_HOME`` (SQLite metadata, local files, the local backend) is set up under ``<out>/airflow`` the
-first time: ``airflow db migrate`` and the chunk pool. Then the DAG runs in one process with the conf JSON::
+first time (``airflow db migrate``; no pool or other setup). Then the DAG runs in one process with the conf JSON::
 
     python -m facefusion_provider.demo_airflow --out out            # the demo clip: out/demo.mp4 + out/demo.preview.jpg
     python -m facefusion_provider.demo_airflow --source face.png --target in.mp4 --output out/swapped.mp4 \\
-        --options '{"chunk_size": 64}'
+        --options '{"segment_size": 64}'
 
 It only shells out to Airflow (the demo clip is made by ``facefusion_provider.demo``, imported only for that), so the
 tests and the benchmark reuse its functions freely.
@@ -25,7 +25,6 @@ from typing import Any
 
 DAG_ID = "facefusion_swap"
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
-POOL = "facefusion_gpu"
 
 
 def airflow_env(
@@ -57,14 +56,12 @@ def airflow(args: Sequence[str], env: Mapping[str, str], *, timeout: float = 600
     )
 
 
-def init_home(env: Mapping[str, str], *, pool_slots: int = 2) -> None:
-    """Create the metadata DB (once) and the pool of the chunk tasks."""
-    home = Path(env["AIRFLOW_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    for args in (["db", "migrate"], ["pools", "set", POOL, str(pool_slots), "facefusion swap_chunk slots"]):
-        result = airflow(args, env)
-        if result.returncode != 0:
-            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+def init_home(env: Mapping[str, str]) -> None:
+    """Create the metadata DB (once); nothing else: the DAG runs on a fresh Airflow as it is."""
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    result = airflow(["db", "migrate"], env)
+    if result.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{result.stdout}\n{result.stderr}")
 
 
 def swap_conf(

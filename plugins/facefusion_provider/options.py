@@ -32,10 +32,31 @@ OutputVideoPreset = Literal[
 
 Percent = Annotated[int, Field(ge=0, le=100)]
 
-# Options that cannot change a single output pixel: they stay out of the job id, so changing them reuses finished chunks.
-NON_PIXEL_OPTIONS: frozenset[str] = frozenset({"execution_providers", "execution_thread_count"})
+# The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
+SECTION_FACES: dict[str, Any] = {"section": "Faces: detection and selection"}
+SECTION_SWAP: dict[str, Any] = {"section": "Swap, masks and enhancer"}
+SECTION_FRAMES: dict[str, Any] = {"section": "Frames and segments"}
+SECTION_OUTPUT: dict[str, Any] = {"section": "Output video"}
+SECTION_EXECUTION: dict[str, Any] = {"section": "Execution"}
 
-MAX_CHUNKS = 1024
+# Options that cannot change a single output pixel: they stay out of the work id, so changing them reuses segments.
+NON_PIXEL_OPTIONS: frozenset[str] = frozenset({"execution_providers", "execution_thread_count"})
+# Options that change which faces are found in the target and where: with the target they name its analysis, which
+# every run over that target reads whatever its source face.
+ANALYSIS_OPTIONS: frozenset[str] = frozenset(
+    {
+        "face_detector_model",
+        "face_detector_size",
+        "face_detector_score",
+        "face_landmarker_model",
+        "face_selector_mode",
+        "reference_frame_number",
+        "reference_face_distance",
+        "trim_frame_start",
+        "trim_frame_end",
+        "segment_size",
+    }
+)
 
 
 class Options(BaseModel):
@@ -48,12 +69,18 @@ class Options(BaseModel):
         description="Frame processors in order. An empty list passes frames through unchanged (a re-encode or trim job).",
     )
     face_detector_model: FaceDetectorModel = Field(
+        json_schema_extra=SECTION_FACES,
         default="retinaface_mnet",
         description="Face detector. retinaface_mnet ships with the package; the others are FaceFusion model files you provide.",
     )
-    face_detector_size: FaceDetectorSize = Field(default="640x640", description="Detector input size (width x height).")
-    face_detector_score: float = Field(default=0.5, ge=0.0, le=1.0, description="Minimum detector confidence.")
+    face_detector_size: FaceDetectorSize = Field(
+        json_schema_extra=SECTION_FACES, default="640x640", description="Detector input size (width x height)."
+    )
+    face_detector_score: float = Field(
+        json_schema_extra=SECTION_FACES, default=0.5, ge=0.0, le=1.0, description="Minimum detector confidence."
+    )
     face_landmarker_model: FaceLandmarkerModel = Field(
+        json_schema_extra=SECTION_FACES,
         default="face_mesh_468",
         description="Dense landmarks: face_mesh_468 ships with the package; 2dfan4 is a FaceFusion model file.",
     )
@@ -62,9 +89,13 @@ class Options(BaseModel):
         description="Which target faces to swap: one (the largest), many (all), reference (those close to a reference face).",
     )
     reference_frame_number: int = Field(
-        default=0, ge=0, description="Target frame that holds the reference face (face_selector_mode=reference)."
+        json_schema_extra=SECTION_FACES,
+        default=0,
+        ge=0,
+        description="Target frame that holds the reference face (face_selector_mode=reference).",
     )
     reference_face_distance: float = Field(
+        json_schema_extra=SECTION_FACES,
         default=0.6,
         ge=0.0,
         le=2.0,
@@ -75,40 +106,76 @@ class Options(BaseModel):
         description="classic is the offline default (landmark mesh warp); inswapper_128(_fp16) need FaceFusion's model files.",
     )
     face_swapper_pixel_boost: FaceSwapperPixelBoost = Field(
-        default="128x128", description="Swap resolution; above the model's 128 the face is processed in tiles."
+        json_schema_extra=SECTION_SWAP,
+        default="128x128",
+        description="Swap resolution; above the model's 128 the face is processed in tiles.",
     )
     face_swapper_blend: Percent = Field(
         default=85, description="How much of the swapped face replaces the original, 0-100."
     )
     face_swapper_color_correction: bool = Field(
+        json_schema_extra=SECTION_SWAP,
         default=True,
         description="Match the swapped face's colours (LAB mean and spread inside the face mask) to the target face's.",
     )
-    face_mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Feathering of the face mask edge, 0-1.")
+    face_mask_blur: float = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description="Feathering of the face mask edge, 0-1.",
+    )
     face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
-        default=(0, 0, 0, 0), description="Mask padding in percent of the face box: top, right, bottom, left."
+        json_schema_extra=SECTION_SWAP,
+        default=(0, 0, 0, 0),
+        description="Mask padding in percent of the face box: top, right, bottom, left.",
     )
     face_enhancer_model: FaceEnhancerModel = Field(
-        default="gfpgan_1.4", description="Face enhancer model (face_enhancer)."
+        json_schema_extra=SECTION_SWAP, default="gfpgan_1.4", description="Face enhancer model (face_enhancer)."
     )
-    face_enhancer_blend: Percent = Field(default=80, description="How much of the enhanced face is blended in, 0-100.")
-    trim_frame_start: int | None = Field(default=None, ge=0, description="First frame to process (inclusive).")
-    trim_frame_end: int | None = Field(default=None, ge=1, description="Frame to stop at (exclusive).")
-    chunk_size: int | None = Field(
+    face_enhancer_blend: Percent = Field(
+        json_schema_extra=SECTION_SWAP, default=80, description="How much of the enhanced face is blended in, 0-100."
+    )
+    trim_frame_start: int | None = Field(
+        json_schema_extra=SECTION_FRAMES, default=None, ge=0, description="First frame to process (inclusive)."
+    )
+    trim_frame_end: int | None = Field(
+        json_schema_extra=SECTION_FRAMES, default=None, ge=1, description="Frame to stop at (exclusive)."
+    )
+    segment_size: int | None = Field(
+        json_schema_extra=SECTION_FRAMES,
         default=None,
         ge=1,
         le=100_000,
-        description="Frames per chunk. Unset: sized to the video (about 128 frames, at most 1024 chunks).",
+        description="Frames per segment, the unit of commit and resume: each segment is encoded to its own file and "
+        "committed when done, so a killed worker loses at most one. Unset: 256 frames.",
     )
-    output_video_encoder: OutputVideoEncoder = Field(default="libx264", description="Video encoder of the output.")
-    output_video_preset: OutputVideoPreset = Field(default="veryfast", description="Encoder speed preset.")
+    chunk_size: int | None = Field(
+        json_schema_extra=SECTION_FRAMES,
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Deprecated, the former name of segment_size: used as segment_size when that is unset. How many "
+        "tasks a run has comes from the [facefusion] span_wave setting.",
+    )
+    output_video_encoder: OutputVideoEncoder = Field(
+        json_schema_extra=SECTION_OUTPUT, default="libx264", description="Video encoder of the output."
+    )
+    output_video_preset: OutputVideoPreset = Field(
+        json_schema_extra=SECTION_OUTPUT, default="veryfast", description="Encoder speed preset."
+    )
     output_video_quality: Percent = Field(
-        default=80, description="Output quality 0-100; 100 is mathematically lossless where the encoder allows it."
+        json_schema_extra=SECTION_OUTPUT,
+        default=80,
+        description="Output quality 0-100; 100 is mathematically lossless where the encoder allows it.",
     )
     execution_providers: list[ExecutionProvider] = Field(
-        default=["cpu"], description="onnxruntime execution providers, tried in order; the first available one is used."
+        json_schema_extra=SECTION_EXECUTION,
+        default=["cpu"],
+        description="onnxruntime execution providers, tried in order; the first available one is used.",
     )
     execution_thread_count: int = Field(
+        json_schema_extra=SECTION_EXECUTION,
         default=4,
         ge=1,
         le=128,
@@ -128,6 +195,19 @@ class Options(BaseModel):
         if not value:
             raise ValueError("name at least one execution provider")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chunk_size_is_segment_size(cls, values: Any) -> Any:
+        """Older confs name the segment size ``chunk_size``: both spellings give the same options (and work id)."""
+        if not isinstance(values, dict) or values.get("chunk_size") is None:
+            return values
+        chunk_size, segment_size = values["chunk_size"], values.get("segment_size")
+        if segment_size is not None and segment_size != chunk_size:
+            raise ValueError(
+                f"chunk_size ({chunk_size}) is the former name of segment_size ({segment_size}); give only segment_size"
+            )
+        return {**values, "segment_size": chunk_size, "chunk_size": None}
 
     @model_validator(mode="after")
     def _trim_in_order(self) -> Options:

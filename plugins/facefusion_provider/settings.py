@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from facefusion_provider import __version__
+from facefusion_provider.storage.uris import parse_prefixes
 
 SECTION = "facefusion"
 BACKENDS = ("local", "kubernetes")
+DEFAULT_POOL = "default_pool"  # Airflow's own, present in every installation
 
 SettingType = Literal["string", "integer", "float", "boolean"]
 Number = TypeVar("Number", int, float)
@@ -80,9 +82,9 @@ KUBERNETES_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "gpu_commands",
         "string",
-        "swap-chunk",
+        "swap-span",
         "Worker commands that run on the GPU pool, comma separated; add `prepare` when its recognizer should use a GPU.",
-        "prepare,swap-chunk",
+        "prepare,swap-span",
     ),
     SettingSpec(
         "node_selector",
@@ -164,7 +166,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "work_root",
         "string",
         "",
-        "fsspec URI under which job folders live (`{work_root}/jobs/{job_id}`). Empty: `file://$AIRFLOW_HOME/facefusion`.",
+        "fsspec URI of the shared work (`{work_root}/work/{work_id}`) and target analyses (`{work_root}/analysis/...`). "
+        "Empty: `file://$AIRFLOW_HOME/facefusion`.",
         "s3://facefusion-work",
     ),
     SettingSpec(
@@ -178,24 +181,57 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "pool",
         "string",
+        "",
+        "Airflow pool of the swap_span tasks. Empty: Airflow's default_pool, so a fresh Airflow runs with no setup. In "
+        "production name a pool sized to the GPUs (`airflow pools set facefusion_gpu 8 'GPUs'`); it must exist.",
         "facefusion_gpu",
-        "Airflow pool of the swap_chunk tasks; size it to the GPUs (`airflow pools set facefusion_gpu 8 'GPUs'`).",
-        "gpu_pool",
+    ),
+    SettingSpec(
+        "span_wave",
+        "integer",
+        "0",
+        "Spans (swap_span tasks) per run: the GPUs a run may use at once. Each span works its share of the segments, "
+        "then takes segments from the tail of the busiest span, so one wave keeps every GPU busy to the end. "
+        "0: max_active_spans_per_run.",
+        "8",
     ),
     SettingSpec(
         "chunk_wave",
         "integer",
         "0",
-        "Chunks of one run that process at once: the pool's slots (GPUs), or max_active_chunks_per_run if smaller. A "
-        "plan of at least that many chunks comes in whole waves of equal chunks, so no GPU idles in the last. 0: off.",
+        "Deprecated: the former name of span_wave, used when span_wave is 0.",
         "8",
     ),
     SettingSpec(
-        "max_active_chunks_per_run",
+        "max_active_spans_per_run",
         "integer",
-        "16",
-        "At most this many swap_chunk tasks of one run at once (the pool caps all runs together).",
+        "4",
+        "At most this many swap_span tasks of one run at once (the pool caps all runs together).",
         "8",
+    ),
+    SettingSpec(
+        "allowed_input_prefixes",
+        "string",
+        "",
+        "Comma-separated folder URIs that runs may read sources and targets from (checked by validate and again by "
+        "the worker). Empty: anywhere the workers can read.",
+        "s3://videos/incoming/, /data/in/",
+    ),
+    SettingSpec(
+        "allowed_output_prefixes",
+        "string",
+        "",
+        "Comma-separated folder URIs that runs may write outputs to (checked by validate and again by the worker). "
+        "Empty: anywhere the workers can write.",
+        "s3://videos/swapped/, /data/out/",
+    ),
+    SettingSpec(
+        "keep_failed_work_hours",
+        "float",
+        "168",
+        "A failed run keeps the shared work it used this long (a clear from the UI resumes it); after that another "
+        "run's cleanup may remove it.",
+        "24",
     ),
     SettingSpec(
         "aws_conn_id",
@@ -219,7 +255,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
 
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_POD_COMMANDS = ("prepare", "swap-chunk", "merge")
+_POD_COMMANDS = ("prepare", "swap-span", "merge")
 
 
 @dataclass(frozen=True)
@@ -304,8 +340,11 @@ class FaceFusionSettings:
     work_root: str
     worker_command: tuple[str, ...]
     pool: str
-    chunk_wave: int
-    max_active_chunks_per_run: int
+    span_wave: int
+    max_active_spans_per_run: int
+    allowed_input_prefixes: tuple[str, ...]
+    allowed_output_prefixes: tuple[str, ...]
+    keep_failed_work: timedelta
     aws_conn_id: str | None
     retries: int
     retry_delay: timedelta
@@ -325,9 +364,12 @@ class FaceFusionSettings:
             work_root=raw["work_root"] or Path(airflow_home, "facefusion").absolute().as_uri(),
             worker_command=tuple(shlex.split(raw["worker_command"]))
             or (sys.executable, "-m", "facefusion_provider.worker"),
-            pool=raw["pool"],
-            chunk_wave=_number(raw, "chunk_wave", int, minimum=0),
-            max_active_chunks_per_run=_number(raw, "max_active_chunks_per_run", int, minimum=1),
+            pool=raw["pool"] or DEFAULT_POOL,
+            span_wave=_number(raw, "span_wave", int, minimum=0) or _number(raw, "chunk_wave", int, minimum=0),
+            max_active_spans_per_run=_number(raw, "max_active_spans_per_run", int, minimum=1),
+            allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
+            allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
+            keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),
             aws_conn_id=raw["aws_conn_id"] or None,
             retries=_number(raw, "retries", int, minimum=0),
             retry_delay=timedelta(seconds=_number(raw, "retry_delay_seconds", float, minimum=0.0)),
@@ -335,6 +377,13 @@ class FaceFusionSettings:
             max_retry_delay=timedelta(seconds=_number(raw, "max_retry_delay_seconds", float, minimum=0.0)),
             kubernetes=KubernetesSettings.from_raw(raw),
         )
+
+
+def _prefixes(raw: Mapping[str, str], name: str) -> tuple[str, ...]:
+    try:
+        return parse_prefixes(raw[name], field=f"[{SECTION}] {name}")
+    except ValueError as error:
+        raise ValueError(str(error)) from None
 
 
 def _number(raw: Mapping[str, str], name: str, kind: Callable[[str], Number], *, minimum: Number) -> Number:

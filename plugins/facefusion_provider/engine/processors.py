@@ -26,7 +26,7 @@ from facefusion_provider.engine.landmarks import (
     tflite_interpreter,
 )
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding
-from facefusion_provider.engine.runtime import each, on_gpu
+from facefusion_provider.engine.runtime import each, log_providers, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.engine.swap_classic import (
@@ -212,6 +212,7 @@ class FaceProcessor:
 
 def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FrameProcessor:
     """A processor for ``options`` and the job's identity, with every model it needs loaded now."""
+    log_providers(options.execution_providers)
     store = store_from_environment(models_dir)
     store.session_for(options.face_detector_model, options)
     require_recognizer(options, store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -12,7 +13,9 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from facefusion_provider.exceptions import ModelCorruptError
+from facefusion_provider.exceptions import InvalidOptionError, ModelCorruptError
+
+logger = logging.getLogger(__name__)
 
 _PROVIDER_NAMES = {
     "tensorrt": "TensorrtExecutionProvider",
@@ -46,12 +49,25 @@ def on_gpu(execution_providers: Sequence[str]) -> bool:
 
 
 def resolve_providers(execution_providers: Sequence[str]) -> list[str]:
-    """The requested providers that this onnxruntime build has, in order, always ending with the CPU."""
-    available = set(ort.get_available_providers())
+    """The requested providers that this onnxruntime build has, in order; none of them is bad input (the CPU is a
+    fallback only when the list names it), so a GPU run never slips onto the CPU unnoticed."""
+    available = ort.get_available_providers()
     chosen = [_PROVIDER_NAMES[name] for name in execution_providers if _PROVIDER_NAMES[name] in available]
-    if "CPUExecutionProvider" not in chosen:
-        chosen.append("CPUExecutionProvider")
+    if not chosen:
+        names = {provider: name for name, provider in _PROVIDER_NAMES.items()}
+        raise InvalidOptionError(
+            f"options.execution_providers: none of {', '.join(execution_providers)} is available here (this "
+            f"onnxruntime has {', '.join(names.get(p, p) for p in available)}); add cpu to the list to fall back to it"
+        )
     return chosen
+
+
+def log_providers(execution_providers: Sequence[str]) -> str:
+    """Say once which provider runs the models (and which requested ones this machine lacks); returns its name."""
+    chosen = resolve_providers(execution_providers)
+    missing = [name for name in execution_providers if _PROVIDER_NAMES[name] not in chosen]
+    logger.info("execution provider: %s%s", chosen[0], f" ({', '.join(missing)} not available here)" if missing else "")
+    return chosen[0]
 
 
 def provider_options(provider: str) -> dict[str, Any]:
@@ -82,7 +98,7 @@ def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     try:
-        return ort.InferenceSession(
+        session = ort.InferenceSession(
             model,
             sess_options=options,
             providers=list(providers),
@@ -91,6 +107,13 @@ def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count
     except Exception as error:  # onnxruntime raises its own untyped errors for unreadable models
         name = model if isinstance(model, str) else f"<{len(model)} bytes>"
         raise ModelCorruptError(f"{name}: onnxruntime cannot load this model: {error}") from error
+    if session.get_providers()[0] != providers[0]:  # CUDA or TensorRT failed to start (driver, libraries)
+        fallback = "CPUExecutionProvider" in providers
+        message = f"{providers[0]} could not start here; the session runs on {session.get_providers()[0]}"
+        if not fallback:
+            raise InvalidOptionError(f"options.execution_providers: {message}; add cpu to the list to fall back to it")
+        logger.warning("%s (cpu is in execution_providers)", message)
+    return session
 
 
 def create_session(model: bytes | str, execution_providers: Sequence[str], thread_count: int) -> ort.InferenceSession:

@@ -1,9 +1,10 @@
-"""The Airflow side's reads and writes of job folders, markers and inputs, all through ``facefusion_provider.storage``."""
+"""The Airflow side's reads and writes of the shared work, run leases, outputs and inputs, all through
+``facefusion_provider.storage`` and ``facefusion_provider.job``."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
@@ -11,12 +12,17 @@ from pydantic import ValidationError
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.job import leases
+from facefusion_provider.job.claims import scan_work
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.outputs import output_done
+from facefusion_provider.job.records import JobSpec, OutputMarker, RunLease
 from facefusion_provider.settings import load_settings
-from facefusion_provider.types import ChunkMarker, JobSpec, OutputMarker
 
 
 class FaceFusionStorageHook(BaseHook):
-    """Job folders (``job.json``, chunk markers), output markers and input identities, on any fsspec store.
+    """Work folders (``job.json``, segment markers, run leases), output markers and input identities, on any fsspec
+    store.
 
     ``aws_conn_id`` names the Airflow AWS connection for ``s3://`` URIs (default: the ``[facefusion] aws_conn_id``
     setting); its credentials and its extra's ``endpoint_url`` are used here and handed to local worker processes as
@@ -52,61 +58,54 @@ class FaceFusionStorageHook(BaseHook):
         else:
             yield
 
-    def read_job(self, job_uri: str) -> JobSpec:
-        """``job.json`` of a prepared job; a missing or unreadable one is an ``InvalidJobError``."""
-        layout = storage.JobLayout(job_uri)
+    def read_job(self, work_uri: str) -> JobSpec:
+        """``job.json`` of a prepared work; a missing or unreadable one is an ``InvalidJobError``."""
+        layout = WorkLayout(work_uri)
         try:
-            with self.storage_access(job_uri):
-                return JobSpec.model_validate(storage.read_json(layout.job_json))
+            with self.storage_access(work_uri):
+                return JobSpec.model_validate_json(storage.read_bytes(layout.job_json))
         except InputMissingError:
             raise InvalidJobError(f"{layout.job_json}: no job.json; run prepare first") from None
         except (ValidationError, ValueError) as error:
             raise InvalidJobError(f"{layout.job_json}: not a job.json of this version: {error}") from None
 
-    def find_job(self, job_uri: str) -> JobSpec | None:
-        """``job.json`` when ``prepare`` has committed it, else None."""
-        with self.storage_access(job_uri):
-            if not storage.exists(storage.JobLayout(job_uri).job_json):
-                return None
-        return self.read_job(job_uri)
+    def is_prepared(self, work_uri: str) -> bool:
+        with self.storage_access(work_uri):
+            return storage.exists(WorkLayout(work_uri).job_json)
 
-    def chunk_marker(self, job_uri: str, index: int) -> ChunkMarker | None:
-        """The commit marker of chunk ``index``, or None when the chunk is not committed (or its marker is unreadable)."""
-        uri = storage.JobLayout(job_uri).chunk_marker(index)
-        try:
-            with self.storage_access(uri):
-                if not storage.exists(uri):
-                    return None
-                marker = ChunkMarker.model_validate(storage.read_json(uri))
-        except (ValidationError, ValueError, InputMissingError):
-            self.log.warning("Ignoring unreadable chunk marker %s: the chunk will be redone", uri)
-            return None
-        return marker if marker.index == index else None
+    def committed_segments(self, work_uri: str) -> frozenset[int]:
+        """The indexes of the committed segments (one listing)."""
+        with self.storage_access(work_uri):
+            return scan_work(WorkLayout(work_uri)).committed
 
-    def output_marker(self, output_uri: str) -> OutputMarker | None:
-        """The marker that ``merge`` writes beside the output, when the output and its marker both exist."""
-        uri = storage.output_marker_uri(output_uri)
-        try:
-            with self.storage_access(uri):
-                if not (storage.exists(uri) and storage.exists(output_uri)):
-                    return None
-                return OutputMarker.model_validate(storage.read_json(uri))
-        except (ValidationError, ValueError, InputMissingError):
-            self.log.warning("Ignoring unreadable output marker %s", uri)
-            return None
-
-    def output_is_current(self, output_uri: str, job_id: str) -> bool:
-        """True when ``output_uri`` exists and was written by job ``job_id``: nothing is left to do for that job."""
-        marker = self.output_marker(output_uri)
-        return marker is not None and marker.job_id == job_id
+    def output_done(self, output_uri: str, work_id: str) -> OutputMarker | None:
+        """The marker beside ``output_uri`` when it names ``work_id`` and the output exists: nothing is left to do."""
+        with self.storage_access(output_uri):
+            return output_done(work_id, output_uri)
 
     def content_id(self, uri: str) -> str:
         with self.storage_access(uri):
             return storage.content_id(uri)
 
-    def remove_job(self, job_uri: str) -> None:
-        with self.storage_access(job_uri):
-            storage.remove_tree(job_uri)
+    def exists(self, uri: str) -> bool:
+        with self.storage_access(uri):
+            return storage.exists(uri)
+
+    def check_writable(self, uri: str, *, field: str) -> None:
+        with self.storage_access(uri):
+            storage.check_writable(uri, field=field)
+
+    def hold_work(self, work_uri: str, run_key: str, lease: RunLease) -> None:
+        """This run's lease on the shared work, written after any removal in progress has finished."""
+        with self.storage_access(work_uri):
+            leases.hold(WorkLayout(work_uri), run_key, lease)
+
+    def release_work(self, work_uri: str, run_key: str, is_live: Callable[[RunLease], bool]) -> list[str]:
+        """Drop this run's lease, then remove the work unless a live run holds one; the keys of those runs."""
+        layout = WorkLayout(work_uri)
+        with self.storage_access(work_uri):
+            leases.release(layout, run_key)
+            return leases.remove_if_unused(layout, run_key, is_live)
 
 
 def _connection_credentials(aws_conn_id: str | None) -> storage.S3Credentials | None:

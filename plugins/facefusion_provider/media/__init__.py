@@ -3,8 +3,8 @@
 probe      exact frame count and per-frame timestamps from packets, rate, size, rotation, other streams
 decode     frames [start, end) by seeking to the keyframe before start, identified by timestamp
 encode     the final codec with settings that depend only on the options and the target
-merge      chunks' packets remuxed into the output with the original's audio and other streams, timestamps kept
-preview    per-chunk thumbnail pairs and the contact sheet built from them
+merge      segments' packets remuxed into the output with the original's audio and other streams, timestamps kept
+preview    per-segment thumbnail pairs and the contact sheet built from them
 images     JPEG/PNG in and out; synth: generated test, demo and benchmark media; readback: per-frame checks
 """
 

@@ -1,7 +1,7 @@
 """Frame-exact decoding of ``[start, end)``: seek to the keyframe before ``start``, drop what precedes it, stop at ``end``.
 
 Frames are identified by their timestamp (the probe's pts list), never by counting from the seek point, so the result
-is exact for variable frame rates, B-frames and long GOPs, and the cost does not depend on where the chunk lies.
+is exact for variable frame rates, B-frames and long GOPs, and the cost does not depend on where the segment lies.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SEEK_BACKOFF_FRAMES = (0, 16, 128, 1024)
 
 @dataclass
 class DecodeStats:
-    """What a chunk's decode cost: seeks made and frames decoded (the pre-roll from the keyframe included)."""
+    """What a segment's decode cost: seeks made and frames decoded (the pre-roll from the keyframe included)."""
 
     seeks: int = 0
     decoded: int = 0
@@ -76,7 +76,7 @@ def _frames_from(
 ) -> Iterator[av.VideoFrame]:
     """Frames from the keyframe at or before ``seek_pts``, skipping those shown before ``first_pts``.
 
-    In the pre-roll the decoder skips non-reference frames: shown before the chunk and needed by no other frame.
+    In the pre-roll the decoder skips non-reference frames: shown before the segment and needed by no other frame.
     """
     container.seek(seek_pts, backward=True, any_frame=False, stream=video)
     stats.seeks += 1

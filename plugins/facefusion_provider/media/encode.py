@@ -1,4 +1,4 @@
-"""Encode frames in the final codec with settings that depend only on the options and the target (so every chunk of a
+"""Encode frames in the final codec with settings that depend only on the options and the target (so every segment of a
 job is encoded alike), keeping each frame's original timestamp."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from facefusion_provider.types import VideoProbe
 LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
-CHUNK_FORMAT = "mp4"
-LABEL_TAG = "comment"  # a container tag that says which job and frames a chunk file holds
+SEGMENT_FORMAT = "mp4"
+LABEL_TAG = "comment"  # a container tag that says which job and frames a segment file holds
 
 
 @dataclass(frozen=True)
 class EncoderSettings:
-    """Everything that decides the encoded bitstream; identical for every chunk of a job."""
+    """Everything that decides the encoded bitstream; identical for every segment of a job."""
 
     codec: str
     pix_fmt: str
@@ -73,7 +73,7 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
 class VideoEncoder:
     """Encodes frames into one video file; a frame's pts is its pts in the target minus ``pts_offset``.
 
-    ``label`` is stored in the file's tags, so that a merge can tell a chunk file from a stray one.
+    ``label`` is stored in the file's tags, so that a merge can tell a segment file from a stray one.
     """
 
     def __init__(
@@ -86,7 +86,7 @@ class VideoEncoder:
         frame_rate: Fraction,
         time_base: Fraction,
         pts_offset: int = 0,
-        container_format: str = CHUNK_FORMAT,
+        container_format: str = SEGMENT_FORMAT,
         label: str | None = None,
     ) -> None:
         self.frame_count = 0

@@ -1,4 +1,4 @@
-"""Join encoded chunks into the output by remuxing their packets (no second encode), with the original's audio and
+"""Join encoded segments into the output by remuxing their packets (no second encode), with the original's audio and
 other streams copied once, the original timestamps and rotation kept, and the frame count verified."""
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ MOV_TEXT_GAP = b"\x00\x00"  # an MP4 subtitle sample with no text
 
 
 @dataclass(frozen=True)
-class ChunkFile:
-    """An encoded chunk on local disk: frames ``[start, end)`` of the target, pts stored relative to frame ``start``.
+class SegmentFile:
+    """An encoded segment on local disk: frames ``[start, end)`` of the target, pts stored relative to frame ``start``.
 
-    ``label``, when given, must equal the label the chunk was encoded with.
+    ``label``, when given, must equal the label the segment was encoded with.
     """
 
     path: str
@@ -45,8 +45,8 @@ class ChunkFile:
 
 
 @dataclass(frozen=True)
-class ChunkSpan:
-    """A chunk known before its file is local (from its commit marker): frames ``[start, end)`` and its label."""
+class PendingSegment:
+    """A segment known before its file is local (from its commit marker): frames ``[start, end)`` and its label."""
 
     start: int
     end: int
@@ -67,13 +67,13 @@ class _Timed:
         return (self.seconds, self.order) < (other.seconds, other.order)
 
 
-def chunk_pts_offset(probe: VideoProbe, chunk_start: int) -> int:
-    """Chunks store pts relative to their first frame (an MP4 edit list would round a non-zero start)."""
-    return probe.pts[chunk_start]
+def segment_pts_offset(probe: VideoProbe, segment_start: int) -> int:
+    """Segments store pts relative to their first frame (an MP4 edit list would round a non-zero start)."""
+    return probe.pts[segment_start]
 
 
-def merge_chunks(
-    chunks: Sequence[ChunkFile | ChunkSpan],
+def merge_segments(
+    segments: Sequence[SegmentFile | PendingSegment],
     original: MediaSource,
     probe: VideoProbe,
     output_path: str,
@@ -82,27 +82,27 @@ def merge_chunks(
     paths: Iterable[str] | None = None,
     moov_last: bool = False,
 ) -> int:
-    """Write ``output_path`` from ``chunks`` (contiguous, in order) and the original's other streams; returns frames.
+    """Write ``output_path`` from ``segments`` (contiguous, in order) and the original's other streams; returns frames.
 
-    ``paths``, when given, yields each chunk's local path in order once that file is ready (e.g. downloaded and
-    checked): the first is asked for before anything is written, each later one only after the previous chunk has been
+    ``paths``, when given, yields each segment's local path in order once that file is ready (e.g. downloaded and
+    checked): the first is asked for before anything is written, each later one only after the previous segment has been
     read to its end and closed (so the caller may delete it then), and the iterable is asked once more after the last.
-    Without ``paths`` every chunk is a ``ChunkFile`` read from its own path.
+    Without ``paths`` every segment is a ``SegmentFile`` read from its own path.
 
     The container follows the extension of ``output_path``. An MP4/MOV gets its moov in front (FFmpeg's faststart, a
     second pass over the file), or with ``moov_last`` after the media data, which is then final as soon as it is
     written (``media.faststart`` moves the moov in front later). Without trimming every timestamp is the original's;
     a trimmed job starts where the original started.
     """
-    _check_contiguous(chunks)
-    files = _chunk_files(chunks, paths if paths is not None else _own_paths(chunks))
-    frame_start, frame_end = chunks[0].start, chunks[-1].end
+    _check_contiguous(segments)
+    files = _segment_files(segments, paths if paths is not None else _own_paths(segments))
+    frame_start, frame_end = segments[0].start, segments[-1].end
     video_time_base = Fraction(probe.time_base)
     shift_seconds = (probe.pts[frame_start] - probe.pts[0]) * video_time_base
     moov_first = not moov_last and output_path.rsplit(".", 1)[-1].lower() in FASTSTART_EXTENSIONS
     output = av.open(output_path, mode="w", options={"movflags": "+faststart"} if moov_first else {})
     try:
-        first = next(files)  # the stream template: chunk 0 is ready before anything else is read
+        first = next(files)  # the stream template: segment 0 is ready before anything else is read
         video_out = _add_video_stream(output, first.path, video_time_base, probe.rotation)
         with open_media(original, name, demux_only=True) as source:
             copied = _add_copied_streams(output, source, probe)
@@ -114,41 +114,43 @@ def merge_chunks(
             other_packets = _other_packets(source, copied, shift_seconds, window, name)
             for timed in heapq.merge(video_packets, other_packets):
                 output.mux(timed.packet)
-        frames = sum(chunk.end - chunk.start for chunk in chunks)
+        frames = sum(segment.end - segment.start for segment in segments)
     finally:
         output.close()
     return frames
 
 
-def _own_paths(chunks: Sequence[ChunkFile | ChunkSpan]) -> Iterator[str]:
-    for chunk in chunks:
-        if not isinstance(chunk, ChunkFile):
-            raise TypeError(f"chunk of frames {chunk.start}-{chunk.end - 1} has no file: pass paths to merge_chunks")
-        yield chunk.path
+def _own_paths(segments: Sequence[SegmentFile | PendingSegment]) -> Iterator[str]:
+    for segment in segments:
+        if not isinstance(segment, SegmentFile):
+            raise TypeError(
+                f"segment of frames {segment.start}-{segment.end - 1} has no file: pass paths to merge_segments"
+            )
+        yield segment.path
 
 
-def _chunk_files(chunks: Sequence[ChunkFile | ChunkSpan], paths: Iterable[str]) -> Iterator[ChunkFile]:
-    """Each chunk with its local path, taken from ``paths`` only when the chunk is reached."""
-    for chunk, path in zip(chunks, paths, strict=True):
-        yield ChunkFile(path, chunk.start, chunk.end, chunk.label)
+def _segment_files(segments: Sequence[SegmentFile | PendingSegment], paths: Iterable[str]) -> Iterator[SegmentFile]:
+    """Each segment with its local path, taken from ``paths`` only when the segment is reached."""
+    for segment, path in zip(segments, paths, strict=True):
+        yield SegmentFile(path, segment.start, segment.end, segment.label)
 
 
-def _check_contiguous(chunks: Sequence[ChunkFile | ChunkSpan]) -> None:
-    if not chunks:
-        raise InvalidJobError("no chunks to merge")
-    for before, after in itertools.pairwise(chunks):
+def _check_contiguous(segments: Sequence[SegmentFile | PendingSegment]) -> None:
+    if not segments:
+        raise InvalidJobError("no segments to merge")
+    for before, after in itertools.pairwise(segments):
         if before.end != after.start:
             raise InvalidJobError(
-                f"chunks are not contiguous: one ends at frame {before.end}, the next starts at {after.start}"
+                f"segments are not contiguous: one ends at frame {before.end}, the next starts at {after.start}"
             )
 
 
 def _add_video_stream(
-    output: av.container.OutputContainer, first_chunk: str, time_base: Fraction, rotation: int
+    output: av.container.OutputContainer, first_segment: str, time_base: Fraction, rotation: int
 ) -> av.video.stream.VideoStream:
-    """The output's video stream takes the chunks' codec parameters (all chunks share them) and the target's rotation."""
-    with open_media(first_chunk, first_chunk, demux_only=True) as chunk:
-        stream = output.add_stream_from_template(chunk.streams.video[0])
+    """The output's video stream takes the segments' codec parameters (all segments share them) and the target's rotation."""
+    with open_media(first_segment, first_segment, demux_only=True) as segment:
+        stream = output.add_stream_from_template(segment.streams.video[0])
     stream.time_base = time_base
     if rotation:
         stream.set_display_rotation(rotation)
@@ -190,51 +192,53 @@ def _time_window(
 
 
 def _video_packets(
-    chunks: Iterable[ChunkFile],
+    segments: Iterable[SegmentFile],
     probe: VideoProbe,
     video_out: av.video.stream.VideoStream,
     time_base: Fraction,
     frame_start: int,
 ) -> Iterator[_Timed]:
-    """The chunks' packets in decode order with their original timestamps; checks every chunk's frames."""
+    """The segments' packets in decode order with their original timestamps; checks every segment's frames."""
     first_pts = probe.pts[frame_start]
     output_origin = probe.pts[0]
     last_dts: int | None = None
-    for chunk in chunks:
-        offset = chunk_pts_offset(probe, chunk.start) - first_pts + output_origin
+    for segment in segments:
+        offset = segment_pts_offset(probe, segment.start) - first_pts + output_origin
         seen: list[int] = []
         with (
-            open_media(chunk.path, chunk.path, demux_only=True) as container,
-            media_errors(chunk.path, "reading the chunk"),
+            open_media(segment.path, segment.path, demux_only=True) as container,
+            media_errors(segment.path, "reading the segment"),
         ):
-            if chunk.label is not None and container.metadata.get(LABEL_TAG) != chunk.label:
+            if segment.label is not None and container.metadata.get(LABEL_TAG) != segment.label:
                 raise InvalidJobError(
-                    f"{chunk.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {chunk.label!r}"
+                    f"{segment.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {segment.label!r}"
                 )
             stream = container.streams.video[0]
             if stream.time_base is None:
-                raise InvalidMediaError(f"{chunk.path}: the video stream has no time base")
-            ticks = _Rescale(stream.time_base, time_base, chunk.path)
+                raise InvalidMediaError(f"{segment.path}: the video stream has no time base")
+            ticks = _Rescale(stream.time_base, time_base, segment.path)
             seconds_per_tick = float(time_base)
             for packet in container.demux(stream):
                 if packet.size == 0:
                     continue
                 pts = ticks(packet.pts) + offset
                 dts = ticks(packet.dts) + offset
-                # The next chunk's B-frame delay can reach back before the previous chunk's last decode time.
+                # The next segment's B-frame delay can reach back before the previous segment's last decode time.
                 if last_dts is not None and dts <= last_dts:
                     dts = last_dts + 1
                 if dts > pts:
-                    raise InvalidMediaError(f"{chunk.path}: cannot place frame pts {pts} after decode time {last_dts}")
+                    raise InvalidMediaError(
+                        f"{segment.path}: cannot place frame pts {pts} after decode time {last_dts}"
+                    )
                 last_dts = dts
-                seen.append(pts - offset + chunk_pts_offset(probe, chunk.start))
+                seen.append(pts - offset + segment_pts_offset(probe, segment.start))
                 packet.pts, packet.dts, packet.time_base = pts, dts, time_base
                 packet.stream = video_out
                 yield _Timed(dts * seconds_per_tick, 0, packet)
-        expected = probe.pts[chunk.start : chunk.end]
+        expected = probe.pts[segment.start : segment.end]
         if sorted(seen) != expected:
             raise InvalidJobError(
-                f"{chunk.path}: holds {len(seen)} frames with other timestamps than frames {chunk.start}-{chunk.end - 1} "
+                f"{segment.path}: holds {len(seen)} frames with other timestamps than frames {segment.start}-{segment.end - 1} "
                 f"of the target ({len(expected)} frames)"
             )
 

@@ -1,6 +1,6 @@
 """The preview image: a contact sheet with a few original frames on top and the same output frames below.
 
-Each chunk keeps a thumbnail pair of its first frame (original over output) when it is processed, where both frames are
+Each segment keeps a thumbnail pair of its first frame (original over output) when it is processed, where both frames are
 at hand; the merge lays a few of them side by side, so the preview costs no decoding at merge time.
 """
 
@@ -23,17 +23,17 @@ def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int
     return encode_image(_sheet([[_thumbnail(original, rotation)], [_thumbnail(output, rotation)]]))
 
 
-def preview_chunks(chunk_count: int, samples: int = PREVIEW_SAMPLES) -> list[int]:
-    """Indexes of the chunks whose thumbnails the preview shows: the first, the last and evenly between."""
-    if chunk_count <= samples:
-        return list(range(chunk_count))
-    step = (chunk_count - 1) / (samples - 1)
+def preview_segments(segment_count: int, samples: int = PREVIEW_SAMPLES) -> list[int]:
+    """Indexes of the segments whose thumbnails the preview shows: the first, the last and evenly between."""
+    if segment_count <= samples:
+        return list(range(segment_count))
+    step = (segment_count - 1) / (samples - 1)
     return [round(i * step) for i in range(samples)]
 
 
 def contact_sheet(columns: list[MediaSource]) -> bytes:
     """JPEG of the thumbnail pairs ``columns`` (from ``thumbnail_pair``) side by side."""
-    images = [read_image(column, "chunk thumbnail") for column in columns]
+    images = [read_image(column, "segment thumbnail") for column in columns]
     return encode_image(_sheet([images]))
 
 

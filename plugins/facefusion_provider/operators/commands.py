@@ -8,49 +8,67 @@ import json
 import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from facefusion_provider.exceptions import NON_RETRYABLE_EXIT_CODES, NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.options import Options, options_to_argv
+from facefusion_provider.settings import load_settings
+from facefusion_provider.storage.uris import ALLOWED_INPUT_PREFIXES_VARIABLE, ALLOWED_OUTPUT_PREFIXES_VARIABLE
 
-WorkerCommand = Literal["prepare", "swap-chunk", "merge"]
-WORKER_COMMANDS: tuple[WorkerCommand, ...] = ("prepare", "swap-chunk", "merge")
+WorkerCommand = Literal["prepare", "swap-span", "merge"]
+WORKER_COMMANDS: tuple[WorkerCommand, ...] = ("prepare", "swap-span", "merge")
 
 TRY_NUMBER_VARIABLE = "FACEFUSION_TRY_NUMBER"
 FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"
 TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
+TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"
 
 
-def worker_argv(command: str, job_uri: str, *, index: int | None = None, worker_args: Sequence[str] = ()) -> list[str]:
+def worker_argv(command: str, work_uri: str, worker_args: Sequence[str] = ()) -> list[str]:
     """The worker's arguments after the program name, identical for a subprocess and a pod."""
     if command not in WORKER_COMMANDS:
         raise ValueError(f"unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}")
-    if (command == "swap-chunk") != (index is not None):
-        raise ValueError(f"{command}: a chunk index is required for swap-chunk and only for it")
-    argv = [command, "--job-uri", job_uri]
-    if index is not None:
-        argv += ["--index", str(index)]
-    return argv + [str(arg) for arg in worker_args]
+    return [command, "--work-uri", work_uri, *(str(arg) for arg in worker_args)]
 
 
-def prepare_worker_args(
-    source_uris: Sequence[str], target_uri: str, output_uri: str, options: Options, *, chunk_wave: int = 0
-) -> list[str]:
-    """The flags of ``prepare`` after ``--job-uri``: inputs, output, the chunk wave when set, and every option that
-    differs from its default."""
+def prepare_worker_args(source_uris: Sequence[str], target_uri: str, options: Options) -> list[str]:
+    """The flags of ``prepare`` after ``--work-uri``: inputs and every option that differs from its default."""
     argv: list[str] = []
     for source in source_uris:
         argv += ["--source", source]
-    wave = ["--chunk-wave", str(chunk_wave)] if chunk_wave else []
-    return [*argv, "--target", target_uri, "--output", output_uri, *wave, *options_to_argv(options)]
+    return [*argv, "--target", target_uri, *options_to_argv(options)]
 
 
-def worker_env(try_number: int, environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables a worker command gets from its task: the try number, and the test-only fault switch when it is set."""
-    env = {TRY_NUMBER_VARIABLE: str(try_number)}
+def span_worker_args(target_uri: str, span: Mapping[str, Any]) -> list[str]:
+    """The flags of ``swap-span``: this run's target and the span (one item of ``plan``'s list)."""
+    return ["--target", target_uri, "--segments", f"{span['first']}:{span['last']}", "--span", str(span["index"])]
+
+
+def merge_worker_args(target_uri: str, output_uri: str) -> list[str]:
+    return ["--target", target_uri, "--output", output_uri]
+
+
+def task_key(context: Mapping[str, Any]) -> str:
+    """``dag/run/task/map index`` of the running task: a retry's worker takes over its previous try's claims."""
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
+
+
+def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") -> dict[str, str]:
+    """Variables a worker command gets from its task: the try number, the task's key, the allow-lists, and the
+    test-only fault switch when it is set."""
+    settings = load_settings()
+    env = {
+        TRY_NUMBER_VARIABLE: str(try_number),
+        ALLOWED_INPUT_PREFIXES_VARIABLE: ",".join(settings.allowed_input_prefixes),
+        ALLOWED_OUTPUT_PREFIXES_VARIABLE: ",".join(settings.allowed_output_prefixes),
+    }
+    if key:
+        env[TASK_KEY_VARIABLE] = key
     if faults := environ.get(FAULTS_VARIABLE):
         env[FAULTS_VARIABLE] = faults
     return env
@@ -106,48 +124,52 @@ def failure_exception(failure: WorkerFailure, where: str = "") -> AirflowExcepti
     return AirflowFailException(failure.describe() + where)
 
 
-def raise_for_failure(failure: WorkerFailure) -> NoReturn:
-    """Fail the task with ``failure_exception``."""
+FAILURE_XCOM_KEY = "failure"  # what a task that failed for good pushes, for whoever started the run (ingestion)
+
+
+def raise_for_failure(failure: WorkerFailure, context: Mapping[str, Any] | None = None) -> NoReturn:
+    """Fail the task with ``failure_exception``; a non-retryable failure is also recorded as the task's ``failure``
+    XCom, so ingestion never retries bad input."""
+    if not failure.retryable and context is not None:
+        record_failure(context, failure.failure_class, failure.message)
     raise failure_exception(failure)
 
 
+def record_failure(context: Mapping[str, Any], failure_class: str, message: str) -> None:
+    context["ti"].xcom_push(key=FAILURE_XCOM_KEY, value={"failure_class": failure_class, "message": message})
+
+
 @contextlib.contextmanager
-def fail_on_bad_input() -> Iterator[None]:
-    """Bad input or a broken job raised on the Airflow side fails the task without retries, with the error's message."""
+def fail_on_bad_input(context: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Bad input or a broken job raised on the Airflow side fails the task without retries, with the error's message
+    (recorded as the task's ``failure`` XCom when ``context`` is given)."""
     try:
         yield
     except NonRetryableError as error:
+        if context is not None:
+            record_failure(context, error.failure_class, str(error))
         raise AirflowFailException(str(error)) from error
-
-
-def prepared_output(worker_args: Sequence[str]) -> str | None:
-    """The ``--output`` of ``prepare``'s flags (as ``prepare_worker_args`` writes them)."""
-    args = list(worker_args)
-    return args[args.index("--output") + 1] if "--output" in args[:-1] else None
 
 
 def completed_work(
     hook: FaceFusionStorageHook,
     command: str,
-    job_uri: str,
-    index: int | None = None,
-    *,
-    worker_args: Sequence[str] = (),
+    work_uri: str,
+    output_uri: str,
+    span: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """Why ``command`` has nothing left to do for this job, or None when it must run. Checked before launching anything:
-    a prepared job for the same output, a committed chunk, or an output whose marker names this job, needs no process
-    and no pod."""
-    if command == "prepare":
-        job = hook.find_job(job_uri)
-        if job is None or job.output_uri != prepared_output(worker_args):
-            return None  # the worker prepares the job, or points the prepared one at this run's output
-        return f"job {job.job_id} is already prepared ({len(job.chunks)} chunks)"
-    if command == "swap-chunk":
-        if index is None:
-            raise ValueError("swap-chunk needs a chunk index")
-        if marker := hook.chunk_marker(job_uri, index):
-            return f"chunk {index} (frames {marker.start}-{marker.end - 1}) is already committed"
-    job = hook.find_job(job_uri)
-    if job and hook.output_is_current(job.output_uri, job.job_id):
-        return f"{job.output_uri} already holds the output of job {job.job_id}"
+    """Why ``command`` has nothing left to do for this run, or None when it must run. Checked before launching
+    anything: an output whose marker names this work (even after cleanup removed the work), a prepared work, or a span
+    whose every segment is committed, needs no process and no pod."""
+    work_id = WorkLayout(work_uri).work_id
+    if hook.output_done(output_uri, work_id) is not None:
+        return f"{output_uri} already holds the output of work {work_id}"
+    if command == "prepare" and hook.is_prepared(work_uri):
+        return f"work {work_id} is already prepared"
+    if command == "swap-span":
+        if span is None:
+            raise ValueError("swap-span needs its span")
+        committed = hook.committed_segments(work_uri)
+        if all(index in committed for index in range(int(span["first"]), int(span["last"]))):
+            return f"every segment of span {span['index']} ({span.get('label', '')}) is committed"
     return None

@@ -8,7 +8,6 @@ The worker writes its failure report to the termination message; a non-retryable
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
@@ -20,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client import models as k8s
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.chunks import SwapChunkMixin
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.operators.commands import (
     TERMINATION_LOG_VARIABLE,
     WorkerFailure,
@@ -28,9 +27,12 @@ from facefusion_provider.operators.commands import (
     fail_on_bad_input,
     failure_exception,
     parse_failure_report,
+    record_failure,
+    task_key,
     worker_argv,
     worker_env,
 )
+from facefusion_provider.operators.spans import SwapSpanMixin
 from facefusion_provider.settings import KubernetesSettings, load_settings
 
 WORKER_UID = 10001  # the image's non-root user (images/worker/Dockerfile)
@@ -42,28 +44,31 @@ LABEL_PREFIX = "facefusion.io"
 
 
 class KubernetesWorkerOperator(KubernetesPodOperator):
-    """Run ``facefusion-worker <command> --job-uri URI [worker_args]`` in a pod of the worker image.
+    """Run ``facefusion-worker <command> --work-uri URI [worker_args]`` in a pod of the worker image.
 
-    Work that is already done (a prepared job, an output whose marker names this job) starts no pod. GPU commands
-    (``[facefusion] gpu_commands``) ask for ``gpu_count`` of ``gpu_resource`` and carry the GPU pool's node selector,
-    tolerations and affinity. The pod is deferrable, waits ``startup_timeout_seconds`` for node scale-up and image
-    pulls, is deleted when it succeeds and kept when it fails, and runs as a non-root user on a read-only root
-    filesystem with every capability dropped.
+    Work that is already done (this run's output carries this work's marker, a prepared work) starts no pod. GPU
+    commands (``[facefusion] gpu_commands``) ask for ``gpu_count`` of ``gpu_resource`` and carry the GPU pool's node
+    selector, tolerations and affinity. The pod is deferrable and durable (a restarted Airflow worker follows the
+    running pod instead of starting a second), waits ``startup_timeout_seconds`` for node scale-up and image pulls, is
+    deleted when it succeeds and kept when it fails, and runs as a non-root user on a read-only root filesystem with
+    every capability dropped.
 
-    :param command: ``prepare``, ``swap-chunk`` or ``merge``.
-    :param job_uri: the job folder, from ``validate``.
-    :param worker_args: flags after ``--job-uri`` (``prepare``'s inputs and options).
+    :param command: ``prepare``, ``swap-span`` or ``merge``.
+    :param work_uri: the shared work folder, from ``validate``.
+    :param output_uri: this run's output, from ``validate``: when it is done, nothing is left to do.
+    :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
     :param pod_settings: the pods' settings; default from the ``[facefusion]`` section.
     """
 
-    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "job_uri", "worker_args")
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "work_uri", "output_uri", "worker_args")
     ui_color = "#e4f0e8"
 
     def __init__(
         self,
         *,
         command: str,
-        job_uri: str,
+        work_uri: str,
+        output_uri: str,
         worker_args: Sequence[str] = (),
         pod_settings: KubernetesSettings | None = None,
         **kwargs: Any,
@@ -87,6 +92,7 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
             "container_security_context": container_security_context(),
             "automount_service_account_token": False,
             "deferrable": True,
+            "durable": True,
             "startup_timeout_seconds": settings.startup_timeout_seconds,
             "on_finish_action": "delete_succeeded_pod",
             "log_pod_spec_on_failure": False,
@@ -95,36 +101,45 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
         }
         super().__init__(**{**defaults, **kwargs})
         self.command = command
-        self.job_uri = job_uri
+        self.work_uri = work_uri
+        self.output_uri = output_uri
         self.worker_args = worker_args
         self.pod_settings = settings
 
     @property
-    def chunk_index(self) -> int | None:
+    def span_or_none(self) -> dict[str, Any] | None:
         return None
 
+    def worker_arguments(self) -> list[str]:
+        return [str(arg) for arg in self.worker_args]
+
+    def before_launch(self, hook: FaceFusionStorageHook, work_uri: str, context: Any) -> None:
+        """Called just before the pod starts (a span logs where it resumes)."""
+
     def execute(self, context: Context) -> Any:
-        with fail_on_bad_input():
-            reason = completed_work(
-                FaceFusionStorageHook(), self.command, self.job_uri, self.chunk_index, worker_args=self.worker_args
-            )
+        hook = FaceFusionStorageHook()
+        with fail_on_bad_input(context):
+            reason = completed_work(hook, self.command, self.work_uri, self.output_uri, self.span_or_none)
+            if not reason:
+                self.before_launch(hook, self.work_uri, context)
         if reason:
             self.log.info("Nothing to do, no pod started: %s", reason)
             return None
         return super().execute(context)
 
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
-        """The parent's pod, with the worker argv, its environment, and labels naming the job and chunk."""
-        self.arguments = worker_argv(self.command, self.job_uri, index=self.chunk_index, worker_args=self.worker_args)
+        """The parent's pod, with the worker argv, its environment, and labels naming the work and span."""
+        self.arguments = worker_argv(self.command, self.work_uri, self.worker_arguments())
         try_number = int(context["ti"].try_number) if context else 1
-        self.env_vars = [k8s.V1EnvVar(name=key, value=value) for key, value in self.worker_environment(try_number)]
+        key = task_key(context) if context else ""
+        self.env_vars = [k8s.V1EnvVar(name=k, value=v) for k, v in self.worker_environment(try_number, key)]
         self.labels = {**self.labels, **self.job_labels()}
         self.annotations = {**self.annotations, **self.job_annotations()}
         return super().build_pod_request_obj(context, dry_run=dry_run)
 
-    def worker_environment(self, try_number: int) -> list[tuple[str, str]]:
+    def worker_environment(self, try_number: int, key: str = "") -> list[tuple[str, str]]:
         """Plain variables only: the storage credentials come from ``env_from`` references, never from here."""
-        env = {**worker_env(try_number, os.environ), TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
+        env = {**worker_env(try_number, os.environ, key=key), TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
         if self.pod_settings.models_volume_claim:
             env["FACEFUSION_MODELS_DIR"] = MODELS_PATH
         if self.pod_settings.models_uri:
@@ -136,14 +151,14 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
         labels = {
             "app.kubernetes.io/name": "facefusion-worker",
             "app.kubernetes.io/component": self.command,
-            f"{LABEL_PREFIX}/job-id": make_safe_label_value(job_id_of(self.job_uri)),
+            f"{LABEL_PREFIX}/work-id": make_safe_label_value(WorkLayout(self.work_uri).work_id or "unknown"),
         }
-        if self.chunk_index is not None:
-            labels[f"{LABEL_PREFIX}/chunk-index"] = str(self.chunk_index)
+        if self.span_or_none is not None:
+            labels[f"{LABEL_PREFIX}/span-index"] = str(self.span_or_none["index"])
         return labels
 
     def job_annotations(self) -> dict[str, str]:
-        return {f"{LABEL_PREFIX}/job-uri": _without_credentials(self.job_uri)}
+        return {f"{LABEL_PREFIX}/work-uri": _without_credentials(self.work_uri)}
 
     def cleanup(
         self,
@@ -163,24 +178,33 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
             if failure is None:
                 raise
             where = f" (pod {remote_pod.metadata.namespace}/{remote_pod.metadata.name}, kept for debugging)"
+            if not failure.retryable and context is not None:
+                record_failure(context, failure.failure_class, failure.message)
             raise failure_exception(failure, where) from error
 
 
-class KubernetesSwapChunkOperator(SwapChunkMixin, KubernetesWorkerOperator):
-    """``swap-chunk`` for one chunk of ``plan``'s list (mapped: one pod per chunk). A committed chunk, or an output
-    that already carries this job, succeeds at once without starting a pod (never a skip: merge must run).
+class KubernetesSwapSpanOperator(SwapSpanMixin, KubernetesWorkerOperator):
+    """``swap-span`` for one span of ``plan``'s list (mapped: one pod per span). A span whose segments are all
+    committed, or an output that already carries this work, succeeds at once without starting a pod (never a skip:
+    merge must run).
 
-    :param chunk: ``{"index": 7, "start": 448, "end": 512, "label": "frames 448-511"}``.
+    :param target_uri: this run's target (its own path to the work's content).
+    :param span: one item of ``plan``'s list.
     """
 
-    template_fields: Sequence[str] = (*KubernetesWorkerOperator.template_fields, "chunk")
+    template_fields: Sequence[str] = (*KubernetesWorkerOperator.template_fields, "target_uri", "span")
 
-    def __init__(self, *, job_uri: str, chunk: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(command="swap-chunk", job_uri=job_uri, **kwargs)
-        self.chunk = chunk
+    def __init__(self, *, work_uri: str, output_uri: str, target_uri: str, span: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(command="swap-span", work_uri=work_uri, output_uri=output_uri, **kwargs)
+        self.target_uri = target_uri
+        self.span = span
+
+    @property
+    def span_or_none(self) -> dict[str, Any] | None:
+        return self.span
 
     def job_annotations(self) -> dict[str, str]:
-        frames = f"{self.chunk['start']}-{int(self.chunk['end']) - 1}" if {"start", "end"} <= set(self.chunk) else ""
+        frames = f"{self.span['start']}-{int(self.span['end']) - 1}" if {"start", "end"} <= set(self.span) else ""
         return {**super().job_annotations(), **({f"{LABEL_PREFIX}/frames": frames} if frames else {})}
 
 
@@ -246,11 +270,6 @@ def pod_volume_mounts(settings: KubernetesSettings) -> list[k8s.V1VolumeMount]:
     if settings.models_volume_claim:
         mounts.append(k8s.V1VolumeMount(name="models", mount_path=MODELS_PATH, read_only=True))
     return mounts
-
-
-def job_id_of(job_uri: str) -> str:
-    """The job id is the last part of ``{work_root}/jobs/{job_id}``."""
-    return posixpath.basename(urlparse(job_uri).path.rstrip("/")) or "unknown"
 
 
 def _storage_env_from(settings: KubernetesSettings) -> list[k8s.V1EnvFromSource]:

@@ -1,4 +1,4 @@
-"""``plan``: the chunk list of a prepared job, the input of the mapped ``swap_chunk`` tasks."""
+"""``plan``: the spans of a prepared work, the input of the mapped ``swap_span`` tasks."""
 
 from __future__ import annotations
 
@@ -8,30 +8,44 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.job.plan import plan_spans
+from facefusion_provider.job.records import JobSpec
 from facefusion_provider.operators.commands import fail_on_bad_input
-from facefusion_provider.types import JobSpec
+from facefusion_provider.settings import load_settings
 
 
-def chunk_list(job: JobSpec) -> list[dict[str, Any]]:
-    """One dict per chunk: ``{"index": 7, "start": 448, "end": 512, "label": "frames 448-511"}``."""
-    return [{**chunk.model_dump(), "label": chunk.label} for chunk in job.chunks]
+def span_list(job: JobSpec, wave: int) -> list[dict[str, Any]]:
+    """One dict per span: ``{"index": 2, "first": 64, "last": 96, "start": 16384, "end": 24576,
+    "label": "frames 16384-24575 (32 segments)"}``."""
+    return [{**span.model_dump(), "label": span.label} for span in plan_spans(job.segments, wave)]
 
 
-class PlanChunksOperator(BaseOperator):
-    """Read ``job.json`` (written by ``prepare``) and return its chunks; every chunk reads the same job, so they agree.
+class PlanSpansOperator(BaseOperator):
+    """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
+    ``max_active_spans_per_run``), each a run of consecutive segments.
 
-    :param job_uri: the job folder, from ``validate``.
+    :param work_uri: the shared work folder, from ``validate``.
+    :param wave: spans per run; default from the settings.
     """
 
-    template_fields: Sequence[str] = (*BaseOperator.template_fields, "job_uri")
+    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri")
 
-    def __init__(self, *, job_uri: str, **kwargs: Any) -> None:
+    def __init__(self, *, work_uri: str, wave: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.job_uri = job_uri
+        self.work_uri = work_uri
+        self.wave = wave
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        with fail_on_bad_input():
-            job = FaceFusionStorageHook().read_job(self.job_uri)
-        chunks = chunk_list(job)
-        self.log.info("Job %s: %d frames in %d chunks", job.job_id, job.frame_end - job.frame_start, len(chunks))
-        return chunks
+        settings = load_settings()
+        wave = self.wave or settings.span_wave or settings.max_active_spans_per_run
+        with fail_on_bad_input(context):
+            job = FaceFusionStorageHook().read_job(self.work_uri)
+        spans = span_list(job, wave)
+        self.log.info(
+            "Work %s: %d frames in %d segments, %d spans",
+            job.work_id,
+            job.frame_end - job.frame_start,
+            len(job.segments),
+            len(spans),
+        )
+        return spans

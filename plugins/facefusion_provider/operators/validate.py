@@ -1,159 +1,161 @@
-"""``validate``: the run's conf becomes normalised URIs, checked options, the job id and the job folder.
+"""``validate``: the run's conf becomes normalised URIs, checked options, the work id and this run's lease on it.
 
 The DAG's ``Params`` come from the same options model, so the CLI, the REST API and the UI form validate alike; what
-a JSON schema cannot say (URI schemes, missing inputs, trim order) fails here, naming the field, before any worker runs.
+a JSON schema cannot say (URI rules, allow-lists, missing inputs, an output that cannot be written, trim order) fails
+here, naming the field, before any worker runs. Nothing is ever written at the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context, Param
+from airflow.sdk import BaseOperator, Context
 
-from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.commands import fail_on_bad_input, prepare_worker_args
-from facefusion_provider.options import Options, options_json_schema, parse_options
+from facefusion_provider.job.ids import run_key, work_id
+from facefusion_provider.job.inputs import CONF_FIELDS, check_output_format, check_sources, run_uris
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import RunLease
+from facefusion_provider.operators.commands import fail_on_bad_input, merge_worker_args, prepare_worker_args
+from facefusion_provider.operators.params import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
+from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
 
-def swap_params() -> dict[str, Param]:
-    """The DAG's ``Params``: the conf ``{"source_uris", "target_uri", "output_uri", "options"}`` as a JSON schema."""
-    options_schema = options_json_schema()
-    options_schema.pop("description", None)
-    return {
-        "source_uris": Param(
-            type="array",
-            items={"type": "string", "minLength": 1},
-            minItems=1,
-            title="Source faces",
-            description="Images of the face to swap in (paths or file://, s3:// URIs); several images of one person "
-            "are averaged into one identity.",
-        ),
-        "target_uri": Param(
-            type="string", minLength=1, title="Target video", description="The video whose faces are replaced."
-        ),
-        "output_uri": Param(
-            type="string",
-            minLength=1,
-            title="Output video",
-            description="Where the swapped video is written (atomically); its marker sits beside it.",
-        ),
-        "options": Param(
-            default=Options().model_dump(mode="json"),
-            title="Options",
-            description="Face swap options, keyed by the options model's field names (e.g. chunk_size, "
-            "face_swapper_blend); left-out options keep their defaults.",
-            **options_schema,
-        ),
-    }
+@dataclass(frozen=True)
+class StorageChecks:
+    """What ``validate_conf`` asks of storage (the hook in a task; plain functions in tests)."""
+
+    content_id: Callable[[str], str]
+    check_writable: Callable[[str], None]
+
+
+def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
+    """The options of a run: the flat fields (the form's, each with its default), with the older nested
+    ``options`` object laid over them; a key given both ways with two values is an error."""
+    unknown = sorted(set(conf) - {*CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, *Options.model_fields})
+    if unknown:
+        raise InvalidOptionError("; ".join(_unknown_key(key) for key in unknown))
+    nested = conf.get(NESTED_OPTIONS_KEY) or {}
+    if not isinstance(nested, dict):
+        raise InvalidOptionError(f"options: expected an object of option names and values, got {nested!r}")
+    for name, value in nested.items():
+        if name in conf and conf[name] != value:
+            raise InvalidOptionError(
+                f"options.{name}: given twice, as {name} ({conf[name]!r}) and as options.{name} ({value!r}); give it once"
+            )
+    flat = {name: params[name] for name in Options.model_fields if name in params}
+    return parse_options({**flat, **nested}, where="options")
+
+
+def _unknown_key(key: str) -> str:
+    known = [*CONF_INPUT_FIELDS, *Options.model_fields]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(known)}"
+    return f"{key}: unknown conf key{hint}"
 
 
 def validate_conf(
-    source_uris: Any,
-    target_uri: Any,
-    output_uri: Any,
-    options: Any,
+    params: Mapping[str, Any],
+    conf: Mapping[str, Any],
     *,
     work_root: str,
-    content_id: Callable[[str], str] = storage.content_id,
-    chunk_wave: int = 0,
+    checks: StorageChecks,
+    allowed_inputs: tuple[str, ...] = (),
+    allowed_outputs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Check a run's conf and name the job. Any problem is an ``InvalidOptionError`` (or ``InputMissingError``) whose
-    message starts with the field, e.g. ``options.face_swapper_blend: ...`` or ``target_uri: ... no such file``."""
-    if not isinstance(source_uris, list) or not source_uris:
-        raise InvalidOptionError(f"source_uris: expected a non-empty list of paths or URIs, got {source_uris!r}")
-    sources = [storage.normalize_uri(uri, field=f"source_uris[{i}]") for i, uri in enumerate(source_uris)]
-    target = storage.normalize_uri(target_uri, field="target_uri")
-    output = storage.normalize_uri(output_uri, field="output_uri")
-    if output == target or output in sources:
-        raise InvalidOptionError(f"output_uri: {output} would overwrite an input")
-    if options is not None and not isinstance(options, dict):
-        raise InvalidOptionError(f"options: expected an object of option names and values, got {options!r}")
-    parsed = parse_options(options or {}, where="options")
-    target_id = _content_id(content_id, target, "target_uri")
-    source_ids = [_content_id(content_id, uri, f"source_uris[{i}]") for i, uri in enumerate(sources)]
-    job_id = storage.compute_job_id(target_id, source_ids, parsed)
+    """Check a run's conf and name its work. Any problem is an ``InvalidOptionError`` (or ``InputMissingError``,
+    ``StorageDeniedError``) whose message starts with the field, e.g. ``face_swapper_blend: ...``."""
+    options = conf_options(params, conf)
+    sources = params.get("source_uris")
+    if not isinstance(sources, list) or not sources:
+        raise InvalidOptionError(f"source_uris: expected a non-empty list of paths or URIs, got {sources!r}")
+    uris = run_uris(
+        sources,
+        params.get("target_uri") or "",  # an empty one is named by run_uris
+        params.get("output_uri") or "",
+        fields=CONF_FIELDS,
+        relative=False,
+        allowed_inputs=allowed_inputs,
+        allowed_outputs=allowed_outputs,
+    )
+    assert uris.output_uri is not None
+    check_sources(uris.source_uris, options, CONF_FIELDS)
+    check_output_format(uris.output_uri, options, CONF_FIELDS)
+    target_id = _content_id(checks, uris.target_uri, "target_uri")
+    source_ids = [_content_id(checks, uri, f"source_uris[{i}]") for i, uri in enumerate(uris.source_uris)]
+    checks.check_writable(uris.output_uri)
+    work = work_id(target_id, source_ids, options)
     return {
-        "job_id": job_id,
-        "job_uri": storage.JobLayout.under(work_root, job_id).job_uri,
-        "source_uris": sources,
-        "target_uri": target,
-        "output_uri": output,
-        "options": parsed.model_dump(mode="json"),
-        "prepare_args": prepare_worker_args(sources, target, output, parsed, chunk_wave=chunk_wave),
+        "work_id": work,
+        "work_uri": WorkLayout.under(work_root, work).work_uri,
+        "source_uris": uris.source_uris,
+        "target_uri": uris.target_uri,
+        "output_uri": uris.output_uri,
+        "options": options.model_dump(mode="json"),
+        "prepare_args": prepare_worker_args(uris.source_uris, uris.target_uri, options),
+        "merge_args": merge_worker_args(uris.target_uri, uris.output_uri),
     }
 
 
-def _content_id(content_id: Callable[[str], str], uri: str, field: str) -> str:
+def _content_id(checks: StorageChecks, uri: str, field: str) -> str:
     try:
-        return content_id(uri)
+        return checks.content_id(uri)
     except InputMissingError as error:
         raise InputMissingError(f"{field}: {error}") from None
 
 
 class ValidateSwapConfOperator(BaseOperator):
-    """Validate the conf and return the job ticket; each key is also its own XCom (``validate.output["job_uri"]``).
+    """Validate the run's conf (its ``params`` and the raw ``dag_run.conf``), hold a lease on the shared work for this
+    run, and return the ticket; each key is also its own XCom (``validate.output["work_uri"]``).
 
     Bad conf fails the task at once (no retries) with a message that names the field.
 
-    :param source_uris: list of source face images (templated; ``"{{ params.source_uris }}"``).
-    :param target_uri: the target video (templated).
-    :param output_uri: where the output goes (templated).
-    :param options: the options object (templated).
-    :param work_root: fsspec URI of the job folders; default from the ``[facefusion] work_root`` setting.
+    :param work_root: fsspec URI of the shared work; default from the ``[facefusion] work_root`` setting.
     """
 
-    template_fields: Sequence[str] = (
-        *BaseOperator.template_fields,
-        "source_uris",
-        "target_uri",
-        "output_uri",
-        "options",
-        "work_root",
-    )
+    template_fields: tuple[str, ...] = (*BaseOperator.template_fields, "work_root")
 
-    def __init__(
-        self,
-        *,
-        source_uris: Any,
-        target_uri: Any,
-        output_uri: Any,
-        options: Any = None,
-        work_root: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, work_root: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)
+        kwargs.setdefault("retries", 0)  # bad conf stays bad; storage hiccups are retried inside each request
         super().__init__(**kwargs)
-        self.source_uris = source_uris
-        self.target_uri = target_uri
-        self.output_uri = output_uri
-        self.options = options
         self.work_root = work_root
 
     def ticket(self, key: str) -> str:
-        """A template of one ticket field (``job_uri``, ``job_id``, ``output_uri``, ``prepare_args``) for a templated
-        field downstream; with ``render_template_as_native_obj`` lists stay lists."""
+        """A template of one ticket field (``work_uri``, ``output_uri``, ``prepare_args``, ...) for a templated field
+        downstream; with ``render_template_as_native_obj`` lists stay lists."""
         return f"{{{{ ti.xcom_pull(task_ids={self.task_id!r}, key={key!r}) }}}}"
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = FaceFusionStorageHook()
         settings = load_settings()
-        with fail_on_bad_input():
+        dag_run = context["dag_run"]
+        with fail_on_bad_input(context):
             ticket = validate_conf(
-                self.source_uris,
-                self.target_uri,
-                self.output_uri,
-                self.options,
+                context["params"],
+                dag_run.conf or {},
                 work_root=self.work_root or settings.work_root,
-                content_id=hook.content_id,
-                chunk_wave=settings.chunk_wave,
+                checks=StorageChecks(
+                    content_id=hook.content_id,
+                    check_writable=lambda uri: hook.check_writable(uri, field="output_uri"),
+                ),
+                allowed_inputs=settings.allowed_input_prefixes,
+                allowed_outputs=settings.allowed_output_prefixes,
             )
-        self.log.info("Job %s in %s", ticket["job_id"], ticket["job_uri"])
-        if hook.output_is_current(ticket["output_uri"], ticket["job_id"]):
+        key = run_key(dag_run.dag_id, dag_run.run_id)
+        lease = RunLease(
+            dag_id=dag_run.dag_id, run_id=dag_run.run_id, output_uri=ticket["output_uri"], created_at=datetime.now(UTC)
+        )
+        hook.hold_work(ticket["work_uri"], key, lease)
+        self.log.info("Work %s in %s (run key %s)", ticket["work_id"], ticket["work_uri"], key)
+        if hook.output_done(ticket["output_uri"], ticket["work_id"]) is not None:
             self.log.info(
-                "%s already holds this job's output: the worker tasks will have nothing to do", ticket["output_uri"]
+                "%s already holds this work's output: the worker tasks have nothing to do", ticket["output_uri"]
             )
-        return ticket
+        return {**ticket, "run_key": key}

@@ -1,16 +1,11 @@
-"""The face-swap worker: the Python API behind ``facefusion-worker`` (prepare, swap-chunk, merge, run)."""
+"""The face-swap worker: the Python API behind ``facefusion-worker`` (prepare, swap-span, merge, run)."""
 
 from __future__ import annotations
 
-from facefusion_provider.worker.jobs import (
-    ChunkResult,
-    MergeResult,
-    RunResult,
-    load_job,
-    merge,
-    prepare,
-    run,
-    swap_chunk,
-)
+from facefusion_provider.worker.merge import MergeResult, merge
+from facefusion_provider.worker.prepare import prepare
+from facefusion_provider.worker.run import RunResult, run
+from facefusion_provider.worker.span import SpanResult, swap_span
+from facefusion_provider.worker.work import load_job
 
-__all__ = ["ChunkResult", "MergeResult", "RunResult", "load_job", "merge", "prepare", "run", "swap_chunk"]
+__all__ = ["MergeResult", "RunResult", "SpanResult", "load_job", "merge", "prepare", "run", "swap_span"]

@@ -1,4 +1,4 @@
-"""``facefusion-worker``: prepare, swap-chunk, merge and run, as a thin layer over ``facefusion_provider.worker``.
+"""``facefusion-worker``: prepare, swap-span, merge and run, as a thin layer over ``facefusion_provider.worker``.
 
 Stdout carries one JSON line per command (what the orchestrator reads); logs go to stderr. A failure prints a one-line
 JSON report to stderr (and to ``$FACEFUSION_TERMINATION_LOG``, Kubernetes' termination message) and exits with the
@@ -23,6 +23,7 @@ from facefusion_provider.options import add_option_arguments, options_from_names
 
 TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
 MODELS_DIR_VARIABLE = "FACEFUSION_MODELS_DIR"
+TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"  # dag/run/task/map index of the Airflow task, set by the operators
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROGRAM = "facefusion-worker"
 
@@ -36,36 +37,40 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog=PROGRAM, description="Swap faces in a video, chunk by chunk (see `facefusion-worker run -h`)."
+        prog=PROGRAM, description="Swap faces in a video, segment by segment (see `facefusion-worker run -h`)."
     )
     _add_global_arguments(parser, defaults=True)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-chunk,merge,run}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-span,merge,run}")
 
-    prepare = commands.add_parser("prepare", help="probe the target, plan chunks, compute the identity, write job.json")
-    prepare.add_argument("--job-uri", required=True, help="job folder (path or fsspec URI)")
-    _add_io_arguments(prepare)
-    prepare.add_argument(
-        "--chunk-wave",
-        type=_non_negative,
-        default=0,
-        metavar="N",
-        help="chunks that run at once (the GPUs): a plan of at least N chunks comes in whole waves of N (0: off)",
+    prepare = commands.add_parser(
+        "prepare", help="probe the target, plan the segments, compute the identity, write the shared job.json"
     )
+    prepare.add_argument("--work-uri", required=True, help="work folder (path or fsspec URI), named by the work id")
+    _add_input_arguments(prepare)
     add_option_arguments(prepare)
 
-    swap = commands.add_parser("swap-chunk", help="process one chunk and commit it (a committed chunk is skipped)")
-    swap.add_argument("--job-uri", required=True, help="job folder written by prepare")
-    swap.add_argument("--index", required=True, type=int, help="chunk index from prepare's chunk list")
-
-    merge = commands.add_parser("merge", help="remux the committed chunks with the target's audio into the output")
-    merge.add_argument("--job-uri", required=True, help="job folder written by prepare")
-
-    run = commands.add_parser("run", help="prepare, every chunk and merge in this process")
-    _add_io_arguments(run)
-    run.add_argument(
-        "--work-root", default=None, help="where job folders go (default: $XDG_CACHE_HOME/facefusion-provider)"
+    swap = commands.add_parser(
+        "swap-span", help="work a span's segments, committing each; then help other spans (committed ones are skipped)"
     )
-    run.add_argument("--keep-work", action="store_true", help="keep the job folder after success")
+    swap.add_argument("--work-uri", required=True, help="work folder written by prepare")
+    swap.add_argument("--target", required=True, metavar="VIDEO", help="this run's target video (same content)")
+    swap.add_argument(
+        "--segments", required=True, type=_segment_range, metavar="FIRST:LAST", help="segments [FIRST, LAST)"
+    )
+    swap.add_argument("--span", type=_non_negative, default=0, metavar="N", help="the span's index (logs, faults)")
+
+    merge = commands.add_parser("merge", help="remux the committed segments with the target's audio into the output")
+    merge.add_argument("--work-uri", required=True, help="work folder written by prepare")
+    merge.add_argument("--target", required=True, metavar="VIDEO", help="this run's target video (its audio)")
+    merge.add_argument("--output", required=True, metavar="OUT", help="this run's output video (.mp4, .mov, .mkv, ...)")
+
+    run = commands.add_parser("run", help="prepare, every segment and merge in this process")
+    _add_input_arguments(run)
+    run.add_argument("--output", required=True, metavar="OUT", help="output video (.mp4, .mov, .mkv, ...)")
+    run.add_argument(
+        "--work-root", default=None, help="where work folders go (default: $XDG_CACHE_HOME/facefusion-provider)"
+    )
+    run.add_argument("--keep-work", action="store_true", help="keep the work folder after success")
     add_option_arguments(run)
 
     for command in (prepare, swap, merge, run):
@@ -96,10 +101,16 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _add_io_arguments(parser: argparse.ArgumentParser) -> None:
+def _segment_range(text: str) -> tuple[int, int]:
+    first, separator, last = text.partition(":")
+    if not separator or not first.isdigit() or not last.isdigit() or int(last) <= int(first):
+        raise argparse.ArgumentTypeError(f"expected FIRST:LAST with FIRST < LAST, got {text!r}")
+    return int(first), int(last)
+
+
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", default=[], metavar="IMG", help="source face image (repeatable)")
     parser.add_argument("--target", required=True, metavar="VIDEO", help="target video")
-    parser.add_argument("--output", required=True, metavar="OUT", help="output video (.mp4, .mov, .mkv, ...)")
 
 
 def execute(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,20 +119,19 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.command == "prepare":
         spec = worker.prepare(
-            args.job_uri,
-            args.source,
-            args.target,
-            args.output,
-            options=options_from_namespace(args),
-            models_dir=args.models_dir,
-            chunk_wave=args.chunk_wave,
+            args.work_uri, args.source, args.target, options=options_from_namespace(args), models_dir=args.models_dir
         )
-        chunks = [chunk.model_dump() for chunk in spec.chunks]
-        return {"job_id": spec.job_id, "job_uri": spec.job_uri, "chunks": chunks}
-    if args.command == "swap-chunk":
-        return asdict(worker.swap_chunk(args.job_uri, args.index, models_dir=args.models_dir))
+        return {"work_id": spec.work_id, "frames": spec.frame_end - spec.frame_start, "segments": len(spec.segments)}
+    if args.command == "swap-span":
+        first, last = args.segments
+        owner = os.environ.get(TASK_KEY_VARIABLE, "")
+        return asdict(
+            worker.swap_span(
+                args.work_uri, args.target, first, last, span=args.span, models_dir=args.models_dir, owner=owner
+            )
+        )
     if args.command == "merge":
-        return asdict(worker.merge(args.job_uri))
+        return asdict(worker.merge(args.work_uri, args.target, args.output))
     result = worker.run(
         args.source,
         args.target,

@@ -1,23 +1,28 @@
-"""Fault injection for tests only: makes chosen worker commands fail on chosen tries.
+"""Fault injection for tests only: makes chosen worker commands fail on chosen tries, or run slowly.
 
 Enabled only when FACEFUSION_TEST_FAULTS holds a JSON list such as
-``[{"command": "swap-chunk", "indexes": [1, 2], "tries": [1], "retryable": true}]``; the try number comes from
-FACEFUSION_TRY_NUMBER, which the operators set. Production deployments never set either variable.
+``[{"command": "swap-span", "indexes": [1, 2], "tries": [1], "retryable": true}]`` (fail) or
+``[{"command": "swap-span", "indexes": [1], "frame_delay": 0.05}]`` (a slow node: every frame that worker decodes
+takes that many more seconds). ``indexes`` are span indexes; the try number comes from FACEFUSION_TRY_NUMBER, which
+the operators set. Production deployments never set either variable.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 from facefusion_provider.exceptions import InvalidMediaError, RetryableError
 
 FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"
 TRY_NUMBER_VARIABLE = "FACEFUSION_TRY_NUMBER"
+Item = TypeVar("Item")
 
 
-def maybe_inject(command: str, index: int | None = None) -> None:
-    """Raise the configured failure if this command, chunk index and try number are listed."""
+def _matching(command: str, index: int | None) -> Iterator[dict[str, Any]]:
     spec = os.environ.get(FAULTS_VARIABLE)
     if not spec:
         return
@@ -29,7 +34,30 @@ def maybe_inject(command: str, index: int | None = None) -> None:
             continue
         if "tries" in fault and try_number not in fault["tries"]:
             continue
-        where = f"{command}" + (f" chunk {index}" if index is not None else "") + f" try {try_number}"
+        yield fault
+
+
+def maybe_inject(command: str, index: int | None = None) -> None:
+    """Raise the configured failure if this command, span index and try number are listed."""
+    for fault in _matching(command, index):
+        if "frame_delay" in fault:
+            continue
+        where = f"{command}" + (f" span {index}" if index is not None else "")
+        where += f" try {os.environ.get(TRY_NUMBER_VARIABLE, '1')}"
         if fault.get("retryable", True):
             raise RetryableError(f"injected transient failure ({where})")
         raise InvalidMediaError(f"injected permanent failure ({where})")
+
+
+def slowed(items: Iterator[Item], index: int) -> Iterator[Item]:
+    """``items``, each after the configured ``frame_delay`` of ``swap-span`` for span ``index`` (if any)."""
+    delay = sum(float(fault["frame_delay"]) for fault in _matching("swap-span", index) if "frame_delay" in fault)
+    if not delay:
+        return items
+    return _delayed(items, delay)
+
+
+def _delayed(items: Iterator[Item], delay: float) -> Iterator[Item]:
+    for item in items:
+        time.sleep(delay)
+        yield item

@@ -31,7 +31,7 @@ def _digests(frames: object) -> list[tuple[int, str]]:
     ],
     ids=["bframes-gop250", "vfr-bframes", "ntsc"],
 )
-def test_chunk_frames_equal_the_full_decode(
+def test_segment_frames_equal_the_full_decode(
     make_video: MakeVideo, fields: dict[str, object], ranges: list[tuple[int, int]]
 ) -> None:
     path = make_video(frames=60, **fields)
@@ -53,7 +53,7 @@ def test_seeking_decodes_from_the_nearest_keyframe_not_from_the_start(make_video
         assert [f.pts for f in frames] == probe.pts[start : start + 5]
         costs.append(stats.decoded)
         assert stats.seeks == 1
-    # At most one GOP of pre-roll (plus the decoder's reorder delay), wherever the chunk lies.
+    # At most one GOP of pre-roll (plus the decoder's reorder delay), wherever the segment lies.
     assert max(costs) <= 5 + 10 + 3, costs
 
 

@@ -49,7 +49,7 @@ def test_encoder_keeps_each_frame_timestamp_relative_to_the_offset(make_video: M
     source = make_video(frames=8, time_base=Fraction(1, 1000), frame_durations=(33, 50))
     probe = probe_video(source, source)
     settings = encoder_settings(Options(processors=[], output_video_quality=100), probe)
-    output = str(tmp_path / "chunk.mp4")
+    output = str(tmp_path / "segment.mp4")
     with av.open(source) as container:
         frames = list(container.decode(video=0))
     with VideoEncoder(

@@ -1,4 +1,4 @@
-"""Merge: remux without re-encoding, valid decode timestamps across chunk joins, other containers, and refusals."""
+"""Merge: remux without re-encoding, valid decode timestamps across segment joins, other containers, and refusals."""
 
 from __future__ import annotations
 
@@ -12,25 +12,25 @@ import pytest
 
 from facefusion_provider import worker
 from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.media.merge import ChunkFile, merge_chunks
+from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 from .conftest import MakeVideo
 
 
-def test_joins_stay_valid_when_the_next_chunk_reorder_delay_reaches_back(make_video: MakeVideo, tmp_path: Path) -> None:
-    # Short frames before each join and long ones after: B-frame chunks would start decoding before the previous
-    # chunk ends. The merge must keep every pts exact and the decode timestamps strictly increasing.
+def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(make_video: MakeVideo, tmp_path: Path) -> None:
+    # Short frames before each join and long ones after: B-frame segments would start decoding before the previous
+    # segment ends. The merge must keep every pts exact and the decode timestamps strictly increasing.
     bframes = {"preset": "veryfast", "crf": "20", "bf": "3"}
     target = make_video(
         frames=42, time_base=Fraction(1, 1000), frame_durations=(10,) * 7 + (100,) * 7, codec_options=bframes
     )
     output = tmp_path / "out.mp4"
-    worker.run([], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, chunk_size=7)
+    worker.run([], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, segment_size=7)
     with av.open(str(output)) as container:
         packets = [(p.pts or 0, p.dts or 0) for p in container.demux(video=0) if p.size]
-    assert any(pts != dts for pts, dts in packets), "the chunks were meant to have B-frames"
+    assert any(pts != dts for pts, dts in packets), "the segments were meant to have B-frames"
     assert all(dts <= pts for pts, dts in packets)
     assert all(a[1] < b[1] for a, b in itertools.pairwise(packets))
     assert probe_video(str(output), "out").pts == probe_video(target, "in").pts
@@ -50,7 +50,7 @@ def test_other_containers_and_encoders_keep_frames_and_audio(
         str(tmp_path / "work"),
         processors=[],
         output_video_quality=100,
-        chunk_size=4,
+        segment_size=4,
         output_video_encoder=encoder,
     )
     assert [d.md5 for d in frame_digests(output)] == [d.md5 for d in frame_digests(target)]
@@ -68,23 +68,23 @@ def test_a_stream_the_output_format_cannot_hold_is_left_out_with_a_warning(
     assert len(frame_digests(output)) == 6 and packet_payloads(output) == []
 
 
-def test_chunks_must_be_contiguous(make_video: MakeVideo, tmp_path: Path) -> None:
+def test_segments_must_be_contiguous(make_video: MakeVideo, tmp_path: Path) -> None:
     target = make_video(frames=6)
     probe = probe_video(target, target)
     with pytest.raises(InvalidJobError, match="one ends at frame 3, the next starts at 4"):
-        merge_chunks(
-            [ChunkFile(target, 0, 3), ChunkFile(target, 4, 6)], target, probe, str(tmp_path / "o.mp4"), name="t"
+        merge_segments(
+            [SegmentFile(target, 0, 3), SegmentFile(target, 4, 6)], target, probe, str(tmp_path / "o.mp4"), name="t"
         )
-    with pytest.raises(InvalidJobError, match="no chunks"):
-        merge_chunks([], target, probe, str(tmp_path / "o.mp4"), name="t")
+    with pytest.raises(InvalidJobError, match="no segments"):
+        merge_segments([], target, probe, str(tmp_path / "o.mp4"), name="t")
 
 
-def test_a_chunk_with_too_few_frames_is_refused(make_video: MakeVideo, tmp_path: Path) -> None:
+def test_a_segment_with_too_few_frames_is_refused(make_video: MakeVideo, tmp_path: Path) -> None:
     target = make_video(frames=8)
     short = make_video(frames=3, name="short.mp4")
     probe = probe_video(target, target)
     with pytest.raises(InvalidJobError, match=r"short\.mp4: holds 3 frames with other timestamps than frames 0-7"):
-        merge_chunks([ChunkFile(short, 0, 8)], target, probe, str(tmp_path / "o.mp4"), name="t")
+        merge_segments([SegmentFile(short, 0, 8)], target, probe, str(tmp_path / "o.mp4"), name="t")
 
 
 def test_subtitles_are_copied_once(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_subtitles_are_copied_once(tmp_path: Path) -> None:
                 container.mux(cue)
         container.mux(video.encode(None))
     output = str(tmp_path / "out.mp4")
-    worker.run([], target, output, str(tmp_path / "work"), processors=[], chunk_size=10)
+    worker.run([], target, output, str(tmp_path / "work"), processors=[], segment_size=10)
     assert packet_payloads(output, "subtitle") == packet_payloads(target, "subtitle")
     assert [p for _, p in packet_payloads(output, "subtitle") if len(p) > 2] == [
         b"\x00\x06line 0",

@@ -1,4 +1,4 @@
-"""The chunked path (prepare, every chunk, merge) at quality 100 returns the input exactly: every frame's pixels, the
+"""The segmented path (prepare, every segment, merge) at quality 100 returns the input exactly: every frame's pixels, the
 frame count, every timestamp (within one tick), the audio packets byte for byte, and the rotation."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ NTSC = {"frame_rate": Fraction(30000, 1001), "time_base": Fraction(1, 30000)}
 VFR = {"time_base": Fraction(1, 1000), "frame_durations": (33, 50, 17, 40, 66)}
 
 CASES: dict[str, tuple[int, dict[str, Any], list[int]]] = {
-    # name: (frames, video fields, chunk sizes)
+    # name: (frames, video fields, segment sizes)
     "cfr30-aac-bframes": (40, {"audio_rate": 48000, "codec_options": BFRAMES_LONG_GOP}, [1, 7, 64, 1000]),
     "ntsc-aac": (30, {**NTSC, "audio_rate": 44100}, [7]),
     "vfr-bframes": (40, {**VFR, "codec_options": BFRAMES_LONG_GOP}, [7]),
@@ -53,11 +53,11 @@ def assert_exact_copy(target: str, output: str, start: int = 0, end: int | None 
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_chunked_passthrough_is_exact(case: str, make_video: MakeVideo, tmp_path: Path) -> None:
-    frames, fields, chunk_sizes = CASES[case]
+def test_segmented_passthrough_is_exact(case: str, make_video: MakeVideo, tmp_path: Path) -> None:
+    frames, fields, segment_sizes = CASES[case]
     target = make_video(frames=frames, **fields)
-    for chunk_size in chunk_sizes:
-        output = str(tmp_path / f"out-{chunk_size}.mp4")
+    for segment_size in segment_sizes:
+        output = str(tmp_path / f"out-{segment_size}.mp4")
         result = worker.run(
             [],
             target,
@@ -65,13 +65,13 @@ def test_chunked_passthrough_is_exact(case: str, make_video: MakeVideo, tmp_path
             str(tmp_path / "work"),
             processors=[],
             output_video_quality=100,
-            chunk_size=chunk_size,
+            segment_size=segment_size,
         )
         assert result.frame_count == frames
-        assert result.chunk_count == max(
+        assert result.segment_count == max(
             1,
-            len(range(0, frames, chunk_size))
-            - (1 if frames % chunk_size and frames % chunk_size < chunk_size / 4 else 0),
+            len(range(0, frames, segment_size))
+            - (1 if frames % segment_size and frames % segment_size < segment_size / 4 else 0),
         )
         assert_exact_copy(target, output)
         assert [p for _, p in packet_payloads(output)] == [p for _, p in packet_payloads(target)], "audio changed"
@@ -88,7 +88,7 @@ def test_trimmed_output_holds_exactly_the_trimmed_frames_and_their_audio(make_vi
         str(tmp_path / "work"),
         processors=[],
         output_video_quality=100,
-        chunk_size=10,
+        segment_size=10,
         trim_frame_start=15,
         trim_frame_end=45,
     )

@@ -1,0 +1,128 @@
+"""The records the job folder holds (pydantic, JSON on storage): job.json, segment and output markers, claims and
+run leases. A record's shape is part of ``JOB_FORMAT_VERSION``, and so of every work id."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from facefusion_provider.options import Options
+from facefusion_provider.types import VideoProbe
+
+# Bump when job.json, the segment files or the markers change shape: the version is part of the work id.
+JOB_FORMAT_VERSION = 2
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Segment(_Record):
+    """The commit unit: frames ``[start, end)`` of the target in display order, numbered from the file's first frame."""
+
+    index: int = Field(ge=0)
+    start: int = Field(ge=0)
+    end: int = Field(ge=1)
+
+    @property
+    def frame_count(self) -> int:
+        return self.end - self.start
+
+    @property
+    def label(self) -> str:
+        return f"frames {self.start}-{self.end - 1}"
+
+
+class Span(_Record):
+    """The scheduling unit (one mapped task, one pod): segments ``[first, last)``, frames ``[start, end)``."""
+
+    index: int = Field(ge=0)
+    first: int = Field(ge=0)
+    last: int = Field(ge=1)
+    start: int = Field(ge=0)
+    end: int = Field(ge=1)
+
+    @property
+    def segment_count(self) -> int:
+        return self.last - self.first
+
+    @property
+    def label(self) -> str:
+        plural = "" if self.segment_count == 1 else "s"
+        return f"frames {self.start}-{self.end - 1} ({self.segment_count} segment{plural})"
+
+
+class JobSpec(_Record):
+    """``job.json``: everything a segment needs, written once (exclusively) by the first ``prepare`` of this work.
+
+    It names inputs by content, not by place: two runs over the same bytes under other keys share it, and each passes
+    its own target URI to the worker.
+    """
+
+    format_version: int = JOB_FORMAT_VERSION
+    work_id: str
+    target_content_id: str
+    source_content_ids: list[str]
+    source_names: list[str]  # file names of the sources, for people reading the folder
+    options: Options
+    probe: VideoProbe
+    frame_start: int  # after trimming, in probe frame numbers
+    frame_end: int
+    segments: list[Segment]
+    analysis_id: str | None = None  # the target analysis this work reads and writes (face detection, landmarks)
+    identity: dict[str, Any] = Field(default_factory=dict)  # source identity and reference face, owned by the engine
+
+
+class SegmentMarker(_Record):
+    """``segments/NNNNN.json``, created exclusively after its file: the segment is committed, by exactly one writer."""
+
+    work_id: str
+    index: int
+    start: int
+    end: int
+    frame_count: int
+    file: str  # the committed file's name in ``segments/``: of two racing writers, the one that created this marker
+    sha256: str
+    size: int
+    writer: str
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class OutputMarker(_Record):
+    """Written beside the output by its run's merge: which work made the file, so a repeat run can stop early."""
+
+    work_id: str
+    output_uri: str
+    frame_count: int
+    sha256: str
+    size: int
+
+
+class Claim(_Record):
+    """``claims/NNNNN.GGGG.json``: generation ``G`` of the claim on segment ``N``. Its holder rewrites it to renew the
+    lease; a claim not rewritten for a lease period has lapsed and the next generation may be created."""
+
+    index: int
+    generation: int = Field(ge=1)
+    holder: str  # one worker process
+    owner: str  # the task that runs it (dag/run/task/map index), or the holder itself outside Airflow
+    host: str
+    pid: int
+
+
+class RunLease(_Record):
+    """``runs/KEY.json``: a run that uses this work; cleanup removes the work only when no live run holds a lease."""
+
+    dag_id: str
+    run_id: str
+    output_uri: str
+    created_at: datetime
+
+
+class Deleting(_Record):
+    """``deleting.json``: a cleanup is removing this work; a run that wants it waits until it is gone."""
+
+    run_key: str
+    started_at: datetime

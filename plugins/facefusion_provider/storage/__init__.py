@@ -1,0 +1,139 @@
+"""Every URI the project touches goes through here, one small module per concern; no Airflow, no numpy.
+
+- ``uris``: URI rules (normalising, ``..`` and relative paths refused, allow-lists of prefixes)
+- ``filesystems``: fsspec per URI, S3 credentials and endpoint, errors mapped to the project's failure classes
+- ``objects``: whole objects (exists, read, atomic and exclusive writes, listings, deletes, checksums, write probes)
+- ``inputs``: inputs as PyAV reads them (local path, ranged remote file, node-local input cache)
+- ``ranges``: ranged reads ahead of a demuxer
+- ``multipart``: S3 multipart uploads of a growing file
+
+The names below are the package's API; callers write ``storage.exists(uri)``.
+"""
+
+from __future__ import annotations
+
+from facefusion_provider.storage.filesystems import (
+    S3_ENDPOINT_VARIABLE,
+    S3_MAX_ATTEMPTS_VARIABLE,
+    S3_POOL_CONNECTIONS,
+    S3Credentials,
+    filesystem,
+    positive_setting,
+    storage_errors,
+    storage_options,
+    using_s3_credentials,
+)
+from facefusion_provider.storage.inputs import (
+    INPUT_CACHE_DIR_VARIABLE,
+    INPUT_CACHE_MAX_BYTES_VARIABLE,
+    READ_BLOCK_VARIABLE,
+    cached_input,
+    open_input,
+)
+from facefusion_provider.storage.multipart import (
+    UPLOAD_MAX_PARTS,
+    UPLOAD_MIN_PART_BYTES,
+    UPLOADS_AT_ONCE,
+    MultipartUpload,
+    multipart_upload,
+)
+from facefusion_provider.storage.objects import (
+    StoredObject,
+    check_writable,
+    content_id,
+    delete,
+    exists,
+    file_sha256,
+    get_file,
+    get_file_sha256,
+    list_files,
+    put_file_atomic,
+    read_bytes,
+    read_json,
+    remove_empty_folders,
+    remove_tree,
+    write_bytes_atomic,
+    write_bytes_exclusive,
+    write_json_atomic,
+)
+from facefusion_provider.storage.ranges import (
+    RANGE_BYTES_PER_GET,
+    RANGE_FETCHES_AT_ONCE,
+    RANGE_GAP_BYTES,
+    RANGE_PIECE_BYTES,
+    ByteRange,
+    RangeReader,
+    range_fetcher,
+    range_pieces,
+)
+from facefusion_provider.storage.uris import (
+    ALLOWED_INPUT_PREFIXES_VARIABLE,
+    ALLOWED_OUTPUT_PREFIXES_VARIABLE,
+    ALLOWED_SCHEMES,
+    allowed_prefixes,
+    bucket_and_key,
+    check_allowed,
+    join,
+    local_path,
+    normalize_uri,
+    parse_prefixes,
+    require_file_uri,
+)
+
+__all__ = [
+    "ALLOWED_INPUT_PREFIXES_VARIABLE",
+    "ALLOWED_OUTPUT_PREFIXES_VARIABLE",
+    "ALLOWED_SCHEMES",
+    "INPUT_CACHE_DIR_VARIABLE",
+    "INPUT_CACHE_MAX_BYTES_VARIABLE",
+    "RANGE_BYTES_PER_GET",
+    "RANGE_FETCHES_AT_ONCE",
+    "RANGE_GAP_BYTES",
+    "RANGE_PIECE_BYTES",
+    "READ_BLOCK_VARIABLE",
+    "S3_ENDPOINT_VARIABLE",
+    "S3_MAX_ATTEMPTS_VARIABLE",
+    "S3_POOL_CONNECTIONS",
+    "UPLOADS_AT_ONCE",
+    "UPLOAD_MAX_PARTS",
+    "UPLOAD_MIN_PART_BYTES",
+    "ByteRange",
+    "MultipartUpload",
+    "RangeReader",
+    "S3Credentials",
+    "StoredObject",
+    "allowed_prefixes",
+    "bucket_and_key",
+    "cached_input",
+    "check_allowed",
+    "check_writable",
+    "content_id",
+    "delete",
+    "exists",
+    "file_sha256",
+    "filesystem",
+    "get_file",
+    "get_file_sha256",
+    "join",
+    "list_files",
+    "local_path",
+    "multipart_upload",
+    "normalize_uri",
+    "open_input",
+    "parse_prefixes",
+    "positive_setting",
+    "put_file_atomic",
+    "range_fetcher",
+    "range_pieces",
+    "read_bytes",
+    "read_json",
+    "remove_empty_folders",
+    "remove_tree",
+    "require_file_uri",
+    "storage_errors",
+    "storage_options",
+    "using_s3_credentials",
+    "write_bytes_atomic",
+    "write_bytes_exclusive",
+    "write_json_atomic",
+]

@@ -1,0 +1,311 @@
+"""Whole objects on any fsspec store: exists, read, atomic and exclusive writes, listings, deletes and checksums.
+
+An atomic write shows readers the old object or the whole new one; an exclusive write creates an object only if
+nothing is there (S3's conditional PUT, a hard link on a local disk), so of two writers exactly one wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from fsspec.spec import AbstractFileSystem
+
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
+from facefusion_provider.storage.filesystems import filesystem, is_local, storage_errors
+from facefusion_provider.storage.uris import local_path
+
+_HASH_BLOCK = 8 * 1024 * 1024
+_DOWNLOAD_BLOCK = 16 * 1024 * 1024
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs):
+        if urlparse(uri).scheme == "s3":
+            return _s3_exists(fs, path)
+        return bool(fs.exists(path))
+
+
+def _s3_exists(fs: AbstractFileSystem, path: str) -> bool:
+    """One HEAD: s3fs's own ``exists`` hides a denied request behind False, and its ``info`` lists after a 404."""
+    bucket, key = path.split("/", 1) if "/" in path else (path, "")
+    try:
+        fs.call_s3("head_object", Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs):
+        return bytes(fs.cat_file(path))
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(read_bytes(uri))
+
+
+def write_bytes_atomic(uri: str, data: bytes) -> None:
+    """Readers see the old object or the whole new one, never a part."""
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False):
+        if is_local(fs):
+            _write_local_atomic(path, data)
+        else:
+            fs.pipe_file(path, data)  # an object store PUT is atomic: the key appears only when complete
+
+
+def write_json_atomic(uri: str, value: Any) -> None:
+    write_bytes_atomic(uri, json.dumps(value, indent=2, sort_keys=True).encode())
+
+
+def write_bytes_exclusive(uri: str, data: bytes) -> bool:
+    """Create ``uri`` with ``data`` only if nothing is there yet: True if this call created it, False if it existed.
+
+    Atomic against every other writer: S3's conditional PUT (``If-None-Match: *``), a hard link on a local disk. Two
+    processes that race for one key cannot both win, so it can hold a claim.
+    """
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False):
+        if is_local(fs):
+            return _write_local_exclusive(path, data)
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+    return True
+
+
+def _write_local_exclusive(path: str, data: bytes) -> bool:
+    temp = _write_local_temp(path, data)
+    try:
+        os.link(temp, path)  # fails if path exists: readers only ever see the complete file
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    return True
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One file under a prefix: its URI, a version that changes whenever its content does, its size and mtime."""
+
+    uri: str
+    version: str  # the ETag on S3; size and modification time in nanoseconds for local files
+    size: int
+    modified: float  # seconds since the epoch
+
+
+def list_files(prefix_uri: str) -> list[StoredObject]:
+    """Every file under ``prefix_uri`` (recursively), sorted by URI; an absent prefix lists nothing."""
+    fs, path = filesystem(prefix_uri)
+    scheme = urlparse(prefix_uri).scheme
+    with storage_errors(prefix_uri, fs, missing_is_input=False):
+        try:
+            found = fs.find(path, detail=True)
+        except FileNotFoundError:
+            if scheme == "s3":
+                raise
+            return []
+    objects = []
+    for name, info in sorted(found.items()):
+        if info.get("type") != "file":
+            continue
+        uri = f"{scheme}://{name}" if scheme == "s3" else fs.unstrip_protocol(name)
+        objects.append(_stored_object(uri, info))
+    return objects
+
+
+def _stored_object(uri: str, info: dict[str, Any]) -> StoredObject:
+    size = int(info.get("size") or 0)
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    modified = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+    seconds = modified.timestamp() if hasattr(modified, "timestamp") else float(modified)
+    version = etag or f"{size}-{int(seconds * 1e9)}"
+    return StoredObject(uri=uri, version=version, size=size, modified=seconds)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
+def _write_local_temp(path: str, data: bytes) -> str:
+    """A new temp file beside ``path`` holding ``data``, synced to disk, for the caller to publish; removed on failure."""
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    except FileNotFoundError:  # a cleanup removed the empty folder between the two calls: make it again
+        os.makedirs(directory, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes 0600; a published file gets the usual mode, like open() would
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return temp
+
+
+def _write_local_atomic(path: str, data: bytes) -> None:
+    temp = _write_local_temp(path, data)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
+    """Publish a finished local file at ``uri``: a temporary name first, then a rename (or one PUT on S3)."""
+    fs, path = filesystem(uri)
+    if is_local(fs):
+        with storage_errors(uri, fs, missing_is_input=False):
+            _copy_local_atomic(local, path)
+        return
+    # One PUT, or a multipart upload that s3fs completes only after every part (and aborts on error): the key
+    # never shows a partial object.
+    with storage_errors(uri, fs, missing_is_input=False):
+        fs.put_file(os.fspath(local), path)
+
+
+def get_file(uri: str, local: str | os.PathLike[str]) -> None:
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs):
+        fs.get_file(path, os.fspath(local))
+
+
+def get_file_sha256(uri: str, local: str | os.PathLike[str]) -> str:
+    """Download ``uri`` to ``local`` and return the sha256 of what was written: one read of the object, hashed on the
+    way. Errors are classified like ``get_file``'s; a failed download leaves no file at ``local``."""
+    fs, path = filesystem(uri)
+    digest = hashlib.sha256()
+    try:
+        with (
+            storage_errors(uri, fs),
+            fs.open(path, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as source,
+            open(local, "wb") as out,
+        ):
+            while block := source.read(_DOWNLOAD_BLOCK):
+                digest.update(block)
+                out.write(block)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local)
+        raise
+    return digest.hexdigest()
+
+
+def remove_tree(uri: str) -> None:
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def content_id(uri: str) -> str:
+    """A cheap identity of a file's content: sha256 for local files, ETag and size for object stores."""
+    path = local_path(uri)
+    if path is not None:
+        if not os.path.isfile(path):
+            raise InputMissingError(f"{uri}: no such file")
+        return "sha256:" + file_sha256(path)
+    fs, remote = filesystem(uri)
+    with storage_errors(uri, fs):
+        info = fs.info(remote)
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    return f"etag:{etag}:{info.get('size')}" if etag else f"size-mtime:{info.get('size')}:{info.get('mtime')}"
+
+
+def _copy_local_atomic(local: str | os.PathLike[str], path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        shutil.copyfile(local, temp)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def delete(uri: str) -> None:
+    """Remove one object; an absent one is not an error."""
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False), contextlib.suppress(FileNotFoundError):
+        fs.rm_file(path)
+
+
+def remove_empty_folders(uri: str) -> None:
+    """Remove the empty folders at and under a local ``uri`` (object stores have none); a folder that another writer
+    fills meanwhile stays."""
+    root = local_path(uri)
+    if root is None or not os.path.isdir(root):
+        return
+    for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def check_writable(uri: str, *, field: str) -> None:
+    """Whether a file can be written at ``uri``, found by writing and deleting a probe beside it (nothing else is
+    written): the bucket exists and takes writes, or the nearest existing folder takes a new file. A problem is a
+    ``StorageDeniedError`` or ``InvalidOptionError`` that starts with ``field``."""
+    path = local_path(uri)
+    if path is not None:
+        _check_local_writable(path, uri, field)
+        return
+    directory, name = posixpath.split(uri)
+    probe = f"{directory}/.{name}.facefusion-probe-{uuid.uuid4().hex[:12]}"
+    try:
+        write_bytes_atomic(probe, b"")
+        delete(probe)
+    except (StorageDeniedError, InputMissingError) as error:
+        raise StorageDeniedError(f"{field}: cannot write there: {error}") from None
+
+
+def _check_local_writable(path: str, uri: str, field: str) -> None:
+    if os.path.isdir(path):
+        raise InvalidOptionError(f"{field}: {uri} is a folder, not a file")
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):  # the merge creates missing folders; the nearest existing one must take them
+        if os.path.exists(folder):
+            raise StorageDeniedError(f"{field}: cannot write {uri}: {folder} is a file, not a folder")
+        folder = os.path.dirname(folder)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".facefusion-probe-")
+    except OSError as error:
+        raise StorageDeniedError(f"{field}: cannot write {uri}: {error.strerror or error} ({folder})") from None
+    os.close(fd)
+    os.unlink(probe)

@@ -1,0 +1,113 @@
+"""URI rules: every path or URI a user gives becomes a normalised URI here, or an error that names the field.
+
+Plain absolute paths and ``file://`` URIs are the embedded default; ``s3://`` is production. ``..`` is refused in every
+scheme (a run must not climb out of the folder it names), a relative path is refused where the caller asks for it
+(a conf is read by processes whose working directory the user does not know), and optional allow-lists of prefixes
+confine where runs may read and write.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from facefusion_provider.exceptions import InvalidOptionError
+
+ALLOWED_SCHEMES = frozenset({"file", "s3", "memory"})
+ALLOWED_INPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_INPUT_PREFIXES"
+ALLOWED_OUTPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_OUTPUT_PREFIXES"
+
+
+def normalize_uri(uri: str, *, field: str = "uri", relative: bool = True) -> str:
+    """A path becomes an absolute ``file://`` URI; other schemes are checked against the allowed ones.
+
+    ``relative``: whether a relative path is resolved against the working directory (the CLI) or refused (a conf).
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidOptionError(f"{field}: expected a path or URI, got {uri!r}")
+    if "\x00" in uri or "\n" in uri or "\r" in uri:
+        raise InvalidOptionError(f"{field}: control characters are not allowed in {uri!r}")
+    parsed = urlparse(uri)
+    if len(parsed.scheme) <= 1:  # no scheme, or a Windows drive letter
+        path = Path(uri).expanduser()
+        if not path.is_absolute() and not relative:
+            raise InvalidOptionError(
+                f"{field}: {uri!r} is a relative path; give an absolute path or a file:// or s3:// URI "
+                "(workers do not share a working directory)"
+            )
+        _refuse_parent(str(path), uri, field)
+        return path.absolute().as_uri()
+    if parsed.scheme not in ALLOWED_SCHEMES:
+        raise InvalidOptionError(
+            f"{field}: scheme {parsed.scheme!r} is not supported in {uri!r}; use one of {', '.join(sorted(ALLOWED_SCHEMES))}"
+        )
+    if parsed.scheme == "s3" and not parsed.netloc:
+        raise InvalidOptionError(f"{field}: {uri!r} names no bucket")
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidOptionError(
+                f"{field}: {uri!r} names host {parsed.netloc!r}; a file:// URI is local: file:///path"
+            )
+        local = unquote(parsed.path)
+        _refuse_parent(local, uri, field)
+        return Path(local).absolute().as_uri()  # as_uri() percent-encodes: decoded first, so never twice
+    _refuse_parent(parsed.path, uri, field)
+    return uri
+
+
+def _refuse_parent(path: str, uri: str, field: str) -> None:
+    if ".." in path.split("/"):
+        raise InvalidOptionError(f"{field}: '..' is not allowed in {uri!r}; name the file itself")
+
+
+def require_file_uri(uri: str, *, field: str) -> str:
+    """``uri`` names a file, not a bucket or a folder (an S3 key, a path that does not end with a slash)."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3" and not parsed.path.strip("/"):
+        raise InvalidOptionError(
+            f"{field}: {uri!r} names a bucket, not a file; add the key, e.g. s3://bucket/video.mp4"
+        )
+    if uri.endswith("/") or not posixpath.basename(parsed.path):
+        raise InvalidOptionError(f"{field}: {uri!r} names a folder, not a file")
+    return uri
+
+
+def bucket_and_key(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def local_path(uri: str) -> str | None:
+    """The filesystem path of a ``file://`` URI, or None for remote storage."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return unquote(parsed.path) if parsed.scheme else uri
+    return None
+
+
+def join(uri: str, *parts: str) -> str:
+    return uri.rstrip("/") + "/" + "/".join(p.strip("/") for p in parts)
+
+
+def parse_prefixes(text: str, *, field: str) -> tuple[str, ...]:
+    """A comma-separated list of folder URIs (``s3://in/, /data/in``), normalised, each ending with a slash."""
+    prefixes = [part.strip() for part in text.split(",") if part.strip()]
+    return tuple(normalize_uri(prefix, field=field, relative=False).rstrip("/") + "/" for prefix in prefixes)
+
+
+def check_allowed(uri: str, prefixes: Sequence[str], *, field: str, kind: str) -> None:
+    """``uri`` lies under one of ``prefixes`` (no list: anywhere). ``kind`` says which list, for the message."""
+    if prefixes and not any(uri.startswith(prefix) for prefix in prefixes):
+        raise InvalidOptionError(
+            f"{field}: {uri} is outside the allowed {kind} locations ({', '.join(prefixes)}); "
+            f"see the [facefusion] allowed_{kind}_prefixes setting"
+        )
+
+
+def allowed_prefixes(kind: str) -> tuple[str, ...]:
+    """The worker's copy of the allow-list of ``kind`` (``input`` or ``output``), from its environment."""
+    variable = ALLOWED_INPUT_PREFIXES_VARIABLE if kind == "input" else ALLOWED_OUTPUT_PREFIXES_VARIABLE
+    return parse_prefixes(os.environ.get(variable, ""), field=variable)

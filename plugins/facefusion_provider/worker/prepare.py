@@ -1,0 +1,109 @@
+"""``prepare``: probe the target, plan the segments, compute the source identity once, and write the shared
+``job.json`` (exclusively: of two runs preparing the same work at once, one writes it and both use it)."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidJobError, InvalidOptionError
+from facefusion_provider.job.ids import analysis_id, work_id
+from facefusion_provider.job.inputs import CLI_FIELDS, RunUris, check_sources
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.plan import plan_segments
+from facefusion_provider.job.records import JobSpec
+from facefusion_provider.options import Options
+from facefusion_provider.types import VideoProbe
+from facefusion_provider.worker.work import checked_uris, load_job, local_copies, resolve_options, work_layout
+
+logger = logging.getLogger(__name__)
+
+
+def prepare(
+    work_uri: str,
+    source_paths: Sequence[str],
+    target_path: str,
+    *,
+    options: Options | None = None,
+    models_dir: str | None = None,
+    **option_values: Any,
+) -> JobSpec:
+    """Write ``job.json`` of the work folder ``work_uri`` (or reuse it), whose name must be these inputs' work id."""
+    resolved = resolve_options(options, option_values)
+    uris = checked_uris(source_paths, target_path, None)
+    check_sources(uris.source_uris, resolved, CLI_FIELDS)
+    layout = work_layout(work_uri)
+    return prepare_work(layout, uris, resolved, models_dir)
+
+
+def content_ids(uris: RunUris) -> tuple[str, list[str]]:
+    return storage.content_id(uris.target_uri), [storage.content_id(source) for source in uris.source_uris]
+
+
+def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir: str | None) -> JobSpec:
+    target_id, source_ids = content_ids(uris)
+    expected = work_id(target_id, source_ids, options)
+    if layout.work_id != expected:
+        raise InvalidJobError(
+            f"{layout.work_uri}: this folder is for other inputs or options (these give work {expected}); "
+            "the target or a source changed since the run was validated: start a new run"
+        )
+    if storage.exists(layout.job_json):
+        logger.info("work %s: job.json exists, reusing it", expected)
+        return load_job(layout)
+    from facefusion_provider.media.probe import probe_video
+
+    with storage.open_input(uris.target_uri) as target:
+        probe = probe_video(target, uris.target_uri)
+    frame_start, frame_end = trimmed_range(options, probe.frame_count)
+    spec = JobSpec(
+        work_id=expected,
+        target_content_id=target_id,
+        source_content_ids=source_ids,
+        source_names=[posixpath.basename(urlparse(uri).path) for uri in uris.source_uris],
+        options=options,
+        probe=probe,
+        frame_start=frame_start,
+        frame_end=frame_end,
+        segments=plan_segments(frame_start, frame_end, options.segment_size),
+        analysis_id=analysis_id(target_id, options) if options.processors else None,
+        identity=_identity(uris, options, probe, models_dir) if options.processors else {},
+    )
+    if not storage.write_bytes_exclusive(layout.job_json, spec.model_dump_json(indent=2).encode()):
+        logger.info("work %s: another run prepared it meanwhile; using its job.json", expected)
+        return load_job(layout)
+    logger.info("work %s: %d frames in %d segments", expected, frame_end - frame_start, len(spec.segments))
+    return spec
+
+
+def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
+    """Frames ``[start, end)`` to process; an end past the last frame is clamped, a start past it is an error."""
+    start = options.trim_frame_start or 0
+    if start >= frame_count:
+        raise InvalidOptionError(
+            f"options.trim_frame_start: {start} is past the last frame; the target has {frame_count} frames (0-{frame_count - 1})"
+        )
+    end = min(options.trim_frame_end or frame_count, frame_count)
+    return start, end
+
+
+def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
+    from facefusion_provider.engine.processors import prepare_identity
+    from facefusion_provider.media.decode import decode_frame
+    from facefusion_provider.media.images import rgb_array
+
+    reference = None
+    if options.face_selector_mode == "reference":
+        number = options.reference_frame_number
+        if number >= probe.frame_count:
+            raise InvalidOptionError(
+                f"options.reference_frame_number: {number} is past the last frame; the target has {probe.frame_count} frames"
+            )
+        with storage.open_input(uris.target_uri) as target:
+            reference = rgb_array(decode_frame(target, probe, number, uris.target_uri))
+    with local_copies(uris.source_uris) as source_paths:
+        return prepare_identity(source_paths, reference, options, models_dir)

@@ -1,0 +1,320 @@
+"""Segments in flight: which segment a worker takes next, its frames decoded across consecutive segments without a
+pause, each segment encoded to its own file, and its commit (file, then marker) in the background while the next
+segment is being worked on."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.job.claims import SegmentClaims, WorkState, longest_free_run, scan_work
+from facefusion_provider.job.layout import WorkLayout, segment_file_name
+from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+
+if TYPE_CHECKING:
+    import av
+
+    from facefusion_provider.media.containers import MediaSource
+    from facefusion_provider.media.decode import DecodeStats
+    from facefusion_provider.media.encode import VideoEncoder
+
+logger = logging.getLogger(__name__)
+
+COMMITS_AHEAD = 2  # segments encoded and waiting for their upload at most: bounds the temporary disk a worker uses
+
+
+def segment_label(spec: JobSpec, segment: Segment) -> str:
+    """Stored in the segment file itself: the merge refuses a file that holds another work's or segment's frames."""
+    return f"facefusion-provider work {spec.work_id} segment {segment.index} {segment.label}"
+
+
+@dataclass
+class SegmentPicker:
+    """Chooses and claims the segments this worker works on: its own span in order; then (balancing) the back half of
+    the longest run of free segments anywhere, which is the tail of the span with the most work left, worked forward
+    so the decoder seeks once per stolen run while the span's owner keeps the front half."""
+
+    spec: JobSpec
+    own: range
+    claims: SegmentClaims
+    layout: WorkLayout
+    scan: Callable[[WorkLayout], WorkState] = scan_work
+    stolen: set[int] = field(default_factory=set)
+
+    def has_free(self, state: WorkState) -> bool:
+        return any(self.claims.is_free(segment.index, state) for segment in self.spec.segments)
+
+    def take(self, after: int | None) -> Segment | None:
+        """Claim and return the next segment to work on (the one after ``after`` when it is free), or None."""
+        while True:
+            state = self.scan(self.layout)
+            candidates = self._candidates(state, after)
+            if not candidates:
+                return None
+            for index in candidates:
+                if self.claims.take(index, state):
+                    if storage.exists(self.layout.segment_marker(index)):  # committed since the listing
+                        self.claims.release(index)
+                        continue
+                    if index not in self.own:
+                        self.stolen.add(index)
+                        logger.info("segment %d: taken from another span's tail (balancing)", index)
+                    return self.spec.segments[index]
+            # Every candidate was claimed by someone else since the listing: look again.
+
+    def _candidates(self, state: WorkState, after: int | None) -> list[int]:
+        def free(index: int) -> bool:
+            return self.claims.is_free(index, state)
+
+        stealing = after is not None and after not in self.own
+        if after is not None and (after + 1 in self.own or stealing) and free(after + 1):
+            return [after + 1]  # the decoder is there already: no seek
+        own = [index for index in self.own if free(index)]
+        if own:
+            return own[:1]
+        run = longest_free_run(range(len(self.spec.segments)), free)
+        return run[len(run) // 2 :][:1]
+
+
+class SegmentFrames:
+    """The frames of the segments ``picker`` hands out, decoded by seeking only where the next segment does not
+    follow the last one; a segment's frames are asked for only once its predecessor's last frame has been handed on.
+
+    The first original frame of each preview segment is kept for its thumbnail pair.
+    """
+
+    def __init__(
+        self,
+        picker: SegmentPicker,
+        target: MediaSource,
+        name: str,
+        stats: DecodeStats,
+        preview_segments: Sequence[int],
+    ) -> None:
+        self._picker, self._target, self._name, self._stats = picker, target, name, stats
+        self._preview = frozenset(preview_segments)
+        self.originals: dict[int, av.VideoFrame] = {}  # first frame number of a preview segment -> its original
+        self.taken: list[int] = []
+
+    def stream(self) -> Generator[av.VideoFrame, None, None]:
+        """The frames; closing the generator closes the decoder."""
+        from facefusion_provider.media.decode import decode_frames
+
+        spec = self._picker.spec
+        decoder: Generator[av.VideoFrame, None, None] | None = None
+        previous: int | None = None
+        try:
+            while (segment := self._picker.take(previous)) is not None:
+                self.taken.append(segment.index)
+                if decoder is None or previous is None or segment.index != previous + 1:
+                    if decoder is not None:
+                        decoder.close()
+                    decoder = decode_frames(
+                        self._target, spec.probe, segment.start, spec.frame_end, self._name, stats=self._stats
+                    )
+                for number in range(segment.start, segment.end):
+                    frame = next(decoder)
+                    if number == segment.start and segment.index in self._preview:
+                        self.originals[number] = frame
+                    yield frame
+                previous = segment.index
+        finally:
+            if decoder is not None:
+                decoder.close()
+
+
+@dataclass
+class CommitStats:
+    committed: int = 0  # segments whose marker this worker created
+    discarded: int = 0  # segments another worker committed first: this worker's file was deleted
+    upload_seconds: float = 0.0
+    bytes_written: int = 0
+
+
+class Committer:
+    """Commits finished segment files in a background thread, in order: the file under this writer's name, then the
+    marker, created exclusively; a segment another worker committed first loses nothing but this worker's file.
+
+    At most ``COMMITS_AHEAD`` segments wait at once (``submit`` blocks beyond that); a failed commit is raised by the
+    next ``submit`` or by ``close``.
+    """
+
+    def __init__(
+        self, spec: JobSpec, layout: WorkLayout, claims: SegmentClaims, on_commit: Callable[[Segment], None]
+    ) -> None:
+        self.spec, self.layout, self.claims, self._on_commit = spec, layout, claims, on_commit
+        self.stats = CommitStats()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="facefusion-commit")
+        self._pending: list[Future[None]] = []
+        self._slots = threading.Semaphore(COMMITS_AHEAD)
+
+    def submit(self, segment: Segment, path: str, frame_count: int, thumbnails: bytes | None, encode_s: float) -> None:
+        self._raise_failed()
+        self._slots.acquire()
+        future = self._executor.submit(self._commit, segment, path, frame_count, thumbnails, encode_s)
+        future.add_done_callback(lambda _: self._slots.release())
+        self._pending.append(future)
+
+    def wait(self) -> None:
+        """Wait for every submitted commit; raise the first failure."""
+        for future in self._pending:
+            future.result()
+        self._pending = []
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Committer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:  # the worker is failing: stop what has not started, finish what has (a half-done commit harms nobody)
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _raise_failed(self) -> None:
+        for future in self._pending:
+            if future.done():
+                future.result()
+        self._pending = [future for future in self._pending if not future.done()]
+
+    def _commit(self, segment: Segment, path: str, frame_count: int, thumbnails: bytes | None, encode_s: float) -> None:
+        began = time.perf_counter()
+        try:
+            if frame_count != segment.frame_count:
+                raise InvalidJobError(
+                    f"segment {segment.index}: encoded {frame_count} frames, expected {segment.frame_count}"
+                )
+            name = segment_file_name(segment.index, self.claims.holder)
+            size, digest = os.path.getsize(path), storage.file_sha256(path)
+            storage.put_file_atomic(path, self.layout.segment_file(name))
+            if thumbnails is not None:
+                storage.write_bytes_atomic(self.layout.segment_preview(segment.index), thumbnails)
+            upload_s = time.perf_counter() - began
+            marker = SegmentMarker(
+                work_id=self.spec.work_id,
+                index=segment.index,
+                start=segment.start,
+                end=segment.end,
+                frame_count=frame_count,
+                file=name,
+                sha256=digest,
+                size=size,
+                writer=self.claims.holder,
+                timings={"encode_s": round(encode_s, 3), "upload_s": round(upload_s, 3)},
+            )
+            won = storage.write_bytes_exclusive(self.layout.segment_marker(segment.index), marker_bytes(marker))
+        finally:
+            os.unlink(path)
+        self.claims.release(segment.index)
+        self.stats.upload_seconds += time.perf_counter() - began
+        if won:
+            self.stats.committed += 1
+            self.stats.bytes_written += size
+            logger.info("segment %d (%s) committed", segment.index, segment.label)
+            self._on_commit(segment)
+        else:
+            storage.delete(self.layout.segment_file(name))
+            self.stats.discarded += 1
+            logger.info(
+                "segment %d: another worker committed it first; this worker's file was discarded", segment.index
+            )
+
+
+def marker_bytes(marker: SegmentMarker) -> bytes:
+    return marker.model_dump_json(indent=2).encode()
+
+
+class SegmentWriter:
+    """The pipeline's encode stage: each frame goes into its segment's own file, which is handed to the committer
+    the moment its last frame is encoded."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        folder: str,
+        committer: Committer,
+        frames: SegmentFrames,
+        preview_segments: Sequence[int],
+    ) -> None:
+        self.spec, self.folder, self.committer, self.frames = spec, folder, committer, frames
+        self._preview = frozenset(preview_segments)
+        self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
+        self._starts = [segment.start for segment in spec.segments]
+        self._encoder: VideoEncoder | None = None
+        self._segment: Segment | None = None
+        self._thumbnails: bytes | None = None
+        self._opened = 0.0
+        self.frames_encoded = 0
+
+    def encode(self, frame: av.VideoFrame, pts: int) -> None:
+        number = self._frame_numbers[pts]
+        segment = self.spec.segments[bisect.bisect_right(self._starts, number) - 1]
+        if self._segment is None:
+            self._open(segment)
+        elif segment.index != self._segment.index:
+            raise InvalidJobError(
+                f"frame {number} of segment {segment.index} arrived before segment {self._segment.index} was complete"
+            )
+        assert self._encoder is not None
+        if number == segment.start and segment.index in self._preview:
+            self._thumbnails = self._thumbnail(number, frame)
+        self._encoder.encode(frame, pts)
+        self.frames_encoded += 1
+        if self._encoder.frame_count == segment.frame_count:
+            self._finish()
+
+    def abort(self) -> None:
+        """Close a segment left half-written by a failure (its file goes with the temporary folder)."""
+        if self._encoder is not None:
+            self._encoder.abort()
+            self._encoder = self._segment = None
+
+    def _open(self, segment: Segment) -> None:
+        from facefusion_provider.media.encode import VideoEncoder, encoder_settings
+        from facefusion_provider.media.merge import segment_pts_offset
+
+        probe = self.spec.probe
+        self._segment, self._thumbnails, self._opened = segment, None, time.perf_counter()
+        self._encoder = VideoEncoder(
+            os.path.join(self.folder, f"{segment.index:05d}.mp4"),
+            encoder_settings(self.spec.options, probe),
+            width=probe.width,
+            height=probe.height,
+            frame_rate=Fraction(probe.frame_rate),
+            time_base=Fraction(probe.time_base),
+            pts_offset=segment_pts_offset(probe, segment.start),
+            label=segment_label(self.spec, segment),
+        )
+
+    def _finish(self) -> None:
+        assert self._encoder is not None and self._segment is not None
+        count = self._encoder.close()
+        path = os.path.join(self.folder, f"{self._segment.index:05d}.mp4")
+        encode_s = time.perf_counter() - self._opened
+        segment, thumbnails = self._segment, self._thumbnails
+        self._encoder = self._segment = None
+        self.committer.submit(segment, path, count, thumbnails, encode_s)
+
+    def _thumbnail(self, number: int, output: av.VideoFrame) -> bytes | None:
+        from facefusion_provider.media.preview import thumbnail_pair
+
+        original = self.frames.originals.pop(number, None)
+        return None if original is None else thumbnail_pair(original, output, self.spec.probe.rotation)

@@ -1,0 +1,184 @@
+"""``swap-span``: one process works through a span of the video segment by segment, then helps the other spans.
+
+Models load once; frames stream through the pipeline without a pause at segment boundaries; each segment is committed
+(file, then marker) as soon as its last frame is encoded, its upload overlapping the next segment's work. A retry, a
+cleared task or a new run over the same work starts at the first uncommitted segment of the span. When its own span
+has nothing left to claim, the worker takes segments from the tail of the span with the most work left; the task
+succeeds once every segment of its own span is committed, by whoever.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, scan_work
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.progress import SpanProgress
+from facefusion_provider.job.records import JobSpec, Segment
+from facefusion_provider.worker import faults
+from facefusion_provider.worker.scratch import scratch_folder
+from facefusion_provider.worker.segments import Committer, SegmentFrames, SegmentPicker, SegmentWriter
+from facefusion_provider.worker.work import checked_uris, load_job, work_layout
+
+if TYPE_CHECKING:
+    from facefusion_provider.worker.pipeline import FrameProcessor
+
+logger = logging.getLogger(__name__)
+
+WAIT_SECONDS = 2.0  # how often a worker with nothing to claim looks whether its span's last segments are committed
+
+
+@dataclass(frozen=True)
+class SpanResult:
+    span: int
+    first: int
+    last: int
+    committed: int  # segments this worker committed (its own and others')
+    stolen: int  # of those, segments of other spans (balancing)
+    reused: int  # segments of its span already committed when the worker started
+    discarded: int  # segments another worker committed first
+    frames: int  # frames this worker processed and encoded
+    decoded_frames: int  # frames it decoded, the pre-roll before each seek included
+    skipped: bool  # nothing to do: the span was committed already
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def swap_span(
+    work_uri: str,
+    target: str,
+    first: int,
+    last: int,
+    *,
+    span: int = 0,
+    models_dir: str | None = None,
+    owner: str = "",
+) -> SpanResult:
+    """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``."""
+    faults.maybe_inject("swap-span", span)
+    layout = work_layout(work_uri)
+    spec = load_job(layout)
+    target_uri = checked_uris([], target, None).target_uri
+    if not 0 <= first < last <= len(spec.segments):
+        raise InvalidOptionError(
+            f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
+        )
+    return work_segments(
+        spec, layout, target_uri, range(first, last), FrameProcessors(spec, models_dir), span=span, owner=owner
+    )
+
+
+class FrameProcessors:
+    """Builds the engine's frame processor once, only when a segment really needs it."""
+
+    def __init__(self, spec: JobSpec, models_dir: str | None) -> None:
+        self._spec, self._models_dir = spec, models_dir
+        self._processor: FrameProcessor | None = None
+        self.load_seconds = 0.0
+
+    def get(self) -> FrameProcessor | None:
+        if not self._spec.options.processors:
+            return None
+        if self._processor is None:
+            began = time.perf_counter()
+            from facefusion_provider.engine.processors import build_frame_processor
+
+            self._processor = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
+            self.load_seconds = time.perf_counter() - began
+        return self._processor
+
+
+def work_segments(
+    spec: JobSpec,
+    layout: WorkLayout,
+    target_uri: str,
+    own: range,
+    processors: FrameProcessors,
+    *,
+    span: int = 0,
+    owner: str = "",
+) -> SpanResult:
+    from facefusion_provider.media.decode import DecodeStats
+    from facefusion_provider.media.preview import preview_segments
+    from facefusion_provider.worker.pipeline import run_pipeline
+
+    began = time.perf_counter()
+    state = scan_work(layout)
+    reused = sum(index in state.committed for index in own)
+    if reused == len(own):
+        logger.info("span %d (segments %d-%d): every segment is committed already", span, own[0], own[-1])
+        return _result(span, own, reused, skipped=True)
+    check_conditional_writes(layout)
+    claims = SegmentClaims(layout, owner=owner)
+    picker = SegmentPicker(spec, own, claims, layout)
+    previews = preview_segments(len(spec.segments))
+    decoding = DecodeStats()
+    frames_done = 0
+    with claims.renewing(), scratch_folder("span-") as folder, storage.open_input(target_uri) as target:
+        progress = SpanProgress(
+            span=span, segments_committed=reused, segments_total=len(own), committed_here=0, frames_done=0
+        )
+
+        def report(segment: Segment) -> None:
+            if segment.index in own:
+                progress.segments_committed += 1
+            progress.committed_here += 1
+            progress.frames_done += segment.frame_count
+            logger.info("%s", progress.line())
+
+        committer = Committer(spec, layout, claims, on_commit=report)
+        with committer:
+            while True:
+                state = scan_work(layout)
+                if all(index in state.committed for index in own):
+                    break
+                if not picker.has_free(state):
+                    time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
+                    continue
+                frames = SegmentFrames(picker, target, target_uri, decoding, previews)
+                writer = SegmentWriter(spec, folder, committer, frames, previews)
+                stream = frames.stream()
+                try:
+                    run_pipeline(faults.slowed(stream, span), writer.encode, processors.get())
+                finally:
+                    stream.close()
+                    writer.abort()
+                frames_done += writer.frames_encoded
+                committer.wait()  # the next listing must see these markers
+    stats = committer.stats
+    total = time.perf_counter() - began
+    logger.info(
+        "span %d: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
+        span,
+        stats.committed,
+        len(picker.stolen),
+        reused,
+        frames_done,
+        total,
+    )
+    return SpanResult(
+        span=span,
+        first=own[0],
+        last=own[-1] + 1,
+        committed=stats.committed,
+        stolen=len(picker.stolen),
+        reused=reused,
+        discarded=stats.discarded,
+        frames=frames_done,
+        decoded_frames=decoding.decoded,
+        skipped=False,
+        timings={
+            "load_s": round(processors.load_seconds, 3),
+            "upload_s": round(stats.upload_seconds, 3),
+            "total_s": round(total, 3),
+            "fps": round(frames_done / total, 2) if total else 0.0,
+        },
+    )
+
+
+def _result(span: int, own: range, reused: int, *, skipped: bool) -> SpanResult:
+    return SpanResult(span, own[0], own[-1] + 1, 0, 0, reused, 0, 0, 0, skipped)

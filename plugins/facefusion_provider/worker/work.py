@@ -1,0 +1,88 @@
+"""What every worker command shares: options, the run's URIs checked against the worker's own allow-lists, the
+shared ``job.json``, and local copies of remote sources."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.job.inputs import CLI_FIELDS, RunUris, run_uris
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import JOB_FORMAT_VERSION, JobSpec
+from facefusion_provider.options import Options, parse_options
+from facefusion_provider.worker.scratch import scratch_folder
+
+WORK_ROOT_FOLDER = "facefusion-provider"
+
+
+def resolve_options(options: Options | None, values: dict[str, Any]) -> Options:
+    """``options`` with ``values`` laid over it; every value is validated with a message naming the option."""
+    if options is None and not values:
+        return Options()
+    base = options.model_dump() if options is not None else {}
+    return parse_options({**base, **values})
+
+
+def checked_uris(sources: Sequence[str] | str, target: str, output: str | None) -> RunUris:
+    """The CLI's paths and URIs as normalised URIs (relative paths resolve against the working directory), inside the
+    allow-lists the operator handed this worker, the inputs existing."""
+    uris = run_uris(
+        [sources] if isinstance(sources, str) else list(sources),
+        target,
+        output,
+        fields=CLI_FIELDS,
+        relative=True,
+        allowed_inputs=storage.allowed_prefixes("input"),
+        allowed_outputs=storage.allowed_prefixes("output"),
+    )
+    for uri, role in [(uris.target_uri, "target"), *((source, "source") for source in uris.source_uris)]:
+        if not storage.exists(uri):
+            raise InputMissingError(f"{role}: {uri} does not exist")
+    return uris
+
+
+def work_layout(work_uri: str) -> WorkLayout:
+    return WorkLayout(storage.normalize_uri(work_uri, field="work_uri"))
+
+
+def load_job(layout: WorkLayout) -> JobSpec:
+    """``job.json`` of the work folder; InvalidJobError when it is missing, from another format, or unreadable."""
+    uri = layout.job_json
+    if not storage.exists(uri):
+        raise InvalidJobError(f"{uri}: no job.json; run prepare for this work first")
+    data = storage.read_json(uri)
+    if not isinstance(data, dict) or data.get("format_version") != JOB_FORMAT_VERSION:
+        found = data.get("format_version") if isinstance(data, dict) else None
+        raise InvalidJobError(
+            f"{uri}: job format {found}, this worker reads format {JOB_FORMAT_VERSION}; prepare it again"
+        )
+    try:
+        return JobSpec.model_validate(data)
+    except ValueError as error:
+        raise InvalidJobError(f"{uri}: not a valid job.json ({error})") from None
+
+
+@contextlib.contextmanager
+def local_copies(uris: Sequence[str]) -> Iterator[list[str]]:
+    """Local paths of ``uris``: the files themselves where local, else downloads into a temporary folder."""
+    with scratch_folder("sources-") as folder:
+        paths = []
+        for number, uri in enumerate(uris):
+            path = storage.local_path(uri)
+            if path is None:
+                path = os.path.join(folder, f"{number}-{posixpath.basename(urlparse(uri).path)}")
+                storage.get_file(uri, path)
+            paths.append(path)
+        yield paths
+
+
+def default_work_root() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return os.path.join(cache, WORK_ROOT_FOLDER)
