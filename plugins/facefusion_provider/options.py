@@ -200,9 +200,10 @@ class Options(BaseModel):
     @classmethod
     def _chunk_size_is_segment_size(cls, values: Any) -> Any:
         """Older confs name the segment size ``chunk_size``: both spellings give the same options (and work id)."""
-        if not isinstance(values, dict) or values.get("chunk_size") is None:
-            return values
-        chunk_size, segment_size = values["chunk_size"], values.get("segment_size")
+        chunk_size = values.get("chunk_size") if isinstance(values, dict) else None
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+            return values  # nothing to map, or a bad value its own field's check names
+        segment_size = values.get("segment_size")
         if segment_size is not None and segment_size != chunk_size:
             raise ValueError(
                 f"chunk_size ({chunk_size}) is the former name of segment_size ({segment_size}); give only segment_size"

@@ -59,7 +59,7 @@ def test_cli_flags_use_facefusion_names() -> None:
         ]
     )
     assert options.processors == ["face_swapper", "face_enhancer"]
-    assert (options.trim_frame_start, options.trim_frame_end, options.chunk_size) == (10, 20, 7)
+    assert (options.trim_frame_start, options.trim_frame_end, options.segment_size) == (10, 20, 7)  # chunk_size's new name
     assert options.output_video_quality == 100
     assert options.execution_providers == ["cuda", "cpu"]
     assert options.face_mask_padding == (1, 2, 3, 4)
@@ -109,7 +109,7 @@ def test_fingerprint_follows_only_pixel_options() -> None:
     base = Options()
     assert Options(execution_providers=["cuda"], execution_thread_count=16).fingerprint() == base.fingerprint()
     assert Options(output_video_quality=81).fingerprint() != base.fingerprint()
-    assert Options(chunk_size=64).fingerprint() != base.fingerprint()  # chunk files are part of the job folder
+    assert Options(segment_size=64).fingerprint() != base.fingerprint()  # segment files are part of the work folder
 
 
 def test_json_schema_drives_the_ui_form() -> None:

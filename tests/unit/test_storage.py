@@ -1,4 +1,4 @@
-"""Storage on the local filesystem and in memory: URIs, atomic writes, content ids, job ids, the job layout."""
+"""Storage on the local filesystem and in memory: URI rules, allow-lists, atomic writes, write probes, content ids."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
-from facefusion_provider.options import Options
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
 
 
 def test_plain_paths_become_absolute_file_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,6 +37,9 @@ def test_file_uris_with_spaces_and_special_characters(tmp_path: Path) -> None:
         ("http://example.com/a.mp4", "target: scheme 'http' is not supported"),
         ("s3:///key.mp4", "target: 's3:///key.mp4' names no bucket"),
         ("s3://bucket/../etc/passwd", "target: '..' is not allowed"),
+        ("file:///data/out/../../x.mp4", "target: '..' is not allowed"),
+        ("/data/out/../x.mp4", "target: '..' is not allowed"),
+        ("file://otherhost/x.mp4", "target: 'file://otherhost/x.mp4' names host 'otherhost'"),
         ("a\nb.mp4", "target: control characters"),
     ],
 )
@@ -103,29 +105,13 @@ def test_open_input_gives_a_path_locally_and_a_seekable_file_remotely(tmp_path: 
         assert handle.read(3) == b"567"
 
 
-def test_content_id_and_job_id(tmp_path: Path) -> None:
+def test_content_id_is_the_content_not_the_name(tmp_path: Path) -> None:
     a, b = tmp_path / "a.mp4", tmp_path / "b.mp4"
     a.write_bytes(b"video one")
     b.write_bytes(b"video one")
-    assert storage.content_id(a.as_uri()) == storage.content_id(b.as_uri())  # content, not name
+    assert storage.content_id(a.as_uri()) == storage.content_id(b.as_uri())
     b.write_bytes(b"video two")
     assert storage.content_id(a.as_uri()) != storage.content_id(b.as_uri())
-    job = storage.compute_job_id("t", ["s"], Options())
-    assert job == storage.compute_job_id("t", ["s"], Options(execution_thread_count=32))
-    assert job != storage.compute_job_id("t", ["s"], Options(face_swapper_blend=50))
-    assert job != storage.compute_job_id("t", ["s2"], Options())
-    assert job != storage.compute_job_id("t2", ["s"], Options())
-    assert len(job) == 24
-
-
-def test_job_layout_and_output_marker(tmp_path: Path) -> None:
-    layout = storage.JobLayout.under(str(tmp_path / "work"), "abc")
-    assert layout.job_uri == (tmp_path / "work" / "jobs" / "abc").as_uri()
-    assert layout.job_json.endswith("/jobs/abc/job.json")
-    assert layout.chunk_video(7).endswith("/jobs/abc/chunks/00007.mp4")
-    assert layout.chunk_marker(7).endswith("/jobs/abc/chunks/00007.json")
-    assert storage.output_marker_uri("s3://out/videos/a.mp4") == "s3://out/videos/.a.mp4.facefusion.json"
-    assert storage.output_marker_uri("file:///x/a.mp4") == "file:///x/.a.mp4.facefusion.json"
 
 
 def test_atomically_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
@@ -133,3 +119,50 @@ def test_atomically_written_files_get_the_usual_permissions(tmp_path: Path) -> N
     plain = tmp_path / "plain"
     plain.write_bytes(b"x")  # what open() gives under this process's umask
     assert (tmp_path / "preview.jpg").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
+def test_relative_paths_are_refused_where_no_working_directory_is_shared(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match="target_uri: 'in/a.mp4' is a relative path; give an absolute path"):
+        storage.normalize_uri("in/a.mp4", field="target_uri", relative=False)
+    assert storage.normalize_uri(str(tmp_path / "a.mp4"), relative=False) == (tmp_path / "a.mp4").as_uri()
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("s3://bucket/", "output_uri: 's3://bucket/' names a bucket, not a file; add the key"),
+        ("s3://bucket", "output_uri: 's3://bucket' names a bucket, not a file"),
+        ("s3://bucket/folder/", "output_uri: 's3://bucket/folder/' names a folder, not a file"),
+        ("file:///data/out/", "output_uri: 'file:///data/out/' names a folder, not a file"),
+    ],
+)
+def test_a_bucket_or_folder_is_not_a_file(uri: str, message: str) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        storage.require_file_uri(uri, field="output_uri")
+    assert message in str(caught.value)
+
+
+def test_allow_lists_confine_uris_to_their_prefixes(tmp_path: Path) -> None:
+    prefixes = storage.parse_prefixes(f"s3://in/videos, {tmp_path / 'in'}", field="allowed_input_prefixes")
+    assert prefixes == ("s3://in/videos/", (tmp_path / "in").as_uri() + "/")
+    storage.check_allowed("s3://in/videos/a.mp4", prefixes, field="target_uri", kind="input")
+    storage.check_allowed((tmp_path / "in" / "a.mp4").as_uri(), prefixes, field="target_uri", kind="input")
+    storage.check_allowed("s3://anywhere/a.mp4", (), field="target_uri", kind="input")  # no list: anywhere
+    for outside in ("s3://in/videos-other/a.mp4", "s3://in/a.mp4", (tmp_path / "inside.mp4").as_uri()):
+        with pytest.raises(InvalidOptionError, match="target_uri: .* is outside the allowed input locations"):
+            storage.check_allowed(outside, prefixes, field="target_uri", kind="input")
+
+
+def test_a_write_probe_finds_unwritable_outputs_and_leaves_nothing(tmp_path: Path) -> None:
+    storage.check_writable((tmp_path / "new" / "deeper" / "out.mp4").as_uri(), field="output_uri")
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even the folders
+    (tmp_path / "folder.mp4").mkdir()
+    with pytest.raises(InvalidOptionError, match="output_uri: .* is a folder, not a file"):
+        storage.check_writable((tmp_path / "folder.mp4").as_uri(), field="output_uri")
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(StorageDeniedError, match="output_uri: cannot write .*: .* is a file, not a folder"):
+        storage.check_writable((tmp_path / "file" / "out.mp4").as_uri(), field="output_uri")
+    with pytest.raises(StorageDeniedError, match="output_uri: cannot write file:///proc/x.mp4"):
+        storage.check_writable("file:///proc/x.mp4", field="output_uri")
+    storage.check_writable("memory://bucket/out/x.mp4", field="output_uri")
+    assert not storage.list_files("memory://bucket/out")

@@ -95,7 +95,10 @@ class SegmentClaims:
         return claim is None or self._lapsed(claim) or self._previous_try(claim)
 
     def take(self, index: int, state: WorkState) -> bool:
-        """Claim ``index`` (the next generation after what ``state`` saw); False if another worker was first."""
+        """Claim ``index`` if it is free in ``state`` (the next generation after what ``state`` saw); False if it is
+        not, or another worker was first."""
+        if not self.is_free(index, state):
+            return False
         latest = state.claims.get(index)
         generation = latest.generation + 1 if latest is not None else 1
         record = Claim(

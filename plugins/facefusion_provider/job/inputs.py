@@ -59,6 +59,8 @@ def run_uris(
     """Normalised URIs of files (never folders or buckets), inside the allow-lists, the output overwriting no input."""
 
     def file_uri(value: str, field: str, allowed: Sequence[str], kind: str) -> str:
+        if isinstance(value, str) and value.endswith("/"):  # normalising would drop the slash that says "folder"
+            raise InvalidOptionError(f"{field}: {value!r} names a folder, not a file")
         uri = storage.require_file_uri(storage.normalize_uri(value, field=field, relative=relative), field=field)
         storage.check_allowed(uri, allowed, field=field, kind=kind)
         return uri

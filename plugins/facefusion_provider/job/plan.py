@@ -21,7 +21,7 @@ def plan_segments(start: int, end: int, segment_size: int | None = None) -> list
     """Segments of ``segment_size`` frames (default 256) covering ``[start, end)``; a short tail joins the last one."""
     if start < 0 or end <= start:
         raise ValueError(f"empty or invalid frame range [{start}, {end})")
-    size = segment_size or DEFAULT_SEGMENT_FRAMES
+    size = DEFAULT_SEGMENT_FRAMES if segment_size is None else segment_size
     if size < 1:
         raise ValueError(f"segment_size must be at least 1, got {size}")
     total = end - start

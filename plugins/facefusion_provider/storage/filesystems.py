@@ -181,11 +181,10 @@ def storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is
         raise
     except PermissionError as error:
         raise StorageDeniedError(_denied_message(uri, error)) from None
-    except OSError as error:
-        if local_path(uri) is not None and error.errno in (errno.EROFS, errno.ENOTDIR, errno.EISDIR):
-            raise StorageDeniedError(f"{uri}: cannot be written: {error.strerror or error}") from None
-        raise
     except Exception as error:
+        local = isinstance(error, OSError) and local_path(uri) is not None
+        if local and getattr(error, "errno", None) in (errno.EROFS, errno.ENOTDIR, errno.EISDIR):
+            raise StorageDeniedError(f"{uri}: cannot be written: {getattr(error, 'strerror', None) or error}") from None
         if urlparse(uri).scheme != "s3":
             raise
         if type(error).__name__ == "FileExpired":

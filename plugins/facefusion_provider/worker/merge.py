@@ -61,6 +61,10 @@ def merge(work_uri: str, target: str, output: str) -> MergeResult:
     layout = work_layout(work_uri)
     uris = checked_uris([], target, output)
     assert uris.output_uri is not None
+    done = output_done(layout.work_id, uris.output_uri)
+    if done is not None:  # a repeat after cleanup removed the work: the output's marker is all there is to read
+        logger.info("output %s is already done", uris.output_uri)
+        return MergeResult(uris.output_uri, preview_uri_of(uris.output_uri), done.frame_count, skipped=True)
     spec = load_job(layout)
     check_output_format(uris.output_uri, spec.options, CLI_FIELDS)
     return merge_work(spec, layout, uris.target_uri, uris.output_uri)

@@ -28,7 +28,7 @@ def scratch_folder(prefix: str) -> Iterator[str]:
     parent = os.path.join(tempfile.gettempdir(), PARENT_NAME)
     os.makedirs(parent, exist_ok=True)
     remove_abandoned(parent)
-    folder = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    folder = _new_folder(parent, prefix)
     lock = os.open(os.path.join(folder, LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -36,6 +36,16 @@ def scratch_folder(prefix: str) -> Iterator[str]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         os.close(lock)
+        with contextlib.suppress(OSError):  # the last worker out leaves no trace; a busy parent stays
+            os.rmdir(parent)
+
+
+def _new_folder(parent: str, prefix: str) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+    except FileNotFoundError:  # another worker removed the empty parent just now
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
 def remove_abandoned(parent: str) -> list[str]:

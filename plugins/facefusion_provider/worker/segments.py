@@ -78,8 +78,9 @@ class SegmentPicker:
             return self.claims.is_free(index, state)
 
         stealing = after is not None and after not in self.own
-        if after is not None and (after + 1 in self.own or stealing) and free(after + 1):
-            return [after + 1]  # the decoder is there already: no seek
+        following = None if after is None or after + 1 >= len(self.spec.segments) else after + 1
+        if following is not None and (following in self.own or stealing) and free(following):
+            return [following]  # the decoder is there already: no seek
         own = [index for index in self.own if free(index)]
         if own:
             return own[:1]

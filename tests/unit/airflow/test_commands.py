@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -14,6 +15,7 @@ from facefusion_provider.operators.commands import (
     parse_failure_report,
     prepare_worker_args,
     raise_for_failure,
+    span_worker_args,
     worker_argv,
     worker_env,
 )
@@ -21,41 +23,40 @@ from facefusion_provider.options import Options
 
 
 def test_argv_follows_the_worker_contract() -> None:
-    assert worker_argv("swap-chunk", "file:///w/jobs/j", index=7) == [
-        "swap-chunk",
-        "--job-uri",
-        "file:///w/jobs/j",
-        "--index",
-        "7",
+    assert worker_argv("merge", "s3://b/work/w", ["--target", "s3://b/in.mp4", "--output", "s3://b/o.mp4"]) == [
+        "merge",
+        "--work-uri",
+        "s3://b/work/w",
+        "--target",
+        "s3://b/in.mp4",
+        "--output",
+        "s3://b/o.mp4",
     ]
-    assert worker_argv("merge", "s3://b/jobs/j") == ["merge", "--job-uri", "s3://b/jobs/j"]
-    with pytest.raises(ValueError, match="chunk index"):
-        worker_argv("swap-chunk", "file:///w/jobs/j")
+    span = {"index": 2, "first": 8, "last": 12}
+    assert span_worker_args("s3://b/in.mp4", span) == ["--target", "s3://b/in.mp4", "--segments", "8:12", "--span", "2"]
     with pytest.raises(ValueError, match="unknown worker command"):
-        worker_argv("run", "file:///w/jobs/j")
+        worker_argv("run", "file:///w/work/j")
 
 
 def test_prepare_args_carry_inputs_and_changed_options() -> None:
-    options = Options(chunk_size=8, face_swapper_blend=70, processors=[])
+    options = Options(segment_size=8, face_swapper_blend=70, processors=[])
 
-    args = prepare_worker_args(["file:///a.png", "file:///b.png"], "file:///in.mp4", "file:///out.mp4", options)
+    args = prepare_worker_args(["file:///a.png", "file:///b.png"], "file:///in.mp4", options)
 
-    assert args[:8] == [
-        "--source",
-        "file:///a.png",
-        "--source",
-        "file:///b.png",
-        "--target",
-        "file:///in.mp4",
-        "--output",
-        "file:///out.mp4",
-    ]
-    assert args[8:] == ["--processors", "--face-swapper-blend", "70", "--chunk-size", "8"]
+    assert args[:6] == ["--source", "file:///a.png", "--source", "file:///b.png", "--target", "file:///in.mp4"]
+    assert args[6:] == ["--processors", "--face-swapper-blend", "70", "--segment-size", "8"]
 
 
-def test_env_carries_try_number_and_passes_faults_through_only_when_set() -> None:
-    assert worker_env(3, {"PATH": "/bin"}) == {"FACEFUSION_TRY_NUMBER": "3"}
-    faults = '[{"command": "swap-chunk", "indexes": [1]}]'
+def test_env_carries_try_number_task_and_allow_lists_and_faults_only_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_INPUT_PREFIXES", "s3://in/a, s3://in/b")
+    env = worker_env(3, {"PATH": "/bin"}, key="d/r/swap_span/2")
+    assert env == {
+        "FACEFUSION_TRY_NUMBER": "3",
+        "FACEFUSION_TASK_KEY": "d/r/swap_span/2",
+        "FACEFUSION_ALLOWED_INPUT_PREFIXES": "s3://in/a/,s3://in/b/",
+        "FACEFUSION_ALLOWED_OUTPUT_PREFIXES": "",
+    }
+    faults = '[{"command": "swap-span", "indexes": [1]}]'
     assert worker_env(1, {"FACEFUSION_TEST_FAULTS": faults})["FACEFUSION_TEST_FAULTS"] == faults
 
 
@@ -96,42 +97,40 @@ def test_without_exit_code_the_report_decides() -> None:
 
 def test_completed_work_from_markers(
     tmp_path: Path,
-    write_job: Callable[..., object],
-    commit_chunk: Callable[..., Path],
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
     commit_output: Callable[..., None],
 ) -> None:
     hook = FaceFusionStorageHook()
-    job_uri = (tmp_path / "jobs" / "job0").as_uri()
-    assert completed_work(hook, "prepare", job_uri) is None
-    assert completed_work(hook, "swap-chunk", job_uri, 0) is None  # no job yet: the worker runs and reports
+    work_uri, output = (tmp_path / "work" / "work0").as_uri(), (tmp_path / "out.mp4").as_uri()
+    span = {"index": 0, "first": 0, "last": 2, "label": "frames 0-15 (2 segments)"}
+    assert completed_work(hook, "prepare", work_uri, output) is None
+    assert completed_work(hook, "swap-span", work_uri, output, span) is None  # no work yet: the worker runs
 
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    same_output = ["--target", "file:///in.mp4", "--output", job.output_uri]
-    assert (
-        completed_work(hook, "prepare", job_uri, worker_args=same_output) == "job job0 is already prepared (5 chunks)"
+    assert completed_work(hook, "prepare", work_uri, output) == "work work0 is already prepared"
+    assert completed_work(hook, "swap-span", work_uri, output, span) is None
+    assert completed_work(hook, "merge", work_uri, output) is None
+
+    commit_segment(job, 0)
+    assert completed_work(hook, "swap-span", work_uri, output, span) is None  # one of two
+    commit_segment(job, 1)
+    assert completed_work(hook, "swap-span", work_uri, output, span) == (
+        "every segment of span 0 (frames 0-15 (2 segments)) is committed"
     )
-    other_output = ["--output", (tmp_path / "elsewhere.mp4").as_uri()]
-    assert completed_work(hook, "prepare", job_uri, worker_args=other_output) is None  # the worker re-points the job
-    assert completed_work(hook, "swap-chunk", job_uri, 1) is None
-    assert completed_work(hook, "merge", job_uri) is None
 
-    commit_chunk(job, 1)
-    assert completed_work(hook, "swap-chunk", job_uri, 1) == "chunk 1 (frames 8-15) is already committed"
-    assert completed_work(hook, "swap-chunk", job_uri, 2) is None
-
-    commit_output(job, job_id="another-job")
-    assert completed_work(hook, "swap-chunk", job_uri, 2) is None
-    assert completed_work(hook, "merge", job_uri) is None
+    commit_output(job, work_id="another-work")
+    assert completed_work(hook, "merge", work_uri, output) is None
 
     commit_output(job)
-    assert "already holds the output of job job0" in (completed_work(hook, "swap-chunk", job_uri, 2) or "")
-    assert "already holds the output of job job0" in (completed_work(hook, "merge", job_uri) or "")
+    assert "already holds the output of work work0" in (completed_work(hook, "merge", work_uri, output) or "")
+    elsewhere = (tmp_path / "elsewhere.mp4").as_uri()
+    assert completed_work(hook, "merge", work_uri, elsewhere) is None  # another run's output: its own merge runs
 
 
-def test_unreadable_chunk_marker_means_redo(tmp_path: Path, write_job: Callable[..., object]) -> None:
-    write_job(tmp_path, tmp_path / "out.mp4")
-    marker = tmp_path / "jobs" / "job0" / "chunks" / "00002.json"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("{not json")
+def test_an_unreadable_output_marker_means_redo(tmp_path: Path, write_job: Callable[..., Any]) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    (tmp_path / "out.mp4").write_bytes(b"video")
+    (tmp_path / ".out.mp4.facefusion.json").write_text("{not json")
 
-    assert completed_work(FaceFusionStorageHook(), "swap-chunk", (tmp_path / "jobs" / "job0").as_uri(), 2) is None
+    assert completed_work(FaceFusionStorageHook(), "merge", job.work_uri, job.output_uri) is None

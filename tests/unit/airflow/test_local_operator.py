@@ -14,13 +14,20 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_RETRYABLE
-from facefusion_provider.operators.local import LocalSwapChunkOperator, LocalWorkerOperator
+from facefusion_provider.job.progress import SpanProgress
+from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
+from facefusion_provider.operators.plan import span_list
 
 FAKE_WORKER = """
 import json, os, sys
 with open(os.environ["FAKE_WORKER_RECORD"], "a") as record:
     record.write(json.dumps({"argv": sys.argv[1:], "try": os.environ.get("FACEFUSION_TRY_NUMBER"),
-                             "faults": os.environ.get("FACEFUSION_TEST_FAULTS")}) + "\\n")
+                             "faults": os.environ.get("FACEFUSION_TEST_FAULTS"),
+                             "task": os.environ.get("FACEFUSION_TASK_KEY"),
+                             "allowed": os.environ.get("FACEFUSION_ALLOWED_OUTPUT_PREFIXES")}) + "\\n")
+for line in os.environ.get("FAKE_WORKER_LINES", "").split("|"):
+    if line:
+        print(line, file=sys.stderr, flush=True)
 code = int(os.environ.get("FAKE_WORKER_EXIT", "0"))
 if code:
     report = json.dumps({"failure_class": os.environ["FAKE_WORKER_CLASS"], "retryable": code == 75,
@@ -48,42 +55,86 @@ def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[],
     return launches
 
 
-def _context(try_number: int = 1) -> Any:
-    return {"ti": SimpleNamespace(try_number=try_number)}
+class _StateStore:
+    """What ``context["task_state_store"]`` keeps for one task instance across its tries."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
 
 
-def test_prepare_runs_the_worker_with_the_contract_argv_and_try_number(
-    tmp_path: Path, fake_worker: Callable[[], list[dict[str, Any]]]
+def _context(try_number: int = 1, store: _StateStore | None = None) -> Any:
+    ti = SimpleNamespace(
+        try_number=try_number,
+        dag_id="facefusion_swap",
+        run_id="r1",
+        task_id="swap_span",
+        map_index=1,
+        xcom_push=lambda **kwargs: None,
+    )
+    return {"ti": ti, "task_state_store": store or _StateStore()}
+
+
+def _span(job: Any, index: int, wave: int = 3) -> dict[str, Any]:
+    return span_list(job.spec, wave)[index]
+
+
+def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
+    tmp_path: Path, fake_worker: Callable[[], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job_uri = (tmp_path / "jobs" / "j1").as_uri()
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_OUTPUT_PREFIXES", "s3://out/")
+    work_uri = (tmp_path / "work" / "w1").as_uri()
     operator = LocalWorkerOperator(
-        task_id="prepare", command="prepare", job_uri=job_uri, worker_args=["--target", "file:///in.mp4"]
+        task_id="prepare",
+        command="prepare",
+        work_uri=work_uri,
+        output_uri=(tmp_path / "out.mp4").as_uri(),
+        worker_args=["--target", "file:///in.mp4"],
     )
 
     operator.execute(_context(try_number=2))
 
     assert fake_worker() == [
-        {"argv": ["prepare", "--job-uri", job_uri, "--target", "file:///in.mp4"], "try": "2", "faults": None}
+        {
+            "argv": ["prepare", "--work-uri", work_uri, "--target", "file:///in.mp4"],
+            "try": "2",
+            "faults": None,
+            "task": "facefusion_swap/r1/swap_span/1",
+            "allowed": "s3://out/",
+        }
     ]
 
 
-def test_committed_chunk_starts_no_process(
+def test_a_span_whose_segments_are_all_committed_starts_no_process(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
     write_job: Callable[..., Any],
-    commit_chunk: Callable[..., Path],
+    commit_segment: Callable[..., Path],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_chunk(job, 2)
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)  # 5 segments: spans 0-1, 2, 3-4
+    commit_segment(job, 4)
+    commit_segment(job, 2)  # span 1 is done; span 2 is half done
 
-    for index in (2, 3):
-        chunk = job.chunks[index].model_dump()
-        LocalSwapChunkOperator(task_id="swap_chunk", job_uri=job.job_uri, chunk=chunk).execute(_context())
+    for index in (2, 1):
+        LocalSwapSpanOperator(
+            task_id="swap_span",
+            work_uri=job.work_uri,
+            output_uri=job.output_uri,
+            target_uri="file:///in.mp4",
+            span=_span(job, index),
+        ).execute(_context())
 
-    assert [launch["argv"] for launch in fake_worker()] == [["swap-chunk", "--job-uri", job.job_uri, "--index", "3"]]
+    assert [launch["argv"] for launch in fake_worker()] == [
+        ["swap-span", "--work-uri", job.work_uri, "--target", "file:///in.mp4", "--segments", "3:5", "--span", "2"]
+    ]
 
 
-def test_current_output_starts_no_process_for_chunks_or_merge(
+def test_a_finished_output_starts_no_process_even_after_cleanup(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
     write_job: Callable[..., Any],
@@ -91,29 +142,70 @@ def test_current_output_starts_no_process_for_chunks_or_merge(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     commit_output(job)
+    span = _span(job, 0)
+    (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
 
-    LocalSwapChunkOperator(task_id="swap_chunk", job_uri=job.job_uri, chunk=job.chunks[0].model_dump()).execute(
-        _context()
-    )
-    LocalWorkerOperator(task_id="merge", command="merge", job_uri=job.job_uri).execute(_context())
-    LocalWorkerOperator(
-        task_id="prepare", command="prepare", job_uri=job.job_uri, worker_args=["--output", job.output_uri]
+    for command in ("prepare", "merge"):
+        LocalWorkerOperator(
+            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri
+        ).execute(_context())
+    LocalSwapSpanOperator(
+        task_id="swap_span", work_uri=job.work_uri, output_uri=job.output_uri, target_uri="file:///in.mp4", span=span
     ).execute(_context())
 
     assert fake_worker() == []
 
 
-def test_bad_input_fails_at_once_with_the_workers_message(
+def test_a_span_records_where_it_resumes_and_its_progress_in_the_task_state_store(
+    tmp_path: Path,
+    fake_worker: Callable[[], list[dict[str, Any]]],
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+    commit_segment(job, 0)
+    progress = SpanProgress(span=0, segments_committed=2, segments_total=2, committed_here=1, frames_done=8)
+    monkeypatch.setenv("FAKE_WORKER_LINES", f"2026-12-03 INFO worker: {progress.line()}")
+    store = _StateStore()
+    operator = LocalSwapSpanOperator(
+        task_id="swap_span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri="file:///in.mp4",
+        span=_span(job, 0),
+    )
+
+    operator.execute(_context(store=store))
+
+    recorded = store.values["progress"]
+    assert {key: recorded[key] for key in ("segments_committed", "segments_total", "committed_here")} == {
+        "segments_committed": 2,
+        "segments_total": 2,
+        "committed_here": 1,
+    }
+    assert "updated_at" in recorded
+
+
+def test_bad_input_fails_at_once_with_the_workers_message_and_records_it(
     tmp_path: Path, fake_worker: Callable[[], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_WORKER_EXIT", str(EXIT_INVALID_MEDIA))
     monkeypatch.setenv("FAKE_WORKER_CLASS", "invalid_media")
     monkeypatch.setenv("FAKE_WORKER_MESSAGE", "file:///in.mp4: not a video (a text file)")
     monkeypatch.setenv("FAKE_WORKER_TERMINATION_LOG", "1")
-    operator = LocalWorkerOperator(task_id="prepare", command="prepare", job_uri=(tmp_path / "j").as_uri())
+    pushed: list[dict[str, Any]] = []
+    context = _context()
+    context["ti"].xcom_push = lambda **kwargs: pushed.append(kwargs)
+    operator = LocalWorkerOperator(
+        task_id="prepare", command="prepare", work_uri=(tmp_path / "w").as_uri(), output_uri=(tmp_path / "o.mp4").as_uri()
+    )
 
     with pytest.raises(AirflowFailException, match=r"invalid_media, exit code 12\): file:///in.mp4: not a video"):
-        operator.execute(_context())
+        operator.execute(context)
+    assert pushed == [
+        {"key": "failure", "value": {"failure_class": "invalid_media", "message": "file:///in.mp4: not a video (a text file)"}}
+    ]
 
 
 def test_retryable_failure_is_an_ordinary_task_failure(
@@ -125,33 +217,44 @@ def test_retryable_failure_is_an_ordinary_task_failure(
     job = write_job(tmp_path, tmp_path / "out.mp4")
     monkeypatch.setenv("FAKE_WORKER_EXIT", str(EXIT_RETRYABLE))
     monkeypatch.setenv("FAKE_WORKER_CLASS", "retryable")
-    monkeypatch.setenv("FAKE_WORKER_MESSAGE", "injected transient failure (swap-chunk chunk 1 try 1)")
-    monkeypatch.setenv("FACEFUSION_TEST_FAULTS", '[{"command": "swap-chunk"}]')
-    operator = LocalSwapChunkOperator(task_id="swap_chunk", job_uri=job.job_uri, chunk=job.chunks[1].model_dump())
+    monkeypatch.setenv("FAKE_WORKER_MESSAGE", "injected transient failure (swap-span span 1 try 1)")
+    monkeypatch.setenv("FACEFUSION_TEST_FAULTS", '[{"command": "swap-span"}]')
+    operator = LocalSwapSpanOperator(
+        task_id="swap_span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri="file:///in.mp4",
+        span=_span(job, 1),
+    )
 
     with pytest.raises(AirflowException, match="injected transient failure") as raised:
         operator.execute(_context())
 
     assert not isinstance(raised.value, AirflowFailException)
-    assert fake_worker()[0]["faults"] == '[{"command": "swap-chunk"}]'  # the test-only switch reaches the worker
+    assert fake_worker()[0]["faults"] == '[{"command": "swap-span"}]'  # the test-only switch reaches the worker
 
 
 def test_template_fields_extend_the_parents() -> None:
     assert isinstance(LocalWorkerOperator.template_fields, tuple)
     assert set(BaseOperator.template_fields) <= set(LocalWorkerOperator.template_fields)
-    assert {"job_uri", "worker_args"} <= set(LocalWorkerOperator.template_fields)
-    assert set(LocalWorkerOperator.template_fields) < set(LocalSwapChunkOperator.template_fields)
-    assert "chunk" in LocalSwapChunkOperator.template_fields
+    assert {"work_uri", "output_uri", "worker_args"} <= set(LocalWorkerOperator.template_fields)
+    assert set(LocalWorkerOperator.template_fields) < set(LocalSwapSpanOperator.template_fields)
+    assert {"span", "target_uri"} <= set(LocalSwapSpanOperator.template_fields)
 
 
-def test_templated_job_uri_and_args_render_natively(tmp_path: Path) -> None:
+def test_templated_fields_render_natively(tmp_path: Path) -> None:
     from airflow.sdk import DAG
 
     with DAG("native", schedule=None, render_template_as_native_obj=True):
         operator = LocalWorkerOperator(
-            task_id="prepare", command="prepare", job_uri="{{ params.job }}", worker_args="{{ params.args }}"
+            task_id="prepare",
+            command="prepare",
+            work_uri="{{ params.work }}",
+            output_uri="{{ params.out }}",
+            worker_args="{{ params.args }}",
         )
-    operator.render_template_fields({"params": {"job": "file:///w/jobs/j", "args": ["--source", "file:///a.png"]}})
+    params = {"work": "file:///w/work/j", "out": "file:///o.mp4", "args": ["--source", "file:///a.png"]}
+    operator.render_template_fields({"params": params})
 
-    assert operator.job_uri == "file:///w/jobs/j"
+    assert operator.work_uri == "file:///w/work/j"
     assert operator.worker_args == ["--source", "file:///a.png"]

@@ -2,63 +2,122 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator
-from facefusion_provider.operators.plan import PlanChunksOperator
-
-
-def test_plan_returns_every_chunk_with_its_frame_label(tmp_path: Path, write_job: Callable[..., Any]) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, chunk_size=8)
-
-    chunks = PlanChunksOperator(task_id="plan", job_uri=job.job_uri).execute({})  # type: ignore[arg-type]
-
-    assert chunks[0] == {"index": 0, "start": 0, "end": 8, "label": "frames 0-7"}
-    assert [c["label"] for c in chunks] == ["frames 0-7", "frames 8-15", "frames 16-23", "frames 24-31", "frames 32-39"]
+from facefusion_provider.job import leases
+from facefusion_provider.job.records import RunLease
+from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator, lease_is_live
+from facefusion_provider.operators.plan import PlanSpansOperator
 
 
-def test_plan_without_a_prepared_job_fails_at_once(tmp_path: Path) -> None:
-    operator = PlanChunksOperator(task_id="plan", job_uri=(tmp_path / "jobs" / "none").as_uri())
+def test_plan_returns_the_spans_with_their_labels(tmp_path: Path, write_job: Callable[..., Any]) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+
+    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, wave=2).execute({})  # type: ignore[arg-type]
+
+    assert spans[0] == {"index": 0, "first": 0, "last": 2, "start": 0, "end": 16, "label": "frames 0-15 (2 segments)"}
+    assert [s["label"] for s in spans] == ["frames 0-15 (2 segments)", "frames 16-39 (3 segments)"]
+
+
+def test_plan_makes_one_wave_of_the_configured_width(
+    tmp_path: Path, write_job: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=400, segment_size=8)
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "8")
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute({})) == 8  # type: ignore[arg-type]
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "0")
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__MAX_ACTIVE_SPANS_PER_RUN", "3")
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute({})) == 3  # type: ignore[arg-type]
+
+
+def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
+    operator = PlanSpansOperator(task_id="plan", work_uri=(tmp_path / "work" / "none").as_uri())
 
     with pytest.raises(AirflowFailException, match=r"no job\.json"):
-        operator.execute({})  # type: ignore[arg-type]
+        operator.execute({"ti": SimpleNamespace(xcom_push=lambda **kwargs: None)})  # type: ignore[arg-type]
 
 
-def _cleanup_context() -> dict[str, Any]:
-    return {"outlet_events": defaultdict(SimpleNamespace)}
+class _Runs:
+    """What the Task SDK tells the cleanup about other runs' states."""
+
+    def __init__(self, states: dict[str, str]) -> None:
+        self.states = states
+
+    def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
+        return sum(run in self.states for run in run_ids)
+
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
+        return self.states[run_id]
 
 
-def test_cleanup_removes_the_job_and_publishes_the_output(
-    tmp_path: Path, write_job: Callable[..., Any], commit_chunk: Callable[..., Path], commit_output: Callable[..., None]
+def _cleanup_context(states: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"outlet_events": defaultdict(SimpleNamespace), "ti": _Runs(states or {})}
+
+
+def _lease(run: str, age: timedelta = timedelta()) -> RunLease:
+    return RunLease(dag_id="facefusion_swap", run_id=run, output_uri="file:///o.mp4", created_at=datetime.now(UTC) - age)
+
+
+def test_cleanup_removes_the_work_and_publishes_the_output(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_chunk(job, 0)
+    commit_segment(job, 0)
     commit_output(job)
-    context = _cleanup_context()
-    operator = CleanupJobOperator(task_id="cleanup", job_uri=job.job_uri, job_id=job.job_id, output_uri=job.output_uri)
+    leases.hold(job.layout, "mine", _lease("mine"))
+    context = _cleanup_context({"mine": "running"})
+    operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
 
     operator.execute(context)  # type: ignore[arg-type]
 
-    assert not (tmp_path / "jobs" / "job0").exists()
+    assert not (tmp_path / "work" / "work0").exists()
     assert (tmp_path / "out.mp4").exists()
     assert operator.outlets == [SWAP_OUTPUT_ASSET]
     extra = context["outlet_events"][SWAP_OUTPUT_ASSET].extra
-    assert extra == {"output_uri": job.output_uri, "job_id": "job0", "frame_count": 40, "sha256": "1" * 64}
+    assert extra == {"output_uri": job.output_uri, "work_id": "work0", "frame_count": 40, "sha256": "1" * 64}
+    operator.execute(_cleanup_context())  # type: ignore[arg-type]  # a cleared cleanup succeeds from the marker
 
 
-def test_cleanup_keeps_the_job_when_the_output_is_not_this_jobs(
-    tmp_path: Path, write_job: Callable[..., Any], commit_chunk: Callable[..., Path], commit_output: Callable[..., None]
+def test_cleanup_keeps_work_that_a_live_or_recently_failed_run_holds(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    marker = commit_chunk(job, 0)
-    commit_output(job, job_id="other")
-    operator = CleanupJobOperator(task_id="cleanup", job_uri=job.job_uri, job_id=job.job_id, output_uri=job.output_uri)
+    marker = commit_segment(job, 0)
+    commit_output(job)
+    for run in ("mine", "other"):
+        leases.hold(job.layout, run, _lease(run))
+    operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
 
-    with pytest.raises(RuntimeError, match="carries no marker of job job0"):
+    operator.execute(_cleanup_context({"mine": "running", "other": "running"}))  # type: ignore[arg-type]
+    assert marker.exists() and set(leases.leases(job.layout)) == {"other"}  # only this run's lease went
+    operator.execute(_cleanup_context({"other": "failed"}))  # type: ignore[arg-type]  # a clear may resume it
+    assert marker.exists()
+    operator.execute(_cleanup_context({"other": "success"}))  # type: ignore[arg-type]
+    assert not marker.exists()
+
+
+def test_cleanup_keeps_the_work_when_the_output_is_not_this_works(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    marker = commit_segment(job, 0)
+    commit_output(job, work_id="other")
+    operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
+
+    with pytest.raises(AirflowException, match="carries no marker of work work0"):
         operator.execute(_cleanup_context())  # type: ignore[arg-type]
     assert marker.exists()
+
+
+def test_which_leases_keep_the_work() -> None:
+    now, keep = datetime.now(UTC), timedelta(hours=168)
+    assert lease_is_live(_lease("r"), "running", now, keep) and lease_is_live(_lease("r"), "queued", now, keep)
+    assert lease_is_live(_lease("r", timedelta(hours=1)), "failed", now, keep)
+    assert not lease_is_live(_lease("r", timedelta(hours=200)), "failed", now, keep)
+    assert not lease_is_live(_lease("r"), "success", now, keep) and not lease_is_live(_lease("r"), None, now, keep)

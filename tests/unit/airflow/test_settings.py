@@ -16,8 +16,9 @@ def test_defaults_are_the_embedded_single_machine_setup(tmp_path: Path) -> None:
     assert settings.backend == "local"
     assert settings.work_root == (tmp_path / "facefusion").as_uri()
     assert settings.worker_command == (sys.executable, "-m", "facefusion_provider.worker")
-    assert settings.pool == "facefusion_gpu"
-    assert settings.chunk_wave == 0
+    assert settings.pool == "default_pool"  # a fresh Airflow has it: the first run never waits on a missing pool
+    assert (settings.span_wave, settings.max_active_spans_per_run) == (0, 4)
+    assert settings.allowed_input_prefixes == settings.allowed_output_prefixes == ()
     assert settings.aws_conn_id is None
     assert settings.retries == 3
     assert settings.retry_delay == timedelta(seconds=30)
@@ -45,8 +46,10 @@ def test_environment_variables_override_airflow_config(monkeypatch: pytest.Monke
     [
         ("backend", "slurm", "backend: 'slurm' is not one of local, kubernetes"),
         ("retries", "three", "retries: expected a number"),
-        ("max_active_chunks_per_run", "0", "max_active_chunks_per_run: must be at least 1"),
-        ("chunk_wave", "-8", "chunk_wave: must be at least 0"),
+        ("max_active_spans_per_run", "0", "max_active_spans_per_run: must be at least 1"),
+        ("span_wave", "-8", "span_wave: must be at least 0"),
+        ("allowed_output_prefixes", "s3://out/../x", "allowed_output_prefixes: '..' is not allowed"),
+        ("allowed_input_prefixes", "in/", "allowed_input_prefixes: 'in/' is a relative path"),
     ],
 )
 def test_bad_settings_name_the_key(key: str, value: str, message: str) -> None:

@@ -1,3 +1,6 @@
+"""``validate`` and the trigger form's Params: flat fields (canonical) and nested ``options`` (accepted), every bad
+input named by its field before any worker starts, nothing written at the output, and this run's lease taken."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -5,13 +8,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG, ParamsDict
+from airflow.sdk import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
-from facefusion_provider.operators.validate import ValidateSwapConfOperator, swap_params, validate_conf
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
+from facefusion_provider.job import leases
+from facefusion_provider.job.ids import work_id
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.operators.params import swap_params
+from facefusion_provider.operators.validate import StorageChecks, ValidateSwapConfOperator, validate_conf
 from facefusion_provider.options import Options
+
+CHECKS = StorageChecks(
+    content_id=storage.content_id, check_writable=lambda uri: storage.check_writable(uri, field="output_uri")
+)
 
 
 @pytest.fixture
@@ -22,143 +33,174 @@ def inputs(tmp_path: Path) -> dict[str, Any]:
         "source_uris": [str(tmp_path / "face.png")],
         "target_uri": (tmp_path / "in.mp4").as_uri(),
         "output_uri": str(tmp_path / "out" / "swapped.mp4"),
-        "options": {"chunk_size": 8, "face_swapper_blend": 70},
+        "segment_size": 8,
+        "face_swapper_blend": 70,
     }
 
 
-def test_ticket_names_the_content_addressed_job(tmp_path: Path, inputs: dict[str, Any]) -> None:
-    ticket = validate_conf(**inputs, work_root=str(tmp_path / "work"))
+def _params(conf: dict[str, Any]) -> dict[str, Any]:
+    """What Airflow hands a task: every Param, the conf's values over their defaults (validated)."""
+    params = ParamsDict(swap_params())
+    params.update(conf)
+    return dict(params.validate())
 
-    options = Options(chunk_size=8, face_swapper_blend=70)
-    expected_id = storage.compute_job_id(
+
+def _validate(conf: dict[str, Any], tmp_path: Path, **settings: Any) -> dict[str, Any]:
+    return validate_conf(_params_lenient(conf), conf, work_root=str(tmp_path / "work"), checks=CHECKS, **settings)
+
+
+def _params_lenient(conf: dict[str, Any]) -> dict[str, Any]:
+    """Params without the schema check, so ``validate`` itself meets what a REST caller could send."""
+    defaults = {name: param.value for name, param in swap_params().items()}
+    return {**defaults, **conf}
+
+
+def test_the_ticket_names_the_content_addressed_work(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    ticket = _validate(inputs, tmp_path)
+
+    expected = work_id(
         storage.content_id((tmp_path / "in.mp4").as_uri()),
         [storage.content_id((tmp_path / "face.png").as_uri())],
-        options,
+        Options(segment_size=8, face_swapper_blend=70),
     )
-    assert ticket["job_id"] == expected_id
-    assert ticket["job_uri"] == (tmp_path / "work" / "jobs" / expected_id).as_uri()
+    assert ticket["work_id"] == expected
+    assert ticket["work_uri"] == (tmp_path / "work" / "work" / expected).as_uri()
     assert ticket["source_uris"] == [(tmp_path / "face.png").as_uri()]
     assert ticket["output_uri"] == (tmp_path / "out" / "swapped.mp4").as_uri()
     assert ticket["options"]["face_swapper_blend"] == 70
-    assert ticket["prepare_args"][-4:] == ["--face-swapper-blend", "70", "--chunk-size", "8"]
+    assert ticket["prepare_args"][-4:] == ["--face-swapper-blend", "70", "--segment-size", "8"]
+    assert ticket["merge_args"] == ["--target", inputs["target_uri"], "--output", ticket["output_uri"]]
+    assert not (tmp_path / "out").exists()  # the write probe left nothing, not even the folder
 
 
-def test_the_chunk_wave_setting_reaches_prepare_but_not_the_job_id(tmp_path: Path, inputs: dict[str, Any]) -> None:
-    plain = validate_conf(**inputs, work_root=str(tmp_path))
-    waved = validate_conf(**inputs, work_root=str(tmp_path), chunk_wave=8)
-    assert "--chunk-wave" not in plain["prepare_args"]
-    flag = waved["prepare_args"].index("--chunk-wave")
-    assert waved["prepare_args"][flag + 1] == "8"
-    assert waved["job_id"] == plain["job_id"]  # an existing job.json keeps the plan it was made with
+def test_the_older_nested_options_give_the_same_work(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    flat = _validate(inputs, tmp_path)
+    nested = {key: inputs[key] for key in ("source_uris", "target_uri", "output_uri")}
+    nested["options"] = {"chunk_size": 8, "face_swapper_blend": 70}  # chunk_size: segment_size's former name
+    assert _validate(nested, tmp_path)["work_id"] == flat["work_id"]
+    with pytest.raises(InvalidOptionError, match=r"options.face_swapper_blend: given twice, as face_swapper_blend"):
+        _validate({**inputs, "options": {"face_swapper_blend": 71}}, tmp_path)
 
 
-def test_only_pixel_options_change_the_job(tmp_path: Path, inputs: dict[str, Any]) -> None:
-    first = validate_conf(**inputs, work_root=str(tmp_path))
-    inputs["options"] = {**inputs["options"], "execution_thread_count": 2}
-    assert validate_conf(**inputs, work_root=str(tmp_path))["job_id"] == first["job_id"]
-    inputs["options"] = {**inputs["options"], "face_swapper_blend": 71}
-    assert validate_conf(**inputs, work_root=str(tmp_path))["job_id"] != first["job_id"]
+def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    first = _validate(inputs, tmp_path)["work_id"]
+    assert _validate({**inputs, "execution_thread_count": 2}, tmp_path)["work_id"] == first
+    assert _validate({**inputs, "output_uri": str(tmp_path / "elsewhere.mp4")}, tmp_path)["work_id"] == first
+    assert _validate({**inputs, "face_swapper_blend": 71}, tmp_path)["work_id"] != first
 
 
 @pytest.mark.parametrize(
-    ("change", "error", "field"),
+    ("change", "error", "message"),
     [
-        ({"options": {"face_swapper_blend": 150}}, InvalidOptionError, "options.face_swapper_blend"),
+        ({"face_swapper_blend": 150}, InvalidOptionError, "options.face_swapper_blend: Input should be less than"),
+        ({"chunk_sise": 8}, InvalidOptionError, "chunk_sise: unknown conf key; did you mean 'chunk_size'?"),
         ({"options": {"chunk_sise": 8}}, InvalidOptionError, "options.chunk_sise: unknown option"),
-        ({"options": {"trim_frame_start": 9, "trim_frame_end": 3}}, InvalidOptionError, "trim_frame_end (3) must be"),
+        ({"trim_frame_start": 9, "trim_frame_end": 3}, InvalidOptionError, "trim_frame_end (3) must be greater"),
         ({"options": "fast"}, InvalidOptionError, "options: expected an object"),
         ({"source_uris": "face.png"}, InvalidOptionError, "source_uris: expected a non-empty list"),
         ({"source_uris": []}, InvalidOptionError, "source_uris: expected a non-empty list"),
         ({"source_uris": ["ftp://host/face.png"]}, InvalidOptionError, "source_uris[0]: scheme 'ftp'"),
+        ({"source_uris": ["face.png"]}, InvalidOptionError, "source_uris[0]: 'face.png' is a relative path"),
         ({"target_uri": "/nowhere/in.mp4"}, InputMissingError, "target_uri: file:///nowhere/in.mp4: no such file"),
+        ({"target_uri": "s3://bucket/"}, InvalidOptionError, "target_uri: 's3://bucket/' names a folder"),
+        ({"target_uri": "s3://bucket"}, InvalidOptionError, "target_uri: 's3://bucket' names a bucket, not a file"),
         ({"target_uri": 7}, InvalidOptionError, "target_uri: expected a path or URI"),
         ({"output_uri": None}, InvalidOptionError, "output_uri: expected a path or URI"),
+        ({"output_uri": "out.mp4"}, InvalidOptionError, "output_uri: 'out.mp4' is a relative path"),
+        ({"output_uri": "file:///data/out/../../x.mp4"}, InvalidOptionError, "output_uri: '..' is not allowed"),
+        ({"output_uri": "/data/out.avi"}, InvalidOptionError, "output_uri: file:///data/out.avi has extension '.avi'"),
+        ({"output_uri": "/proc/x.mp4"}, StorageDeniedError, "output_uri: cannot write file:///proc/x.mp4"),
+        ({"output_video_encoder": "libvpx-vp9", "output_uri": "/x/o.mov"}, InvalidOptionError, "cannot be stored"),
     ],
 )
-def test_bad_conf_names_the_field(
-    tmp_path: Path, inputs: dict[str, Any], change: dict[str, Any], error: type[Exception], field: str
+def test_bad_conf_names_the_field_and_writes_nothing(
+    tmp_path: Path, inputs: dict[str, Any], change: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error) as raised:
-        validate_conf(**{**inputs, **change}, work_root=str(tmp_path))
-    assert field in str(raised.value)
+        _validate({**inputs, **change}, tmp_path)
+    assert message in str(raised.value), str(raised.value)
+    assert "\n" not in str(raised.value)  # one line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 
 
-def test_output_may_not_overwrite_an_input(tmp_path: Path, inputs: dict[str, Any]) -> None:
-    with pytest.raises(InvalidOptionError, match=r"output_uri: .* would overwrite an input"):
-        validate_conf(**{**inputs, "output_uri": inputs["target_uri"]}, work_root=str(tmp_path))
+def test_the_allow_lists_confine_inputs_and_outputs(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    allowed = {"allowed_inputs": ((tmp_path.as_uri() + "/"),), "allowed_outputs": ((tmp_path / "out").as_uri() + "/",)}
+    _validate(inputs, tmp_path, **allowed)
+    with pytest.raises(InvalidOptionError, match="output_uri: .* is outside the allowed output locations"):
+        _validate({**inputs, "output_uri": str(tmp_path / "elsewhere.mp4")}, tmp_path, **allowed)
+    with pytest.raises(InvalidOptionError, match="target_uri: .* is outside the allowed input locations"):
+        _validate({**inputs, "target_uri": "s3://other/in.mp4"}, tmp_path, **allowed)
 
 
-def test_operator_fails_bad_conf_without_retries(tmp_path: Path, inputs: dict[str, Any]) -> None:
-    operator = ValidateSwapConfOperator(task_id="validate", **{**inputs, "options": {"face_swapper_blend": -1}})
+def _context(conf: dict[str, Any], run_id: str = "manual__1") -> Any:
+    dag_run = SimpleNamespace(dag_id="facefusion_swap", run_id=run_id, conf=conf)
+    ti = SimpleNamespace(try_number=1, xcom_push=lambda **kwargs: None)
+    return {"params": _params_lenient(conf), "dag_run": dag_run, "ti": ti}
 
+
+def test_the_operator_fails_bad_conf_without_retries(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    operator = ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work"))
+    assert operator.retries == 0
     with pytest.raises(AirflowFailException, match=r"options\.face_swapper_blend"):
-        operator.execute({"ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
+        operator.execute(_context({**inputs, "face_swapper_blend": -1}))
 
 
-def test_operator_uses_the_work_root_setting(
+def test_the_operator_takes_this_runs_lease_on_the_work_under_the_configured_root(
     tmp_path: Path, inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW__FACEFUSION__WORK_ROOT", (tmp_path / "configured").as_uri())
-    operator = ValidateSwapConfOperator(task_id="validate", **inputs)
+    operator = ValidateSwapConfOperator(task_id="validate")
 
-    ticket = operator.execute({})  # type: ignore[arg-type]
+    ticket = operator.execute(_context(inputs, "manual__1"))
+    again = operator.execute(_context({**inputs, "output_uri": str(tmp_path / "second.mp4")}, "manual__2"))
 
-    assert ticket["job_uri"].startswith((tmp_path / "configured" / "jobs").as_uri())
+    assert ticket["work_uri"].startswith((tmp_path / "configured" / "work").as_uri())
+    assert again["work_uri"] == ticket["work_uri"] and again["run_key"] != ticket["run_key"]
+    held = leases.leases(WorkLayout(ticket["work_uri"]))
+    assert set(held) == {ticket["run_key"], again["run_key"]}
+    assert {lease.output_uri for lease in held.values()} == {ticket["output_uri"], again["output_uri"]}
     assert operator.multiple_outputs  # each ticket key is its own XCom for the downstream tasks
 
 
-def test_templated_conf_renders_as_native_lists_and_dicts(inputs: dict[str, Any]) -> None:
-    with DAG("native", schedule=None, render_template_as_native_obj=True):
-        operator = ValidateSwapConfOperator(
-            task_id="validate",
-            source_uris="{{ params.source_uris }}",
-            target_uri="{{ params.target_uri }}",
-            output_uri="{{ params.output_uri }}",
-            options="{{ params.options }}",
-        )
-    operator.render_template_fields({"params": inputs})
-
-    assert operator.source_uris == inputs["source_uris"]
-    assert operator.options == {"chunk_size": 8, "face_swapper_blend": 70}
-
-
-def _params_with(conf: dict[str, Any]) -> dict[str, Any]:
-    params = ParamsDict(swap_params())
-    params.update(conf)
-    return params.validate()
-
-
-def test_params_accept_a_good_conf_and_fill_in_option_defaults(inputs: dict[str, Any]) -> None:
-    validated = _params_with({key: value for key, value in inputs.items() if key != "options"})
-
-    assert validated["options"] == Options().model_dump(mode="json")
-    assert _params_with(inputs)["options"] == inputs["options"]
+def test_params_accept_a_good_conf_in_either_shape(inputs: dict[str, Any]) -> None:
+    validated = _params(inputs)
+    assert validated["face_swapper_blend"] == 70 and validated["face_selector_mode"] == "one"
+    nested = {key: inputs[key] for key in ("source_uris", "target_uri", "output_uri")}
+    assert _params({**nested, "options": {"face_swapper_blend": 70}})["options"] == {"face_swapper_blend": 70}
 
 
 @pytest.mark.parametrize(
     ("conf_change", "field"),
     [
-        ({"options": {"face_swapper_blend": 150}}, "face_swapper_blend"),
-        ({"options": {"face_selector_mode": "everyone"}}, "face_selector_mode"),
-        ({"options": {"not_an_option": 1}}, "not_an_option"),
+        ({"face_swapper_blend": 150}, "face_swapper_blend"),
+        ({"face_selector_mode": "everyone"}, "face_selector_mode"),
+        ({"segment_size": -5}, "segment_size"),
         ({"source_uris": []}, "source_uris"),
         ({"target_uri": 5}, "target_uri"),
     ],
 )
-def test_params_reject_what_the_options_model_rejects(
+def test_params_reject_bad_values_naming_the_field_first(
     inputs: dict[str, Any], conf_change: dict[str, Any], field: str
 ) -> None:
     with pytest.raises(ParamValidationError) as raised:
-        _params_with({**inputs, **conf_change})
-    assert field in str(raised.value)
+        _params({**inputs, **conf_change})
+    assert str(raised.value).startswith(f"Invalid input for param {field}:")
+    assert len(str(raised.value)) < 1000  # the field's own schema at most, never the whole options model
 
 
-def test_params_describe_the_form() -> None:
-    options = swap_params()["options"].schema
-
-    blend = options["properties"]["face_swapper_blend"]
-    assert (blend["type"], blend["minimum"], blend["maximum"], blend["default"]) == ("integer", 0, 100, 85)
-    assert blend["description"]
-    assert options["properties"]["face_selector_mode"]["enum"] == ["one", "many", "reference"]
-    assert options["additionalProperties"] is False
-    assert set(options["properties"]) == set(Options.model_fields)
+def test_every_option_is_its_own_typed_field() -> None:
+    params = swap_params()
+    assert set(Options.model_fields) <= set(params)
+    blend = params["face_swapper_blend"]
+    assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == ("integer", 0, 100, 85)
+    assert blend.schema["title"] == "Face swapper blend" and blend.description
+    assert "section" not in blend.schema  # an everyday option: in the open first section
+    mode = params["face_selector_mode"]
+    assert mode.schema["enum"] == ["one", "many", "reference"]
+    encoder = params["output_video_encoder"]
+    assert encoder.schema["section"] == "Output video" and "libx264" in encoder.schema["enum"]
+    segment = params["segment_size"]
+    assert segment.schema["type"] == ["integer", "null"] and segment.value is None
+    assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
+    assert params["face_enhancer_model"].schema["enum"] == ["gfpgan_1.4"]
+    assert all(param.schema.get("title") for param in params.values())

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kube_pod_helpers import KUBE_CONN_ID, RecordingCoreV1Api
+from written import commit_output, commit_segment, write_job
 
 SECRET_VALUES = {
     "AWS_ACCESS_KEY_ID": "AKIAUNITTESTSECRET01",
@@ -27,19 +26,6 @@ UNREACHABLE_CLUSTER = {
     "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none", "namespace": "not-this-one"}}],
     "current-context": "none",
 }
-
-
-def _airflow_job_writers() -> Any:
-    """The Airflow tests' writers of job folders and markers (tests/unit/airflow/conftest.py), reused, not copied."""
-    path = Path(__file__).resolve().parents[1] / "airflow" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_facefusion_airflow_job_writers", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_JOB_WRITERS = _airflow_job_writers()
 
 
 @pytest.fixture(autouse=True)
@@ -72,16 +58,16 @@ def recording_client() -> RecordingCoreV1Api:
     return RecordingCoreV1Api()
 
 
-@pytest.fixture
-def write_job() -> Callable[..., Any]:
-    return _JOB_WRITERS._write_job  # type: ignore[no-any-return]
+@pytest.fixture(name="write_job")
+def write_job_fixture() -> Callable[..., Any]:
+    return write_job
 
 
-@pytest.fixture
-def commit_chunk() -> Callable[..., Any]:
-    return _JOB_WRITERS._commit_chunk  # type: ignore[no-any-return]
+@pytest.fixture(name="commit_segment")
+def commit_segment_fixture() -> Callable[..., Any]:
+    return commit_segment
 
 
-@pytest.fixture
-def commit_output() -> Callable[..., Any]:
-    return _JOB_WRITERS._commit_output  # type: ignore[no-any-return]
+@pytest.fixture(name="commit_output")
+def commit_output_fixture() -> Callable[..., Any]:
+    return commit_output

@@ -11,7 +11,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from facefusion_provider import storage
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.settings import FaceFusionSettings, KubernetesSettings
 
 KUBE_CONN_ID = "kubernetes_unit_test"
@@ -34,8 +34,8 @@ def validate_strictly(manifest: dict[str, Any]) -> None:
     kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
-def job_uri_under(root: Path, job_id: str = "5f0c2a9be41d7c3a8e6b1f20") -> str:
-    return storage.JobLayout.under(root.as_uri(), job_id).job_uri
+def job_uri_under(root: Path, work_id: str = "5f0c2a9be41d7c3a8e6b1f20") -> str:
+    return WorkLayout.under(root.as_uri(), work_id).work_uri
 
 
 class RecordingCoreV1Api:
@@ -70,9 +70,13 @@ class RecordingCoreV1Api:
         return [name for name, _ in self.calls]
 
 
+RUN_ID = "manual__2026-01-01T00:00:00+00:00"
+
+
 class RecordingTaskInstance:
     def __init__(self, *, task_id: str, map_index: int = -1, try_number: int = 1) -> None:
         self.dag_id = "facefusion_swap"
+        self.run_id = RUN_ID
         self.task_id = task_id
         self.map_index = map_index
         self.try_number = try_number
@@ -85,4 +89,4 @@ class RecordingTaskInstance:
 def task_context(task_id: str, *, map_index: int = -1, try_number: int = 1) -> dict[str, Any]:
     """The parts of an Airflow task context that the pod operator reads."""
     ti = RecordingTaskInstance(task_id=task_id, map_index=map_index, try_number=try_number)
-    return {"ti": ti, "run_id": "manual__2026-01-01T00:00:00+00:00", "dag": SimpleNamespace(dag_id=ti.dag_id)}
+    return {"ti": ti, "run_id": RUN_ID, "dag": SimpleNamespace(dag_id=ti.dag_id)}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kube_pod_helpers import KUBE_CONN_ID, KUBERNETES_VERSION, serialize, validate_strictly
 
-from facefusion_provider.operators.kubernetes import KubernetesSwapChunkOperator
+from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator
 from facefusion_provider.settings import KUBERNETES_SETTINGS, SETTINGS, FaceFusionSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -95,11 +95,13 @@ def test_the_pod_operator_may_do_what_it_does_in_the_worker_namespace() -> None:
 
 def test_the_pod_from_the_helm_values_validates_and_meets_the_namespace_policy() -> None:
     settings = FaceFusionSettings.from_values(helm_values()["config"]["facefusion"], airflow_home="/opt/airflow")
-    chunk = {"index": 0, "start": 0, "end": 64}
-    operator = KubernetesSwapChunkOperator(
-        task_id="swap_chunk",
-        job_uri="s3://facefusion-work/jobs/0123456789abcdef01234567",
-        chunk=chunk,
+    span = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 1024}
+    operator = KubernetesSwapSpanOperator(
+        task_id="swap_span",
+        work_uri="s3://facefusion-work/work/0123456789abcdef01234567",
+        output_uri="s3://facefusion-out/a.mp4",
+        target_uri="s3://facefusion-in/a.mp4",
+        span=span,
         pod_settings=settings.kubernetes,
         kubernetes_conn_id=KUBE_CONN_ID,
     )

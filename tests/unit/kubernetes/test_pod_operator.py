@@ -13,6 +13,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from kube_pod_helpers import (
     KUBE_CONN_ID,
+    RUN_ID,
     RecordingCoreV1Api,
     job_uri_under,
     make_pod_settings,
@@ -22,29 +23,39 @@ from kube_pod_helpers import (
 )
 from kubernetes.client import models as k8s
 
-from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE
 from facefusion_provider.operators.backends import load_backend
-from facefusion_provider.operators.commands import worker_argv
-from facefusion_provider.operators.kubernetes import KubernetesSwapChunkOperator, KubernetesWorkerOperator
+from facefusion_provider.operators.commands import span_worker_args, worker_argv
+from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator, KubernetesWorkerOperator
+from facefusion_provider.operators.plan import span_list
 from facefusion_provider.settings import KubernetesSettings
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-PREPARE_ARGS = ["--source", "s3://in/face.jpg", "--target", "s3://in/talk.mp4", "--output", "s3://out/talk.mp4"]
-CHUNK = {"index": 7, "start": 448, "end": 512, "label": "frames 448-511"}
+TARGET, OUTPUT = "s3://in/talk.mp4", "s3://out/talk.mp4"
+WORKER_ARGS = {
+    "prepare": ["--source", "s3://in/face.jpg", "--target", TARGET],
+    "merge": ["--target", TARGET, "--output", OUTPUT],
+}
+SPAN = {"index": 7, "first": 28, "last": 32, "start": 448, "end": 512, "label": "frames 448-511 (4 segments)"}
 
 
-def make_operator(command: str, job_uri: str, settings: KubernetesSettings, **kwargs: Any) -> KubernetesWorkerOperator:
-    if command == "swap-chunk":
-        return KubernetesSwapChunkOperator(
-            task_id="swap_chunk", job_uri=job_uri, chunk=CHUNK, pod_settings=settings, kubernetes_conn_id=KUBE_CONN_ID
+def make_operator(command: str, work_uri: str, settings: KubernetesSettings, **kwargs: Any) -> KubernetesWorkerOperator:
+    if command == "swap-span":
+        return KubernetesSwapSpanOperator(
+            task_id="swap_span",
+            work_uri=work_uri,
+            output_uri=OUTPUT,
+            target_uri=TARGET,
+            span=SPAN,
+            pod_settings=settings,
+            kubernetes_conn_id=KUBE_CONN_ID,
         )
-    args = PREPARE_ARGS if command == "prepare" else []
     return KubernetesWorkerOperator(
         task_id=command,
         command=command,
-        job_uri=job_uri,
-        worker_args=args,
+        work_uri=work_uri,
+        output_uri=OUTPUT,
+        worker_args=WORKER_ARGS[command],
         pod_settings=settings,
         kubernetes_conn_id=KUBE_CONN_ID,
         **kwargs,
@@ -79,17 +90,16 @@ GPU_POOL = {
 }
 
 
-@pytest.mark.parametrize("command", ["prepare", "swap-chunk", "merge"])
+@pytest.mark.parametrize("command", ["prepare", "swap-span", "merge"])
 def test_rendered_pods_validate_strictly_and_run_the_worker_argv(tmp_path: Path, command: str) -> None:
     job_uri = job_uri_under(tmp_path)
     operator = make_operator(command, job_uri, make_pod_settings(**GPU_POOL))
 
-    pod = render(operator, task_context(operator.task_id, map_index=0 if command == "swap-chunk" else -1))
+    pod = render(operator, task_context(operator.task_id, map_index=0 if command == "swap-span" else -1))
 
     validate_strictly(pod)
-    index = CHUNK["index"] if command == "swap-chunk" else None
-    args = PREPARE_ARGS if command == "prepare" else []
-    assert container(pod)["args"] == worker_argv(command, job_uri, index=index, worker_args=args)
+    args = span_worker_args(TARGET, SPAN) if command == "swap-span" else WORKER_ARGS[command]
+    assert container(pod)["args"] == worker_argv(command, job_uri, args)
     assert container(pod)["command"] == []  # the image's entrypoint: facefusion-worker behind an init
     assert container(pod)["image"] == "facefusion-worker:0.1.0"
     assert pod["metadata"]["namespace"] == "facefusion"
@@ -97,8 +107,8 @@ def test_rendered_pods_validate_strictly_and_run_the_worker_argv(tmp_path: Path,
     assert pod["spec"]["serviceAccountName"] == "facefusion-worker"
 
 
-def test_swap_chunk_pod_asks_for_a_gpu_on_the_gpu_pool(tmp_path: Path) -> None:
-    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings(**GPU_POOL)))
+def test_swap_span_pod_asks_for_a_gpu_on_the_gpu_pool(tmp_path: Path) -> None:
+    pod = render(make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings(**GPU_POOL)))
 
     resources = container(pod)["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == "1"
@@ -119,7 +129,7 @@ def test_cpu_commands_stay_off_the_gpu_pool_unless_configured(tmp_path: Path) ->
         assert not pod["spec"].get("affinity")
 
     settings = make_pod_settings(
-        **GPU_POOL, gpu_commands="prepare, swap-chunk", gpu_resource="amd.com/gpu", gpu_count="2"
+        **GPU_POOL, gpu_commands="prepare, swap-span", gpu_resource="amd.com/gpu", gpu_count="2"
     )
     pod = render(make_operator("prepare", job_uri, settings))
     validate_strictly(pod)
@@ -128,7 +138,7 @@ def test_cpu_commands_stay_off_the_gpu_pool_unless_configured(tmp_path: Path) ->
 
 
 def test_pod_runs_non_root_on_a_read_only_root_with_no_capabilities(tmp_path: Path) -> None:
-    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings()))
+    pod = render(make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings()))
 
     spec = pod["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -151,7 +161,7 @@ def test_models_come_from_a_read_only_claim_or_an_s3_prefix_cached_on_the_node(t
         models_uri="s3://facefusion-models/v1",
         models_cache_host_path="/var/cache/facefusion/models",
     )
-    pod = render(make_operator("swap-chunk", job_uri_under(tmp_path), settings))
+    pod = render(make_operator("swap-span", job_uri_under(tmp_path), settings))
 
     validate_strictly(pod)
     env = {item["name"]: item["value"] for item in container(pod)["env"]}
@@ -169,7 +179,7 @@ def test_storage_credentials_are_secret_references_and_no_value_reaches_the_spec
     tmp_path: Path, secrets_in_environment: dict[str, str]
 ) -> None:
     job_uri = job_uri_under(tmp_path)
-    for command in ("prepare", "swap-chunk", "merge"):
+    for command in ("prepare", "swap-span", "merge"):
         operator = make_operator(command, job_uri, make_pod_settings(storage_secret="facefusion-storage"))
         pod = render(operator, task_context(operator.task_id))
 
@@ -185,87 +195,111 @@ def test_storage_credentials_are_secret_references_and_no_value_reaches_the_spec
     assert service_account_only["spec"]["serviceAccountName"] == "facefusion-worker"
 
 
-def test_labels_and_annotations_name_the_job_and_chunk(tmp_path: Path) -> None:
+def test_labels_and_annotations_name_the_work_and_span(tmp_path: Path) -> None:
     job_uri = job_uri_under(tmp_path, "5f0c2a9be41d7c3a8e6b1f20")
-    operator = make_operator("swap-chunk", job_uri, make_pod_settings())
-    pod = render(operator, task_context("swap_chunk", map_index=7))
+    operator = make_operator("swap-span", job_uri, make_pod_settings())
+    pod = render(operator, task_context("swap_span", map_index=7))
 
     labels = pod["metadata"]["labels"]
-    assert labels["facefusion.io/job-id"] == "5f0c2a9be41d7c3a8e6b1f20"
-    assert labels["facefusion.io/chunk-index"] == "7"
-    assert labels["app.kubernetes.io/component"] == "swap-chunk"
+    assert labels["facefusion.io/work-id"] == "5f0c2a9be41d7c3a8e6b1f20"
+    assert labels["facefusion.io/span-index"] == "7"
+    assert labels["app.kubernetes.io/component"] == "swap-span"
     assert labels["map_index"] == "7" and labels["dag_id"] == "facefusion_swap"  # the parent's, to find the pod again
     assert all(LABEL_VALUE.match(value) and len(value) <= 63 for value in labels.values()), labels
     annotations = pod["metadata"]["annotations"]
-    assert annotations == {"facefusion.io/job-uri": job_uri, "facefusion.io/frames": "448-511"}
+    assert annotations == {"facefusion.io/work-uri": job_uri, "facefusion.io/frames": "448-511"}
 
 
 def test_label_values_are_sanitised(tmp_path: Path) -> None:
-    odd = "s3://work/jobs/Job ID with spaces & a very long name that goes on and on past sixty-three characters/"
+    odd = "s3://work/work/Job ID with spaces & a very long name that goes on and on past sixty-three characters/"
     operator = KubernetesWorkerOperator(
-        task_id="merge", command="merge", job_uri=odd, pod_settings=make_pod_settings(), kubernetes_conn_id=KUBE_CONN_ID
+        task_id="merge",
+        command="merge",
+        work_uri=odd,
+        output_uri=OUTPUT,
+        pod_settings=make_pod_settings(),
+        kubernetes_conn_id=KUBE_CONN_ID,
     )
     pod = render(operator)
 
     validate_strictly(pod)
-    value = pod["metadata"]["labels"]["facefusion.io/job-id"]
+    value = pod["metadata"]["labels"]["facefusion.io/work-id"]
     assert LABEL_VALUE.match(value) and len(value) <= 63
     assert value.startswith("JobIDwithspacesavery")
 
 
 def test_pods_are_deferrable_kept_on_failure_and_wait_for_node_scale_up(tmp_path: Path) -> None:
-    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    operator = make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings())
 
     assert operator.deferrable is True
+    assert operator.durable is True  # a restarted Airflow worker follows the running pod instead of starting another
     assert operator.on_finish_action.value == "delete_succeeded_pod"
     assert operator.startup_timeout_seconds == 900
     assert operator.schedule_timeout_seconds == 900
     assert operator.do_xcom_push is False
-    slow = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings(startup_timeout_seconds="1800"))
+    slow = make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings(startup_timeout_seconds="1800"))
     assert slow.startup_timeout_seconds == 1800
 
 
 def test_template_fields_extend_the_parents_and_render(tmp_path: Path) -> None:
-    fields = KubernetesSwapChunkOperator.template_fields
+    fields = KubernetesSwapSpanOperator.template_fields
     assert isinstance(fields, tuple) and isinstance(KubernetesWorkerOperator.template_fields, tuple)
     assert set(KubernetesPodOperator.template_fields) <= set(fields)
-    assert {"job_uri", "worker_args", "chunk"} <= set(fields)
+    assert {"work_uri", "output_uri", "worker_args", "span", "target_uri"} <= set(fields)
 
-    job_uri = job_uri_under(tmp_path)
-    operator = KubernetesSwapChunkOperator(
-        task_id="swap_chunk",
-        job_uri="{{ job_uri }}",
-        chunk={"index": "{{ index }}", "start": 8, "end": 16},
+    work_uri = job_uri_under(tmp_path)
+    operator = KubernetesSwapSpanOperator(
+        task_id="swap_span",
+        work_uri="{{ work_uri }}",
+        output_uri=OUTPUT,
+        target_uri="{{ target }}",
+        span={"index": "{{ index }}", "first": 4, "last": 8, "start": 8, "end": 16},
         pod_settings=make_pod_settings(),
         kubernetes_conn_id=KUBE_CONN_ID,
     )
-    operator.render_template_fields({"job_uri": job_uri, "index": 1})  # type: ignore[arg-type]
+    operator.render_template_fields({"work_uri": work_uri, "target": TARGET, "index": 1})  # type: ignore[arg-type]
 
-    assert container(render(operator))["args"] == ["swap-chunk", "--job-uri", job_uri, "--index", "1"]
+    assert container(render(operator))["args"] == [
+        "swap-span",
+        "--work-uri",
+        work_uri,
+        "--target",
+        TARGET,
+        "--segments",
+        "4:8",
+        "--span",
+        "1",
+    ]
 
 
 def _use_client(operator: KubernetesWorkerOperator, client: RecordingCoreV1Api) -> None:
     operator.__dict__["client"] = client  # the cached property the pod manager and cleanup use
 
 
-def test_committed_chunk_launches_no_pod(
+def _span_operator(job: Any, span: dict[str, Any], settings: KubernetesSettings) -> KubernetesSwapSpanOperator:
+    return KubernetesSwapSpanOperator(
+        task_id="swap_span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri=TARGET,
+        span=span,
+        pod_settings=settings,
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+
+
+def test_a_committed_span_launches_no_pod(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
     write_job: Callable[..., Any],
-    commit_chunk: Callable[..., Any],
+    commit_segment: Callable[..., Any],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_chunk(job, 2)
-    operator = KubernetesSwapChunkOperator(
-        task_id="swap_chunk",
-        job_uri=job.job_uri,
-        chunk=job.chunks[2].model_dump(),
-        pod_settings=make_pod_settings(),
-        kubernetes_conn_id=KUBE_CONN_ID,
-    )
+    commit_segment(job, 2)
+    operator = _span_operator(job, span_list(job.spec, 5)[2], make_pod_settings())
     _use_client(operator, recording_client)
 
-    assert operator.execute(task_context("swap_chunk", map_index=2)) is None  # type: ignore[arg-type]
+    assert operator.execute(task_context("swap_span", map_index=2)) is None  # type: ignore[arg-type]
 
     assert recording_client.calls == []
 
@@ -278,7 +312,14 @@ def test_merge_of_a_finished_output_launches_no_pod(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     commit_output(job)
-    operator = make_operator("merge", job.job_uri, make_pod_settings())
+    operator = KubernetesWorkerOperator(
+        task_id="merge",
+        command="merge",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        pod_settings=make_pod_settings(),
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
     _use_client(operator, recording_client)
 
     operator.execute(task_context("merge"))  # type: ignore[arg-type]
@@ -286,24 +327,19 @@ def test_merge_of_a_finished_output_launches_no_pod(
     assert recording_client.calls == []
 
 
-def test_uncommitted_chunk_creates_its_pod_and_defers(
+def test_an_unfinished_span_creates_its_pod_and_defers(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
     write_job: Callable[..., Any],
-    commit_chunk: Callable[..., Any],
+    commit_segment: Callable[..., Any],
     secrets_in_environment: dict[str, str],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_chunk(job, 2)
-    operator = KubernetesSwapChunkOperator(
-        task_id="swap_chunk",
-        job_uri=job.job_uri,
-        chunk=job.chunks[3].model_dump(),
-        pod_settings=make_pod_settings(storage_secret="facefusion-storage"),
-        kubernetes_conn_id=KUBE_CONN_ID,
-    )
+    commit_segment(job, 2)
+    span = span_list(job.spec, 5)[3]
+    operator = _span_operator(job, span, make_pod_settings(storage_secret="facefusion-storage"))
     _use_client(operator, recording_client)
-    context = task_context("swap_chunk", map_index=3, try_number=2)
+    context = task_context("swap_span", map_index=3, try_number=2)
 
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(context)  # type: ignore[arg-type]
@@ -311,8 +347,9 @@ def test_uncommitted_chunk_creates_its_pod_and_defers(
     assert "create_namespaced_pod" in recording_client.names()
     (body,) = [call["body"] for name, call in recording_client.calls if name == "create_namespaced_pod"]
     validate_strictly(body)
-    assert container(body)["args"] == ["swap-chunk", "--job-uri", job.job_uri, "--index", "3"]
+    assert container(body)["args"] == worker_argv("swap-span", job.work_uri, span_worker_args(TARGET, span))
     assert {"name": "FACEFUSION_TRY_NUMBER", "value": "2"} in container(body)["env"]
+    assert {"name": "FACEFUSION_TASK_KEY", "value": f"facefusion_swap/{RUN_ID}/swap_span/3"} in container(body)["env"]
     trigger = deferred.value.trigger
     assert trigger.startup_timeout == 900
     assert trigger.on_finish_action == "delete_succeeded_pod"
@@ -346,7 +383,7 @@ def _report(failure_class: str, retryable: bool, message: str) -> str:
 def test_non_retryable_termination_message_fails_the_task_at_once_and_keeps_the_pod(
     tmp_path: Path, recording_client: RecordingCoreV1Api
 ) -> None:
-    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    operator = make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings())
     _use_client(operator, recording_client)
     pod = recording_client.remote_pod = _finished_pod(
         operator, "Failed", EXIT_NO_FACE, _report("no_face", False, "face.jpg: no face found")
@@ -375,7 +412,7 @@ def test_retryable_termination_fails_the_try_for_a_retry(
     reason: str,
     expected: str,
 ) -> None:
-    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    operator = make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings())
     _use_client(operator, recording_client)
     pod = recording_client.remote_pod = _finished_pod(operator, "Failed", exit_code, message, reason)
 
@@ -388,7 +425,7 @@ def test_retryable_termination_fails_the_try_for_a_retry(
 
 
 def test_succeeded_pod_is_deleted(tmp_path: Path, recording_client: RecordingCoreV1Api) -> None:
-    operator = make_operator("swap-chunk", job_uri_under(tmp_path), make_pod_settings())
+    operator = make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings())
     _use_client(operator, recording_client)
     pod = recording_client.remote_pod = _finished_pod(operator, "Succeeded", 0, None, "Completed")
 
@@ -401,7 +438,7 @@ def test_the_backend_seam_gives_the_kubernetes_operators() -> None:
     backend = load_backend("kubernetes")
 
     assert backend.worker is KubernetesWorkerOperator
-    assert backend.swap_chunk is KubernetesSwapChunkOperator
+    assert backend.swap_span is KubernetesSwapSpanOperator
 
 
 @pytest.mark.parametrize(
@@ -412,7 +449,7 @@ def test_the_backend_seam_gives_the_kubernetes_operators() -> None:
         ("tolerations", '{"key": "gpu"}', "expected a JSON list"),
         ("affinity", "[]", "expected a JSON object"),
         ("worker_memory", "8 GB", "not a Kubernetes quantity"),
-        ("gpu_commands", "swap-chunk,render", "render"),
+        ("gpu_commands", "swap-span,render", "render"),
         ("gpu_count", "0", "at least 1"),
     ],
 )
@@ -433,20 +470,5 @@ def test_the_dag_runs_its_worker_tasks_as_pods_when_the_backend_is_kubernetes(mo
     tasks = {task.task_id: task for task in bag.dags["facefusion_swap"].tasks}
     assert isinstance(tasks["prepare"], KubernetesWorkerOperator)
     assert isinstance(tasks["merge"], KubernetesWorkerOperator)
-    assert tasks["swap_chunk"].operator_class is KubernetesSwapChunkOperator  # mapped: one pod per chunk
-    assert tasks["swap_chunk"].partial_kwargs["pool"] == "facefusion_gpu"
-
-
-def test_an_unreadable_job_fails_at_once_without_a_pod(
-    tmp_path: Path, recording_client: RecordingCoreV1Api, write_job: Callable[..., Any]
-) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    job_json = Path(storage.local_path(storage.JobLayout(job.job_uri).job_json) or "")
-    job_json.write_text('{"format_version": 999}')
-    operator = make_operator("merge", job.job_uri, make_pod_settings())
-    _use_client(operator, recording_client)
-
-    with pytest.raises(AirflowFailException, match=r"job\.json"):
-        operator.execute(task_context("merge"))  # type: ignore[arg-type]
-
-    assert recording_client.calls == []
+    assert tasks["swap_span"].operator_class is KubernetesSwapSpanOperator  # mapped: one pod per span
+    assert tasks["swap_span"].partial_kwargs["pool"] == "default_pool"

@@ -19,7 +19,9 @@ from facefusion_provider.media.readback import frame_digests, packet_payloads
 from .conftest import MakeVideo
 
 
-def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(make_video: MakeVideo, tmp_path: Path) -> None:
+def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(
+    make_video: MakeVideo, tmp_path: Path
+) -> None:
     # Short frames before each join and long ones after: B-frame segments would start decoding before the previous
     # segment ends. The merge must keep every pts exact and the decode timestamps strictly increasing.
     bframes = {"preset": "veryfast", "crf": "20", "bf": "3"}

@@ -19,10 +19,12 @@ from s3_servers import Fault, FaultyProxy, MotoServer
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import RetryableError
+from facefusion_provider.job.ids import work_id
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
-from facefusion_provider.types import JobSpec
-from facefusion_provider.worker.jobs import _copied_sample_ranges, _merge_original
+from facefusion_provider.options import Options
+from facefusion_provider.worker.merge import _copied_sample_ranges, _merge_original
 
 PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 BIG_FRAMES = {"preset": "ultrafast", "crf": "0"}  # 320x240 lossless: about 70 KB a frame, more than FFmpeg reads over
@@ -118,13 +120,24 @@ def upload(s3: S3, path: Path) -> tuple[str, str]:
     return key, f"s3://videos/{key}"
 
 
-def committed_job(target_uri: str, name: str) -> JobSpec:
-    spec = worker.prepare(
-        f"s3://work/jobs/{name}", [], target_uri, f"s3://videos/out/{name}.mp4", chunk_size=1000, **PASSTHROUGH
-    )
-    for chunk in spec.chunks:
-        worker.swap_chunk(spec.job_uri, chunk.index)
-    return spec
+@dataclass(frozen=True)
+class CommittedWork:
+    work_uri: str
+    target_uri: str
+    output_uri: str
+
+    def merge(self, output_uri: str | None = None) -> worker.MergeResult:
+        return worker.merge(self.work_uri, self.target_uri, output_uri or self.output_uri)
+
+
+def committed_job(target_uri: str, name: str) -> CommittedWork:
+    """A work under its own root ``s3://work/{name}`` with its one segment committed, to merge to ``out/{name}.mp4``."""
+    options = {"segment_size": 1000, **PASSTHROUGH}
+    work = work_id(storage.content_id(target_uri), [], Options(**options))
+    work_uri = WorkLayout.under(f"s3://work/{name}", work).work_uri
+    spec = worker.prepare(work_uri, [], target_uri, **options)
+    worker.swap_span(work_uri, target_uri, 0, len(spec.segments))
+    return CommittedWork(work_uri, target_uri, f"s3://videos/out/{name}.mp4")
 
 
 def downloaded(uri: str, folder: Path) -> bytes:
@@ -142,13 +155,12 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
     spec = committed_job(target_uri, name)
 
     s3.proxy.forget_exchanges()
-    ranged = worker.merge(spec.job_uri)
+    ranged = spec.merge()
     gets = s3.target_gets(key)
 
-    # The same job again, its output elsewhere, with the target read from a local copy (the plain path).
+    # The same work merged again to another output, with the target read from a local copy (the plain path).
     monkeypatch.setenv(storage.INPUT_CACHE_DIR_VARIABLE, str(tmp_path / "node-cache"))
-    worker.prepare(spec.job_uri, [], target_uri, f"s3://videos/out/{name}-local.mp4", chunk_size=1000, **PASSTHROUGH)
-    local = worker.merge(spec.job_uri)
+    local = spec.merge(f"s3://videos/out/{name}-local.mp4")
 
     assert downloaded(ranged.output_uri, tmp_path) == downloaded(local.output_uri, tmp_path)
     merged = tmp_path / f"{name}.mp4"
@@ -170,13 +182,12 @@ def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
     monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, str(1024 * 1024))
     monkeypatch.setattr(storage, "RANGE_BYTES_PER_GET", 1)  # a GET per gap: this file is small
     key, target_uri = upload(s3, media["long"])
-    spec = worker.prepare(
-        f"s3://work/jobs/{uuid.uuid4().hex}", [], target_uri, "s3://videos/out/unused.mp4", **PASSTHROUGH
-    )
+    work = committed_job(target_uri, uuid.uuid4().hex)
+    spec = worker.load_job(WorkLayout(work.work_uri))
     size = media["long"].stat().st_size
 
     s3.proxy.forget_exchanges()
-    with storage.open_input(target_uri) as target, _merge_original(spec, target) as original:
+    with storage.open_input(target_uri) as target, _merge_original(spec, target_uri, target) as original:
         assert not isinstance(original, str)
         with av.open(original, options={"skip_frame": "all"}) as container:
             opened = sum(answered for _, _, answered in s3.target_gets(key))
@@ -200,7 +211,7 @@ def test_a_range_that_fails_once_is_retried_and_the_merge_succeeds(
     s3.proxy.forget_exchanges()
     s3.proxy.inject(FaultAfter("GET", rf"/videos/{re.escape(key)}", 503, times=2, after=1))
 
-    result = worker.merge(spec.job_uri)
+    result = spec.merge()
 
     gets = s3.target_gets(key)
     assert gets[0][2] == media["short"].stat().st_size  # the index read: the whole small file, cached
@@ -226,7 +237,7 @@ def test_a_range_that_keeps_failing_fails_the_merge_as_retryable_with_nothing_pu
     s3.proxy.inject(FaultAfter("GET", rf"/videos/{re.escape(key)}", 503, times=10_000, after=1))
 
     with pytest.raises(RetryableError, match=rf"^{re.escape(target_uri)}: storage still failing after retries"):
-        worker.merge(spec.job_uri)
+        spec.merge()
 
     assert s3.keys(f"out/{name}") == [] and s3.keys(f"out/.{name}") == []
     assert worker_threads() == [] and list(private_tmp.iterdir()) == []
@@ -237,7 +248,7 @@ def test_targets_without_audio_or_without_a_moov_merge_as_before(
     s3: S3, media: dict[str, Path], kind: str, tmp_path: Path
 ) -> None:
     _, target_uri = upload(s3, media[kind])
-    result = worker.merge(committed_job(target_uri, uuid.uuid4().hex).job_uri)
+    result = committed_job(target_uri, uuid.uuid4().hex).merge()
 
     merged = tmp_path / "merged.mp4"
     storage.get_file(result.output_uri, merged)

@@ -1,5 +1,5 @@
-"""The merge on a real S3 endpoint (moto's server, in this process): chunks downloaded ahead and checked in one read;
-a bad chunk in the middle fails the merge by name, publishes nothing and keeps every chunk's marker."""
+"""The merge on a real S3 endpoint (moto's server, in this process): segments downloaded ahead and checked in one
+read; a bad segment in the middle fails the merge by name, publishes nothing and keeps every segment's marker."""
 
 from __future__ import annotations
 
@@ -13,25 +13,32 @@ from typing import Any
 
 import fsspec
 import pytest
+from committed import committed_work, segment_file_uri
 from s3_servers import MotoServer
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.job.layout import WorkLayout, output_marker_uri
+from facefusion_provider.job.records import JobSpec
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
-from facefusion_provider.types import JobSpec
 
 
 @dataclass(frozen=True)
 class S3Job:
+    work_uri: str
     spec: JobSpec
     target: str
+    output_uri: str
     client: Any
 
     @property
-    def layout(self) -> storage.JobLayout:
-        return storage.JobLayout(self.spec.job_uri)
+    def layout(self) -> WorkLayout:
+        return WorkLayout(self.work_uri)
+
+    def merge(self) -> worker.MergeResult:
+        return worker.merge(self.work_uri, self.target, self.output_uri)
 
     def keys(self, bucket: str, prefix: str) -> list[str]:
         found = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
@@ -45,68 +52,61 @@ def top_level_kinds(path: Path) -> list[str]:
 
 @pytest.fixture
 def s3_job(moto_server: MotoServer, use_s3_endpoint: Callable[[str], None], tmp_path: Path) -> Iterator[S3Job]:
-    """A committed job of 5 two-frame chunks under ``s3://work``, its output to go to ``s3://videos/out/``."""
+    """A committed work of 5 two-frame segments under ``s3://work``, its output to go to ``s3://videos/out/``."""
     use_s3_endpoint(moto_server.url)
     target = str(tmp_path / "target.mp4")
     video = VideoSpec(frame_rate=Fraction(25), audio_rate=8000)
     write_video(target, video, pattern_frames(10, video.width, video.height))
     name = uuid.uuid4().hex
-    spec = worker.prepare(
-        f"s3://work/jobs/{name}",
-        [],
-        target,
-        f"s3://videos/out/{name}.mp4",
-        chunk_size=2,
-        processors=[],
-        output_video_quality=100,
+    work_uri, spec = committed_work(
+        f"s3://work/{name}", target, segment_size=2, processors=[], output_video_quality=100
     )
-    for chunk in spec.chunks:
-        worker.swap_chunk(spec.job_uri, chunk.index)
     try:
-        yield S3Job(spec, target, moto_server.client())
+        yield S3Job(work_uri, spec, target, f"s3://videos/out/{name}.mp4", moto_server.client())
     finally:
         fsspec.filesystem("s3").clear_instance_cache()
 
 
-def test_an_s3_job_merges_from_chunks_downloaded_ahead(s3_job: S3Job, private_tmp: Path, tmp_path: Path) -> None:
-    result = worker.merge(s3_job.spec.job_uri)
+def test_an_s3_work_merges_from_segments_downloaded_ahead(s3_job: S3Job, private_tmp: Path, tmp_path: Path) -> None:
+    result = s3_job.merge()
 
-    assert result.frame_count == 10 and len(s3_job.spec.chunks) == 5
+    assert result.frame_count == 10 and len(s3_job.spec.segments) == 5
     local = tmp_path / "merged.mp4"
     storage.get_file(result.output_uri, local)
     assert [d.md5 for d in frame_digests(str(local))] == [d.md5 for d in frame_digests(s3_job.target)]
     assert packet_payloads(str(local)) == packet_payloads(s3_job.target)
     assert top_level_kinds(local) == ["ftyp", "moov", "free", "mdat"]  # playable while it downloads
     assert s3_job.client.list_multipart_uploads(Bucket="videos").get("Uploads", []) == []
-    assert storage.exists(storage.output_marker_uri(result.output_uri))
+    assert storage.exists(output_marker_uri(result.output_uri))
     assert list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
-def test_a_bad_chunk_in_the_middle_fails_by_name_and_publishes_nothing(
+def test_a_bad_segment_in_the_middle_fails_by_name_and_publishes_nothing(
     damage: str, s3_job: S3Job, private_tmp: Path, worker_threads: Callable[[], list[Any]]
 ) -> None:
-    name = s3_job.spec.job_uri.rsplit("/", 1)[-1]
-    key = f"jobs/{name}/chunks/00002.mp4"
+    name = s3_job.output_uri.rsplit("/", 1)[-1].removesuffix(".mp4")
+    key = segment_file_uri(s3_job.work_uri, 2).removeprefix("s3://work/")
+    folder = s3_job.layout.segments_dir.removeprefix("s3://work/")
     if damage == "corrupt":
         data = s3_job.client.get_object(Bucket="work", Key=key)["Body"].read()
         s3_job.client.put_object(Bucket="work", Key=key, Body=data[:-10] + b"0123456789")
         expected: tuple[type[Exception], str] = (
             InvalidJobError,
-            rf"^s3://work/{key}: checksum differs from its marker \(corrupt chunk\); delete s3://work/jobs/{name}/"
-            r"chunks/00002\.json and rerun$",
+            rf"^s3://work/{key}: checksum differs from its marker \(corrupt segment\); delete s3://work/{folder}/"
+            r"00002\.json and rerun$",
         )
     else:
         s3_job.client.delete_object(Bucket="work", Key=key)
         expected = (InputMissingError, rf"^s3://work/{key}: no such file$")
 
     with pytest.raises(expected[0], match=expected[1]):
-        worker.merge(s3_job.spec.job_uri)
+        s3_job.merge()
 
     assert s3_job.keys("videos", f"out/{name}") == [] and s3_job.keys("videos", f"out/.{name}") == []
     assert s3_job.client.list_multipart_uploads(Bucket="videos", Prefix="out/").get("Uploads", []) == []
-    markers = [f"jobs/{name}/chunks/{chunk.index:05d}.json" for chunk in s3_job.spec.chunks]
-    assert set(markers) <= set(s3_job.keys("work", f"jobs/{name}/chunks/"))
+    markers = [f"{folder}/{segment.index:05d}.json" for segment in s3_job.spec.segments]
+    assert set(markers) <= set(s3_job.keys("work", f"{folder}/"))
     assert list(private_tmp.iterdir()) == []
     assert worker_threads() == []
 

@@ -16,6 +16,7 @@ import av
 import fsspec
 import numpy as np
 import pytest
+from committed import committed_work
 from s3_servers import MotoServer
 
 from facefusion_provider import storage, worker
@@ -130,7 +131,7 @@ def test_a_failure_after_parts_went_up_leaves_no_object_and_no_pending_upload(
         OutputPublisher(f"s3://videos/{key}", str(tmp_path), expected_bytes=len(moov_last)) as publisher,
     ):
         _write_media_then_wait_for_part_2(publisher, moov_last, s3, key).close()
-        raise PublishError("a chunk failed its check")
+        raise PublishError("a segment failed its check")
 
     assert s3.list_objects_v2(Bucket="videos", Prefix=key).get("KeyCount") == 0
     assert _pending_uploads(s3, key) == [] and list(tmp_path.iterdir()) == []
@@ -192,11 +193,9 @@ def test_a_merge_to_s3_streams_its_output_in_parts_and_publishes_every_packet(
 ) -> None:
     name = uuid.uuid4().hex
     passthrough = {"processors": [], "output_video_quality": 100}
-    spec = worker.prepare(f"s3://work/jobs/{name}", [], str(large_video), f"s3://videos/out/{name}.mp4", **passthrough)
-    for chunk in spec.chunks:
-        worker.swap_chunk(spec.job_uri, chunk.index)
+    work_uri, _ = committed_work(f"s3://work/{name}", str(large_video), **passthrough)
 
-    worker.merge(spec.job_uri)
+    worker.merge(work_uri, str(large_video), f"s3://videos/out/{name}.mp4")
 
     merged = private_tmp.parent / "merged.mp4"
     merged.write_bytes(s3.get_object(Bucket="videos", Key=f"out/{name}.mp4")["Body"].read())

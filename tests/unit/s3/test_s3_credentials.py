@@ -102,19 +102,22 @@ def test_the_local_worker_gets_the_credentials_in_its_environment_only(
     operator = LocalWorkerOperator(
         task_id="prepare",
         command="prepare",
-        job_uri="s3://work/jobs/j1",
+        work_uri="s3://work/work/w1",
+        output_uri="s3://out/v.mp4",
         worker_args=["--target", "s3://in/v.mp4"],
     )
-    # A job on S3: the marker check before launching also goes through the connection, which points nowhere here;
+    # A work on S3: the marker check before launching also goes through the connection, which points nowhere here;
     # skip it to keep this a unit test (integration/s3 runs the real thing against an S3 server).
     monkeypatch.setattr("facefusion_provider.operators.local.completed_work", lambda *args, **kwargs: None)
-    context: Any = {"ti": SimpleNamespace(try_number=1)}
+    context: Any = {
+        "ti": SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="prepare", map_index=-1)
+    }
     with caplog.at_level(logging.DEBUG):
         operator.execute(context)
     seen = json.loads(record.read_text())
     assert seen["env"]["AWS_ACCESS_KEY_ID"] == "AKIAFACEFUSIONTEST"
     assert seen["env"]["AWS_SECRET_ACCESS_KEY"] == SECRET
     assert seen["env"]["FACEFUSION_S3_ENDPOINT_URL"] == "http://127.0.0.1:9999"
-    assert seen["argv"] == ["prepare", "--job-uri", "s3://work/jobs/j1", "--target", "s3://in/v.mp4"]
+    assert seen["argv"] == ["prepare", "--work-uri", "s3://work/work/w1", "--target", "s3://in/v.mp4"]
     assert SECRET not in " ".join(seen["argv"])
     assert SECRET not in caplog.text

@@ -20,7 +20,7 @@ def s3_error(code: str, status: int, message: str = "message from S3") -> BaseEx
 
 
 def raised_through_mapping(error: BaseException, uri: str = URI) -> BaseException:
-    with pytest.raises(Exception) as caught, storage._storage_errors(uri):
+    with pytest.raises(Exception) as caught, storage.storage_errors(uri):
         raise error
     return caught.value
 

@@ -30,6 +30,6 @@ def work_root(tmp_path: Path) -> str:
     return str(tmp_path / "work")
 
 
-def job_folders(work_root: str) -> list[Path]:
-    jobs = Path(work_root) / "jobs"
-    return sorted(jobs.iterdir()) if jobs.is_dir() else []
+def work_folders(work_root: str) -> list[Path]:
+    folder = Path(work_root) / "work"
+    return sorted(folder.iterdir()) if folder.is_dir() else []

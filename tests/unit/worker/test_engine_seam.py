@@ -12,9 +12,10 @@ from typing import Any
 import av
 import numpy as np
 import pytest
+from committed import work_uri_for
 
 import facefusion_provider.engine.processors as engine
-from facefusion_provider import worker
+from facefusion_provider import storage, worker
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import encode_image, read_image, rgb_array
 from facefusion_provider.media.probe import probe_video
@@ -77,15 +78,15 @@ def test_processed_frames_are_encoded_in_place_of_the_originals(
         face_selector_mode="reference",
         reference_frame_number=13,
         output_video_quality=100,
-        chunk_size=6,
+        segment_size=6,
     )
-    assert result.frame_count == 17 and result.chunk_count == 3
+    assert result.frame_count == 17 and result.segment_count == 3
     assert seen["paths"] == [str(source)] and seen["models_dir"] == "/models"
     assert seen["identity"] == {"embedding": [0.5, 0.25]}
     probe = probe_video(target, target)
     assert np.array_equal(seen["reference"], rgb_array(decode_frame(target, probe, 13, target)))
-    assert len(processors) == 1  # one processor for the whole run, not one per chunk
-    assert processors[0].calls == 2 + 2 + 2  # batches of 3 over chunks of 6, 6 and 5 frames
+    assert len(processors) == 1  # one processor for the whole run, not one per segment
+    assert processors[0].calls == 6  # batches of 3 over 17 frames: no pause at the segment boundaries
     with av.open(target) as original, av.open(str(output)) as swapped:
         for before, after in zip(original.decode(video=0), swapped.decode(video=0), strict=True):
             assert after.pts == before.pts
@@ -96,7 +97,7 @@ def test_processed_frames_are_encoded_in_place_of_the_originals(
             assert np.abs(a - b)[outside].mean() < 3  # the rest went through RGB and back unharmed
     assert [d.md5 for d in frame_digests(str(output))] != [d.md5 for d in frame_digests(target)]
     sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview").astype(int)
-    top, bottom = sheet[8 : 8 + 48, 8 : 8 + 64], sheet[12 + 48 : 12 + 96, 8 : 8 + 64]  # chunk 0: before, after
+    top, bottom = sheet[8 : 8 + 48, 8 : 8 + 64], sheet[12 + 48 : 12 + 96, 8 : 8 + 64]  # segment 0: before, after
     assert bottom[SQUARE].mean() < 30 < top[SQUARE].mean()
 
 
@@ -107,9 +108,12 @@ def test_prepare_stores_the_identity_in_job_json(
     source = tmp_path / "face.png"
     source.write_bytes(encode_image(np.zeros((8, 8, 3), np.uint8), "png"))
     monkeypatch.setattr(engine, "prepare_identity", lambda paths, reference, options, models_dir: {"who": "astronaut"})
-    spec = worker.prepare(str(tmp_path / "job"), [str(source)], target, str(tmp_path / "out.mp4"))
+    work_uri = work_uri_for(str(tmp_path / "root"), [str(source)], target)
+    spec = worker.prepare(work_uri, [str(source)], target)
     assert spec.identity == {"who": "astronaut"}
-    assert json.loads((tmp_path / "job" / "job.json").read_text())["identity"] == {"who": "astronaut"}
+    assert json.loads(Path(storage.local_path(work_uri) or "", "job.json").read_text())["identity"] == {
+        "who": "astronaut"
+    }
 
 
 def _carphone() -> str:
@@ -119,7 +123,7 @@ def _carphone() -> str:
 
 
 def test_real_face_swap_on_a_real_clip(tmp_path: Path) -> None:
-    """The real engine (offline classic swapper) through the chunked worker: the face changes, the count and
+    """The real engine (offline classic swapper) through the segmented worker: the face changes, the count and
     timestamps do not."""
     from skimage import data
 
@@ -133,10 +137,10 @@ def test_real_face_swap_on_a_real_clip(tmp_path: Path) -> None:
         str(output),
         str(tmp_path / "work"),
         trim_frame_end=12,
-        chunk_size=6,
+        segment_size=6,
         output_video_quality=90,
     )
-    assert (result.frame_count, result.chunk_count) == (12, 2)
+    assert (result.frame_count, result.segment_count) == (12, 2)
     probe, swapped = probe_video(target, target), probe_video(str(output), str(output))
     assert swapped.pts == probe.pts[:12] and swapped.frame_rate == "30000/1001"
     changed = []

@@ -16,7 +16,7 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.media.mp4index import TrackIndex, read_movie_index
-from facefusion_provider.worker.jobs import _copied_sample_ranges
+from facefusion_provider.worker.merge import _copied_sample_ranges
 from facefusion_provider.worker.prefetch import Prefetch
 
 from .conftest import MakeVideo

@@ -1,4 +1,4 @@
-"""The merge's I/O: chunks fetched ahead in threads while the remux runs, each read once, disk use bounded, and every
+"""The merge's I/O: segments fetched ahead in threads while the remux runs, each read once, disk use bounded, and every
 failure raised from the merge call with nothing published, no thread left running and no temporary file left behind."""
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import committed_work, segment_file_uri
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
-from facefusion_provider.media.merge import ChunkFile, ChunkSpan, merge_chunks
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import JobSpec
+from facefusion_provider.media.merge import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.types import JobSpec
+from facefusion_provider.worker.merge import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.worker.prefetch import Prefetch
 
 from .conftest import MakeVideo
@@ -42,15 +45,16 @@ MERGE_TIMINGS = {
 
 @pytest.fixture
 def remote_job(make_video: MakeVideo, tmp_path: Path) -> Iterator[tuple[str, JobSpec, str]]:
-    """A job of 6 two-frame chunks (with audio) on ``memory://``: remote storage, so the merge downloads each chunk."""
+    """A work of 6 two-frame segments (with audio) on ``memory://``: remote storage, so the merge downloads each."""
     target = make_video(frames=12, audio_rate=8000)
-    job_uri = f"memory://merge-io/{uuid.uuid4().hex}"
-    output = str(tmp_path / "out" / "result.mp4")
-    spec = worker.prepare(job_uri, [], target, output, chunk_size=2, **PASSTHROUGH)
-    for chunk in spec.chunks:
-        worker.swap_chunk(job_uri, chunk.index)
-    yield job_uri, spec, target
-    storage.remove_tree(job_uri)
+    root = f"memory://merge-io/{uuid.uuid4().hex}"
+    work_uri, spec = committed_work(root, target, segment_size=2, **PASSTHROUGH)
+    yield work_uri, spec, target
+    storage.remove_tree(root)
+
+
+def _output(tmp_path: Path) -> str:
+    return str(tmp_path / "out" / "result.mp4")
 
 
 def test_prefetch_hands_results_out_in_order_with_a_bounded_number_alive() -> None:
@@ -118,67 +122,64 @@ def test_prefetch_tasks_use_the_callers_s3_credentials() -> None:
         assert list(prefetch.results()) == ["AKIDEXAMPLE"] * 3
 
 
-def test_merge_chunks_asks_for_each_chunk_only_after_the_previous_one_is_read(
+def test_merge_segments_asks_for_each_segment_only_after_the_previous_one_is_read(
     make_video: MakeVideo, tmp_path: Path
 ) -> None:
     # The paths arrive one by one and each earlier copy is deleted when the next is asked for, as the worker does.
     target = make_video(frames=12, audio_rate=8000)
-    output = tmp_path / "whole.mp4"
-    job_uri = str(tmp_path / "job")
-    spec = worker.prepare(job_uri, [], target, str(output), chunk_size=3, **PASSTHROUGH)
-    for chunk in spec.chunks:
-        worker.swap_chunk(job_uri, chunk.index)
+    work_uri, spec = committed_work(str(tmp_path / "root"), target, segment_size=3, **PASSTHROUGH)
     staging = tmp_path / "staging"
     staging.mkdir()
     asked: list[int] = []
 
     def arriving() -> Iterator[str]:
         previous: Path | None = None
-        for chunk in spec.chunks:
-            asked.append(chunk.index)
+        for segment in spec.segments:
+            asked.append(segment.index)
             if previous is not None:
                 previous.unlink()
-            previous = staging / f"{chunk.index}.mp4"
-            shutil.copyfile(Path(job_uri) / "chunks" / f"{chunk.index:05d}.mp4", previous)
+            previous = staging / f"{segment.index}.mp4"
+            shutil.copyfile(storage.local_path(segment_file_uri(work_uri, segment.index)) or "", previous)
             yield str(previous)
-        asked.append(-1)  # asked once more after the last chunk
+        asked.append(-1)  # asked once more after the last segment
         assert previous is not None
         previous.unlink()
 
-    spans = [ChunkSpan(chunk.start, chunk.end) for chunk in spec.chunks]
+    pending = [PendingSegment(segment.start, segment.end) for segment in spec.segments]
     merged = tmp_path / "lazy.mp4"
-    assert merge_chunks(spans, target, probe_video(target, target), str(merged), name=target, paths=arriving()) == 12
+    assert (
+        merge_segments(pending, target, probe_video(target, target), str(merged), name=target, paths=arriving()) == 12
+    )
     assert asked == [0, 1, 2, 3, -1] and list(staging.iterdir()) == []
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(target)]
     assert packet_payloads(str(merged)) == packet_payloads(target)
 
 
-def test_merge_chunks_raises_what_the_paths_raise(make_video: MakeVideo, tmp_path: Path) -> None:
+def test_merge_segments_raises_what_the_paths_raise(make_video: MakeVideo, tmp_path: Path) -> None:
     target = make_video(frames=6)
     probe = probe_video(target, target)
 
     def failing() -> Iterator[str]:
         yield target
-        raise InvalidJobError("chunk 1: checksum differs")
+        raise InvalidJobError("segment 1: checksum differs")
 
-    with pytest.raises(InvalidJobError, match="chunk 1: checksum differs"):
-        merge_chunks(
-            [ChunkSpan(0, 6), ChunkSpan(6, 12)], target, probe, str(tmp_path / "o.mp4"), name="t", paths=failing()
-        )
+    pending = [PendingSegment(0, 6), PendingSegment(6, 12)]
+    with pytest.raises(InvalidJobError, match="segment 1: checksum differs"):
+        merge_segments(pending, target, probe, str(tmp_path / "o.mp4"), name="t", paths=failing())
     with pytest.raises(TypeError, match="frames 0-5 has no file: pass paths"):
-        merge_chunks([ChunkSpan(0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t")
-    assert merge_chunks([ChunkFile(target, 0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t") == 6
+        merge_segments([PendingSegment(0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t")
+    assert merge_segments([SegmentFile(target, 0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t") == 6
 
 
-def test_a_remote_job_reads_each_chunk_once_with_few_on_disk_and_the_remux_starts_early(
+def test_a_remote_work_reads_each_segment_once_with_few_on_disk_and_the_remux_starts_early(
     remote_job: tuple[str, JobSpec, str],
     private_tmp: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    job_uri, spec, target = remote_job
-    monkeypatch.setenv(storage.MERGE_PREFETCH_VARIABLE, "2")
-    downloads: list[tuple[str, int, bool]] = []  # (chunk, chunk files on disk already, output being written)
+    work_uri, spec, target = remote_job
+    monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "2")
+    downloads: list[tuple[str, int, bool]] = []  # (segment, segment files on disk already, output being written)
     hashed: list[str] = []
     out_folder = tmp_path / "out"
     real_download, real_hash = storage.get_file_sha256, storage.file_sha256
@@ -195,63 +196,61 @@ def test_a_remote_job_reads_each_chunk_once_with_few_on_disk_and_the_remux_start
 
     monkeypatch.setattr(storage, "get_file_sha256", counting_download)
     monkeypatch.setattr(storage, "file_sha256", recording_hash)
-    result = worker.merge(job_uri)
+    result = worker.merge(work_uri, target, _output(tmp_path))
 
-    assert sorted(name for name, _, _ in downloads) == [f"{c.index:05d}.mp4" for c in spec.chunks]  # once each
-    assert hashed == []  # each chunk is hashed as it downloads, the output as it is published: no file is read again
-    assert max(on_disk for _, on_disk, _ in downloads) <= 2  # the chunk being remuxed and two ahead, at most 3
-    assert downloads[-1][2]  # the remux was writing the output before the last chunk was fetched
+    files = sorted(segment_file_uri(work_uri, s.index).rsplit("/", 1)[1] for s in spec.segments)
+    assert sorted(name for name, _, _ in downloads) == files  # each once
+    assert hashed == []  # each segment is hashed as it downloads, the output as it is published: none is read again
+    assert max(on_disk for _, on_disk, _ in downloads) <= 2  # the segment being remuxed and two ahead, at most 3
+    assert downloads[-1][2]  # the remux was writing the output before the last segment was fetched
     assert set(result.timings) == MERGE_TIMINGS
     assert result.timings["fetch_wait_s"] <= result.timings["remux_s"]
-    output = storage.local_path(spec.output_uri)
-    assert output is not None
+    output = _output(tmp_path)
     assert [d.md5 for d in frame_digests(output)] == [d.md5 for d in frame_digests(target)]
     assert packet_payloads(output) == packet_payloads(target)
     assert list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
-def test_a_bad_chunk_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
+def test_a_bad_segment_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
     damage: str,
     remote_job: tuple[str, JobSpec, str],
     private_tmp: Path,
     tmp_path: Path,
     worker_threads: Callable[[], list[Any]],
 ) -> None:
-    job_uri, spec, _ = remote_job
-    layout = storage.JobLayout(job_uri)
-    chunk_uri = layout.chunk_video(3)
+    work_uri, spec, target = remote_job
+    layout = WorkLayout(work_uri)
+    segment_uri = segment_file_uri(work_uri, 3)
     if damage == "corrupt":
-        data = storage.read_bytes(chunk_uri)
-        storage.write_bytes_atomic(chunk_uri, data[:-10] + b"0123456789")
+        data = storage.read_bytes(segment_uri)
+        storage.write_bytes_atomic(segment_uri, data[:-10] + b"0123456789")
         expected: tuple[type[Exception], str] = (
             InvalidJobError,
-            r"/chunks/00003\.mp4: checksum differs from its marker",
+            r"/segments/00003\.\w+\.mp4: checksum differs from its marker",
         )
     else:
-        storage.remove_tree(chunk_uri)
-        expected = (InputMissingError, r"/chunks/00003\.mp4: no such file")
+        storage.remove_tree(segment_uri)
+        expected = (InputMissingError, r"/segments/00003\.\w+\.mp4: no such file")
 
     with pytest.raises(expected[0], match=expected[1]):
-        worker.merge(job_uri)
+        worker.merge(work_uri, target, _output(tmp_path))
 
-    assert list((tmp_path / "out").iterdir()) == []  # no output, no partial file, no preview, no marker
-    assert all(storage.exists(layout.chunk_marker(chunk.index)) for chunk in spec.chunks)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no output, partial, marker
+    assert all(storage.exists(layout.segment_marker(segment.index)) for segment in spec.segments)
     assert list(private_tmp.iterdir()) == []  # the downloads went with their folder
     assert worker_threads() == []  # every fetch thread was joined
 
 
-def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
+def test_a_local_work_hashes_its_segments_in_place_and_keeps_them(
     make_video: MakeVideo, tmp_path: Path, private_tmp: Path
 ) -> None:
     target = make_video(frames=9)
-    job_uri = str(tmp_path / "job")
-    spec = worker.prepare(job_uri, [], target, str(tmp_path / "out.mp4"), chunk_size=3, **PASSTHROUGH)
-    for chunk in spec.chunks:
-        worker.swap_chunk(job_uri, chunk.index)
-    chunks = sorted((tmp_path / "job" / "chunks").glob("*.mp4"))
-    result = worker.merge(job_uri)
-    assert sorted((tmp_path / "job" / "chunks").glob("*.mp4")) == chunks and len(chunks) == 3
+    work_uri, _ = committed_work(str(tmp_path / "root"), target, segment_size=3, **PASSTHROUGH)
+    folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
+    segments = sorted(folder.glob("*.mp4"))
+    result = worker.merge(work_uri, target, str(tmp_path / "out.mp4"))
+    assert sorted(folder.glob("*.mp4")) == segments and len(segments) == 3
     assert set(result.timings) == MERGE_TIMINGS and list(private_tmp.iterdir()) == []
     assert [d.md5 for d in frame_digests(str(tmp_path / "out.mp4"))] == [d.md5 for d in frame_digests(target)]
     with (tmp_path / "out.mp4").open("rb") as output:  # the moov in front, and no temporary file left beside it
@@ -263,7 +262,7 @@ def test_a_local_job_hashes_its_chunks_in_place_and_keeps_them(
 
 
 def test_the_prefetch_setting_is_checked(remote_job: tuple[str, JobSpec, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    job_uri, _, _ = remote_job
-    monkeypatch.setenv(storage.MERGE_PREFETCH_VARIABLE, "0")
+    work_uri, _, target = remote_job
+    monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "0")
     with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
-        worker.merge(job_uri)
+        worker.merge(work_uri, target, "/tmp/never-written.mp4")

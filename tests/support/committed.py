@@ -1,0 +1,35 @@
+"""Work folders as the DAG makes them, for tests on any store: the content-addressed work URI of some inputs, a work
+with every segment committed, and the file a segment's marker names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from facefusion_provider import storage, worker
+from facefusion_provider.job.ids import work_id
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import JobSpec, SegmentMarker
+from facefusion_provider.options import Options
+
+
+def work_uri_for(work_root: str, sources: Sequence[str], target: str, **options: Any) -> str:
+    """The work folder that ``validate`` would name for these inputs and options."""
+    ids = [storage.content_id(storage.normalize_uri(source)) for source in sources]
+    work = work_id(storage.content_id(storage.normalize_uri(target)), ids, Options(**options))
+    return WorkLayout.under(work_root, work).work_uri
+
+
+def committed_work(work_root: str, target: str, sources: Sequence[str] = (), **options: Any) -> tuple[str, JobSpec]:
+    """A prepared work with every segment committed (by one worker): ``(work_uri, job spec)``."""
+    work_uri = work_uri_for(work_root, sources, target, **options)
+    spec = worker.prepare(work_uri, list(sources), target, **options)
+    worker.swap_span(work_uri, target, 0, len(spec.segments))
+    return work_uri, spec
+
+
+def segment_file_uri(work_uri: str, index: int) -> str:
+    """The committed file of segment ``index`` (its marker names it)."""
+    layout = WorkLayout(work_uri)
+    marker = SegmentMarker.model_validate_json(storage.read_bytes(layout.segment_marker(index)))
+    return layout.segment_file(marker.file)

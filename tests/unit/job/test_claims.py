@@ -1,0 +1,126 @@
+"""Claims on segments between real processes: one winner per segment, renewed leases held, a killed holder's lease
+taken over, a retry of the same task taking over its previous try's claims at once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import StorageDeniedError
+from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, longest_free_run, scan_work
+from facefusion_provider.job.layout import WorkLayout
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from facefusion_provider.job.claims import SegmentClaims, scan_work
+    from facefusion_provider.job.layout import WorkLayout
+
+    layout = WorkLayout(sys.argv[1])
+    claims = SegmentClaims(layout, owner=sys.argv[2], lease=float(sys.argv[3]))
+    took = claims.take(int(sys.argv[4]), scan_work(layout))
+    print("took" if took else "lost", flush=True)
+    with claims.renewing():
+        time.sleep(60)
+    """
+)
+
+
+def _holder(layout: WorkLayout, index: int, *, owner: str, lease: float) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, layout.work_uri, owner, str(lease), str(index)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "took"
+    return process
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> WorkLayout:
+    return WorkLayout.under(str(tmp_path), "work")
+
+
+def test_of_many_processes_racing_for_a_segment_exactly_one_gets_it(layout: WorkLayout) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from facefusion_provider.job.claims import SegmentClaims, scan_work
+        from facefusion_provider.job.layout import WorkLayout
+        layout = WorkLayout(sys.argv[1])
+        state = scan_work(layout)
+        print(SegmentClaims(layout).take(0, state))
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, layout.work_uri], stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    answers = [process.communicate(timeout=60)[0].strip() for process in processes]
+    assert sorted(answers) == ["False"] * 5 + ["True"]
+    assert [path.name for path in Path(storage.local_path(layout.claims_dir) or "").iterdir()] == ["00000.0001.json"]
+
+
+def test_a_renewed_lease_holds_and_a_killed_holders_lease_is_taken_over(layout: WorkLayout) -> None:
+    lease = 1.5
+    holder = _holder(layout, 3, owner="pod-a", lease=lease)
+    try:
+        mine = SegmentClaims(layout, owner="pod-b", lease=lease)
+        time.sleep(lease * 2)  # longer than a lease: only the holder's renewals keep it
+        assert not mine.is_free(3, scan_work(layout))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        deadline = time.monotonic() + lease * 4
+        while not mine.is_free(3, scan_work(layout)):
+            assert time.monotonic() < deadline, "the dead holder's lease never lapsed"
+            time.sleep(0.2)
+        assert mine.take(3, scan_work(layout))
+        assert scan_work(layout).claims[3].generation == 2
+        assert not SegmentClaims(layout, owner="pod-c", lease=lease).take(3, scan_work(layout))  # ours is fresh
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_a_new_try_of_the_same_task_takes_over_its_previous_try_at_once(layout: WorkLayout) -> None:
+    holder = _holder(layout, 5, owner="dag/run/swap_span/2", lease=60)
+    try:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        retry = SegmentClaims(layout, owner="dag/run/swap_span/2", lease=60)
+        other = SegmentClaims(layout, owner="dag/run/swap_span/3", lease=60)
+        state = scan_work(layout)
+        assert not other.is_free(5, state)  # another task must wait for the lease
+        assert retry.is_free(5, state) and retry.take(5, state)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_committed_segments_are_never_free(layout: WorkLayout) -> None:
+    storage.write_bytes_atomic(layout.segment_marker(1), b"{}")
+    claims = SegmentClaims(layout, lease=60)
+    state = scan_work(layout)
+    assert state.committed == frozenset({1})
+    assert not claims.is_free(1, state) and claims.is_free(2, state)
+
+
+def test_a_store_that_ignores_exclusive_creates_is_refused(layout: WorkLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_conditional_writes(layout)  # the local disk honours them
+    monkeypatch.setattr(storage, "write_bytes_exclusive", lambda uri, data: True)
+    with pytest.raises(StorageDeniedError, match="ignores conditional writes"):
+        check_conditional_writes(layout)
+
+
+def test_longest_free_run_is_the_busiest_spans_tail() -> None:
+    free = {2, 3, 4, 7, 8, 9, 10, 11, 14}
+    assert longest_free_run(range(16), free.__contains__) == [7, 8, 9, 10, 11]
+    assert longest_free_run(range(4), lambda index: False) == []

@@ -1,0 +1,71 @@
+"""Content-addressed ids and the storage layout of the shared work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from facefusion_provider.job.ids import analysis_id, run_key, work_id
+from facefusion_provider.job.layout import (
+    AnalysisLayout,
+    WorkLayout,
+    output_marker_uri,
+    parse_claim_name,
+    parse_segment_name,
+    preview_uri_of,
+    segment_file_name,
+)
+from facefusion_provider.options import Options
+
+
+def test_work_id_depends_on_content_and_pixel_options_only() -> None:
+    work = work_id("t", ["s"], Options())
+    assert work == work_id("t", ["s"], Options(execution_thread_count=32, execution_providers=["cuda", "cpu"]))
+    assert work != work_id("t", ["s"], Options(face_swapper_blend=50))
+    assert work != work_id("t", ["s2"], Options())
+    assert work != work_id("t2", ["s"], Options())
+    assert work != work_id("t", ["s"], Options(segment_size=64))
+    assert len(work) == 24
+
+
+def test_chunk_size_is_the_former_name_of_segment_size() -> None:
+    assert Options(chunk_size=64) == Options(segment_size=64)
+    assert work_id("t", ["s"], Options(chunk_size=64)) == work_id("t", ["s"], Options(segment_size=64))
+
+
+def test_analysis_id_ignores_the_source_and_the_swap_but_not_detection() -> None:
+    base = analysis_id("t", Options())
+    assert base == analysis_id("t", Options(face_swapper_blend=10, output_video_quality=50))
+    assert base != analysis_id("t", Options(face_detector_score=0.7))
+    assert base != analysis_id("t", Options(face_selector_mode="many"))
+    assert base != analysis_id("t", Options(segment_size=32))
+    assert base != analysis_id("t2", Options())
+
+
+def test_run_keys_are_storage_safe_and_distinct() -> None:
+    key = run_key("facefusion_swap", "manual__2026-12-03T08:15:20.123+00:00")
+    assert key.startswith("facefusion_swap.manual__2026-12-03T08-15-20.123-00-00.")
+    assert all(c.isalnum() or c in "._-" for c in key)
+    assert key != run_key("facefusion_swap", "manual__2026-12-03T08:15:20.124+00:00")
+
+
+def test_layout(tmp_path: Path) -> None:
+    layout = WorkLayout.under(str(tmp_path / "root"), "abc")
+    assert layout.work_uri == (tmp_path / "root" / "work" / "abc").as_uri()
+    assert layout.work_id == "abc"
+    assert layout.job_json.endswith("/work/abc/job.json")
+    assert layout.segment_marker(7).endswith("/work/abc/segments/00007.json")
+    assert layout.segment_file(segment_file_name(7, "w1")).endswith("/work/abc/segments/00007.w1.mp4")
+    assert layout.claim(7, 2).endswith("/work/abc/claims/00007.0002.json")
+    assert layout.run_lease("r").endswith("/work/abc/runs/r.json")
+    analysis = AnalysisLayout.under(str(tmp_path / "root"), "xyz")
+    assert analysis.segment_faces(3).endswith("/analysis/xyz/segments/00003.faces.npz")
+    assert parse_segment_name("00007.json") == (7, "marker")
+    assert parse_segment_name("00007.w1.mp4") == (7, "video")
+    assert parse_segment_name("00007.preview.jpg") == (7, "preview")
+    assert parse_segment_name(".tmp-00007.json") is None
+    assert parse_segment_name("00007.w1.mp4.tmp-123") is None
+    assert parse_claim_name("00007.0002.json") == (7, 2)
+    assert parse_claim_name(".probe-1") is None
+    assert output_marker_uri("s3://out/videos/a.mp4") == "s3://out/videos/.a.mp4.facefusion.json"
+    assert output_marker_uri("file:///x/a.mp4") == "file:///x/.a.mp4.facefusion.json"
+    assert preview_uri_of("s3://out/videos/a.mp4") == "s3://out/videos/a.preview.jpg"

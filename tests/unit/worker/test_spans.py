@@ -1,0 +1,138 @@
+"""Spans of segments between real worker processes: a killed worker's retry resumes at its first uncommitted segment,
+a duplicated worker changes nothing, and a fast worker takes a slow span's tail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from committed import work_uri_for
+
+from facefusion_provider import storage, worker
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.media.readback import frame_digests
+from facefusion_provider.worker.faults import FAULTS_VARIABLE
+
+from .conftest import MakeVideo
+
+SEGMENT = 8
+OPTIONS: dict[str, Any] = {"processors": [], "output_video_quality": 100, "segment_size": SEGMENT}
+KEYFRAMES = {"preset": "ultrafast", "crf": "18", "g": str(SEGMENT)}  # a keyframe every segment: a short pre-roll
+
+
+def _span(
+    work_uri: str, target: str, segments: str, *, span: int = 0, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "facefusion_provider.worker",
+            "swap-span",
+            "--work-uri",
+            work_uri,
+            "--target",
+            target,
+            "--segments",
+            segments,
+            "--span",
+            str(span),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _result(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _segment_files(work_uri: str) -> dict[str, tuple[int, bytes]]:
+    folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir() if p.name.endswith(".mp4")}
+
+
+def _markers(work_uri: str) -> list[str]:
+    folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
+    return sorted(p.name for p in folder.glob("?????.json"))
+
+
+def _slow(span: int, delay: float) -> dict[str, str]:
+    return {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [span], "frame_delay": delay}])}
+
+
+def _digests(path: str | Path) -> list[str]:
+    return [digest.md5 for digest in frame_digests(str(path))]
+
+
+def test_a_killed_worker_resumes_at_its_first_uncommitted_segment(
+    make_video: MakeVideo, tmp_path: Path, work_root: str
+) -> None:
+    frames = 12 * SEGMENT
+    target = make_video(frames=frames, codec_options=KEYFRAMES)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)
+    task = {"FACEFUSION_TASK_KEY": "dag/run/swap_span/0"}  # both tries run for one task
+    first_try = _span(work_uri, target, "0:12", env={**task, **_slow(0, 0.03)})
+    deadline = time.monotonic() + 60
+    while len(_markers(work_uri)) < 4:
+        assert first_try.poll() is None and time.monotonic() < deadline, "the worker did not commit four segments"
+        time.sleep(0.05)
+    first_try.send_signal(signal.SIGKILL)
+    first_try.wait()
+    committed = _markers(work_uri)
+    before = _segment_files(work_uri)
+    retry = _result(_span(work_uri, target, "0:12", env=task))
+    left = frames - len(committed) * SEGMENT
+    assert retry["reused"] == len(committed) and retry["committed"] == 12 - len(committed)
+    assert retry["decoded_frames"] <= left + SEGMENT + SEGMENT  # what was left, one segment in flight, the pre-roll
+    after = _segment_files(work_uri)
+    assert {name: after[name] for name in before if name in after} == {
+        name: value for name, value in before.items() if name in after
+    }  # committed files are never written again
+    output = tmp_path / "resumed.mp4"
+    worker.merge(work_uri, target, str(output))
+    plain = worker.run([], target, str(tmp_path / "plain.mp4"), str(tmp_path / "other-root"), **OPTIONS)
+    assert _digests(output) == _digests(storage.local_path(plain.output_uri) or "") == _digests(target)
+
+
+def test_two_workers_on_one_span_commit_each_segment_once(
+    make_video: MakeVideo, tmp_path: Path, work_root: str
+) -> None:
+    target = make_video(frames=10 * SEGMENT, codec_options=KEYFRAMES)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)
+    twins = [_span(work_uri, target, "0:10", env=_slow(0, 0.005)) for _ in range(2)]  # a duplicated pod
+    results = [_result(process) for process in twins]
+    assert sum(result["committed"] for result in results) == 10  # every segment committed exactly once
+    assert len(_markers(work_uri)) == 10 and len(_segment_files(work_uri)) == 10  # no loser's file left behind
+    output = tmp_path / "out.mp4"
+    worker.merge(work_uri, target, str(output))
+    assert _digests(output) == _digests(target)
+
+
+def test_a_fast_worker_takes_the_tail_of_a_slow_span(make_video: MakeVideo, tmp_path: Path, work_root: str) -> None:
+    target = make_video(frames=16 * SEGMENT, codec_options=KEYFRAMES)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)
+    delay = 0.06
+    slow = _span(work_uri, target, "0:8", span=0, env=_slow(0, delay))
+    fast = _span(work_uri, target, "8:16", span=1)
+    slow_result, fast_result = _result(slow), _result(fast)
+    alone = 8 * SEGMENT * delay  # the slow span's frames on the slow worker: what the run waits for without balancing
+    assert fast_result["stolen"] >= 2 and slow_result["committed"] + fast_result["committed"] == 16
+    # The slow worker's own time (from its start, which a busy machine may delay) is the run's critical path.
+    assert slow_result["timings"]["total_s"] < 0.75 * alone, (slow_result, fast_result)
+    output = tmp_path / "out.mp4"
+    worker.merge(work_uri, target, str(output))
+    assert _digests(output) == _digests(target)
