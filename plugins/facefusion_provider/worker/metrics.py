@@ -1,0 +1,292 @@
+"""What the worker measures, exported with OpenTelemetry when an exporter is configured, and nothing otherwise.
+
+``worker_metrics()`` returns a ``WorkerMetrics``: a no-op when no exporter is configured (OpenTelemetry is then never
+imported), else one bound to the attributes of this task (dag, run, task, map index, try, job, node, GPU). The frame loop
+calls it directly: ``metrics.frames("encode", n)``, ``with metrics.timed("swap"): ...``, ``metrics.segment_committed()``.
+
+Configured means ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (OTLP over HTTP, every
+standard ``OTEL_*`` variable applies) or ``FACEFUSION_METRICS_REMOTE_WRITE_URL`` (Prometheus remote write, for a
+Prometheus without an OTLP receiver), unless ``OTEL_SDK_DISABLED=true`` or ``OTEL_METRICS_EXPORTER=none``.
+
+Points are pushed, never scraped (a span's pod lives minutes): in the background at every segment commit and every
+``OTEL_METRIC_EXPORT_INTERVAL`` (15 s by default here), and once more, synchronously, when the process exits, which
+includes SIGTERM: the worker CLI turns it into ``SystemExit`` and so runs the exit hook. A SIGKILL loses only what was
+counted since the last push.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from facefusion_provider import metric_names as names
+from facefusion_provider.metric_names import Direction, FaceKind, FrameStage, MetricSpec, TimedStage
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.resources import Resource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXPORT_INTERVAL_S = 15.0
+# The last push at exit must fit in a pod's termination grace period beside the worker's own clean-up.
+EXIT_FLUSH_TIMEOUT_S = 5.0
+_OTLP_TIMEOUT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+_NO_GPU = frozenset({"", "all", "none", "void", "NoDevFiles"})
+
+
+class WorkerMetrics:
+    """The worker's measurements. This base class records nothing: it is what the worker gets when no exporter is
+    configured, so every call costs one method dispatch."""
+
+    def frames(self, stage: FrameStage, n: int = 1) -> None:
+        """``n`` frames went through ``stage`` (decode, swap, encode)."""
+
+    def faces(self, kind: FaceKind, n: int) -> None:
+        """``n`` faces were detected or swapped."""
+
+    def stage_seconds(self, stage: TimedStage, seconds: float) -> None:
+        """``seconds`` were spent in ``stage``."""
+
+    def timed(self, stage: TimedStage) -> contextlib.AbstractContextManager[Any]:
+        """A ``with`` block whose wall time counts as ``stage``'s."""
+        return _NOTHING_TIMED
+
+    def io_bytes(self, direction: Direction, n: int) -> None:
+        """``n`` bytes were read from or written to storage."""
+
+    def model_load(self, model: str, seconds: float) -> None:
+        """Loading ``model`` took ``seconds``."""
+
+    def failure(self, failure_class: str, *, retryable: bool) -> None:
+        """The command failed with ``failure_class`` (``FaceFusionError.failure_class``, or ``internal``)."""
+
+    def frames_remaining(self, n: int) -> None:
+        """Frames of this task's span still to encode (feeds the ETA)."""
+
+    def segment_committed(self) -> None:
+        """A segment was committed: count it and push everything in the background."""
+
+    def flush(self) -> None:
+        """Push what was counted so far, in the background."""
+
+
+_NOTHING_TIMED = contextlib.nullcontext()
+_NULL_METRICS = WorkerMetrics()
+
+
+class _StageTimer:
+    """Times a ``with`` block into one stage's seconds."""
+
+    __slots__ = ("_metrics", "_stage", "_start")
+
+    def __init__(self, metrics: WorkerMetrics, stage: TimedStage) -> None:
+        self._metrics = metrics
+        self._stage = stage
+        self._start = 0.0
+
+    def __enter__(self) -> _StageTimer:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._metrics.stage_seconds(self._stage, time.perf_counter() - self._start)
+
+
+class _ExportedMetrics(WorkerMetrics):
+    """Measurements recorded on the process's meter provider, every point carrying this task's attributes."""
+
+    def __init__(self, exporting: _Exporting, attributes: Mapping[str, str]) -> None:
+        self._exporting = exporting
+        self._attributes = dict(attributes)
+        meter = exporting.provider.get_meter("facefusion_provider.worker")
+        self._frames = meter.create_counter(**_instrument(names.FRAMES))
+        self._faces = meter.create_counter(**_instrument(names.FACES))
+        self._stage_time = meter.create_counter(**_instrument(names.STAGE_TIME))
+        self._segments = meter.create_counter(**_instrument(names.SEGMENTS_COMMITTED))
+        self._model_load = meter.create_counter(**_instrument(names.MODEL_LOAD_TIME))
+        self._io = meter.create_counter(**_instrument(names.IO_BYTES))
+        self._failures = meter.create_counter(**_instrument(names.FAILURES))
+        self._remaining = meter.create_gauge(**_instrument(names.FRAMES_REMAINING))
+        # One attribute dict per label value, built once: the frame loop calls these for every batch.
+        self._by_label: dict[tuple[str, str], dict[str, str]] = {}
+
+    def _with(self, label: str, value: str) -> dict[str, str]:
+        key = (label, value)
+        attributes = self._by_label.get(key)
+        if attributes is None:
+            attributes = self._by_label[key] = {**self._attributes, label: value}
+        return attributes
+
+    def frames(self, stage: FrameStage, n: int = 1) -> None:
+        self._frames.add(n, self._with("stage", stage))
+
+    def faces(self, kind: FaceKind, n: int) -> None:
+        self._faces.add(n, self._with("kind", kind))
+
+    def stage_seconds(self, stage: TimedStage, seconds: float) -> None:
+        self._stage_time.add(seconds, self._with("stage", stage))
+
+    def timed(self, stage: TimedStage) -> contextlib.AbstractContextManager[Any]:
+        return _StageTimer(self, stage)
+
+    def io_bytes(self, direction: Direction, n: int) -> None:
+        self._io.add(n, self._with("direction", direction))
+
+    def model_load(self, model: str, seconds: float) -> None:
+        self._model_load.add(seconds, self._with("model", model))
+
+    def failure(self, failure_class: str, *, retryable: bool) -> None:
+        attributes = {**self._attributes, "failure_class": failure_class, "retryable": str(retryable).lower()}
+        self._failures.add(1, attributes)
+
+    def frames_remaining(self, n: int) -> None:
+        self._remaining.set(n, self._attributes)
+
+    def segment_committed(self) -> None:
+        self._segments.add(1, self._attributes)
+        self._exporting.wake()
+
+    def flush(self) -> None:
+        self._exporting.wake()
+
+
+def _instrument(spec: MetricSpec) -> dict[str, str]:
+    return {"name": spec.name, "unit": spec.unit, "description": spec.description}
+
+
+class _Exporting:
+    """The process's meter provider and the thread that pushes its points: when woken (a commit) or every interval."""
+
+    def __init__(self, provider: MeterProvider, interval_s: float) -> None:
+        self.provider = provider
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stopping = False
+        # Not named facefusion-*: that prefix is the pipeline's, whose threads must all end with a command.
+        self._thread = threading.Thread(target=self._push_until_stopped, name="metrics-push", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _push_until_stopped(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if not self._stopping:
+                self.provider.force_flush()
+
+    def close(self, timeout_s: float) -> None:
+        """Stop the thread, push once more and shut the exporter down, all within about ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        remaining_ms = max(deadline - time.monotonic(), 0.1) * 1000
+        self.provider.force_flush(timeout_millis=remaining_ms)
+        self.provider.shutdown(timeout_millis=max(deadline - time.monotonic(), 0.1) * 1000)
+
+
+class _Process:
+    """The process's one exporting state, made on first use."""
+
+    lock = threading.Lock()
+    exporting: _Exporting | None = None
+
+
+def exporter_configured(environ: Mapping[str, str]) -> bool:
+    """Whether the environment asks for metrics: an OTLP endpoint or a remote-write URL, and no opt-out."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":
+        return False
+    variables = (*names.OTLP_ENDPOINT_VARIABLES, names.REMOTE_WRITE_URL_VARIABLE)
+    return any(environ.get(variable, "").strip() for variable in variables)
+
+
+def metric_attributes(environ: Mapping[str, str]) -> dict[str, str]:
+    """This task's attributes from the variables the operators set, the node and the GPU; unknown ones are left out."""
+    attributes = {
+        name: value for name, variable in names.ATTRIBUTE_VARIABLES.items() if (value := environ.get(variable, ""))
+    }
+    attributes[names.NODE] = environ.get(names.NODE_VARIABLE) or socket.gethostname()
+    for variable in names.GPU_VARIABLES:
+        gpu = environ.get(variable, "").strip()
+        if gpu not in _NO_GPU:
+            attributes[names.GPU] = gpu
+            break
+    return attributes
+
+
+def worker_metrics(attributes: Mapping[str, str] | None = None) -> WorkerMetrics:
+    """The worker's metrics for this task: the environment's attributes plus ``attributes`` (e.g. the job id once
+    known). A no-op, without importing OpenTelemetry, when no exporter is configured."""
+    if not exporter_configured(os.environ):
+        return _NULL_METRICS
+    return _ExportedMetrics(_start_exporting(), {**metric_attributes(os.environ), **(attributes or {})})
+
+
+def _start_exporting() -> _Exporting:
+    """The process's one meter provider, made on first use; its last push is registered to run at exit."""
+    with _Process.lock:
+        if _Process.exporting is None:
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            # An infinite interval: the reader starts no thread of its own; _Exporting decides when to push.
+            reader = PeriodicExportingMetricReader(_exporter(os.environ), export_interval_millis=float("inf"))
+            provider = MeterProvider(metric_readers=[reader], resource=_resource(), shutdown_on_exit=False)
+            _Process.exporting = _Exporting(provider, _export_interval_s(os.environ))
+            atexit.register(close_metrics)
+        return _Process.exporting
+
+
+def close_metrics(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
+    """Push what is left and stop exporting (at exit; idempotent). Later measurements go nowhere."""
+    with _Process.lock:
+        exporting, _Process.exporting = _Process.exporting, None
+    if exporting is not None:
+        exporting.close(timeout_s)
+
+
+def _exporter(environ: Mapping[str, str]) -> MetricExporter:
+    if url := environ.get(names.REMOTE_WRITE_URL_VARIABLE, "").strip():
+        from facefusion_provider.worker.remote_write import RemoteWriteExporter
+
+        return RemoteWriteExporter(url, timeout_s=EXIT_FLUSH_TIMEOUT_S)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    # The SDK's 10 s default would eat most of a pod's grace period when the receiver is down.
+    explicit_timeout = any(environ.get(variable) for variable in _OTLP_TIMEOUT_VARIABLES)
+    return OTLPMetricExporter(timeout=None if explicit_timeout else EXIT_FLUSH_TIMEOUT_S)
+
+
+def _resource() -> Resource:
+    """The standard resource (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``), named facefusion-worker unless
+    those name it."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: names.WORKER_SERVICE_NAME}))
+    return resource
+
+
+def _export_interval_s(environ: Mapping[str, str]) -> float:
+    try:
+        interval_s = float(environ["OTEL_METRIC_EXPORT_INTERVAL"]) / 1000
+    except (KeyError, ValueError):
+        return DEFAULT_EXPORT_INTERVAL_S
+    return interval_s if interval_s > 0 else DEFAULT_EXPORT_INTERVAL_S
