@@ -103,6 +103,7 @@ TRY_NUMBER = "try_number"
 JOB_ID = "job_id"
 NODE = "node"
 GPU = "gpu"
+WORKER_ATTRIBUTES = (DAG_ID, RUN_ID, TASK_ID, MAP_INDEX, TRY_NUMBER, JOB_ID, NODE, GPU)
 
 ATTRIBUTE_VARIABLES: dict[str, str] = {
     DAG_ID: "FACEFUSION_METRIC_DAG_ID",
@@ -119,6 +120,19 @@ GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 # Where the worker pushes: the standard OTLP variables, or a Prometheus remote-write URL for Prometheus 2.x.
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 REMOTE_WRITE_URL_VARIABLE = "FACEFUSION_METRICS_REMOTE_WRITE_URL"
+# The exporter settings a worker pod gets from the Airflow side's environment (a subprocess inherits them anyway).
+# Not OTEL_EXPORTER_OTLP_HEADERS: it may carry credentials, which reach pods through secrets only.
+FORWARDED_VARIABLES = (
+    *OTLP_ENDPOINT_VARIABLES,
+    REMOTE_WRITE_URL_VARIABLE,
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SDK_DISABLED",
+)
 WORKER_SERVICE_NAME = "facefusion-worker"
 
 # --- The run, from the operators (Airflow's stats) --------------------------------------------------------------------

@@ -37,8 +37,12 @@ def run_tags(ti: TaskInstanceLike) -> dict[str, str]:
     return {names.DAG_ID: ti.dag_id, names.RUN_ID: ti.run_id}
 
 
-def worker_metric_environment(ti: TaskInstanceLike, job_id: str | None = None) -> dict[str, str]:
-    """Variables that label a worker command's metrics with its task (the worker reads them in ``worker.metrics``)."""
+def worker_metric_environment(
+    ti: TaskInstanceLike, environ: Mapping[str, str], job_id: str | None = None
+) -> dict[str, str]:
+    """Variables a worker command needs for its metrics: where to push them (this side's exporter settings in
+    ``environ``) and the attributes that name its task (read by ``worker.metrics``)."""
+    forwarded = {name: environ[name] for name in names.FORWARDED_VARIABLES if environ.get(name)}
     values = {
         names.DAG_ID: ti.dag_id,
         names.RUN_ID: ti.run_id,
@@ -46,7 +50,7 @@ def worker_metric_environment(ti: TaskInstanceLike, job_id: str | None = None) -
         names.MAP_INDEX: str(-1 if ti.map_index is None else ti.map_index),
         names.JOB_ID: job_id or "",
     }
-    return {names.ATTRIBUTE_VARIABLES[name]: value for name, value in values.items() if value}
+    return forwarded | {names.ATTRIBUTE_VARIABLES[name]: value for name, value in values.items() if value}
 
 
 def segments(*, reused: int, launched: int, tags: Mapping[str, str]) -> None:

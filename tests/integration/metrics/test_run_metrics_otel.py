@@ -69,17 +69,17 @@ def test_the_worker_environment_names_the_task_in_the_workers_attributes() -> No
     mapped = TaskInstance("facefusion_swap", "manual__1", "swap_span", 3)
     unmapped = TaskInstance("facefusion_swap", "manual__1", "merge", None)
 
-    assert worker_metric_environment(mapped, job_id="abc") == {
+    assert worker_metric_environment(mapped, {}, job_id="abc") == {
         "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
         "FACEFUSION_METRIC_RUN_ID": "manual__1",
         "FACEFUSION_METRIC_TASK_ID": "swap_span",
         "FACEFUSION_METRIC_MAP_INDEX": "3",
         "FACEFUSION_METRIC_JOB_ID": "abc",
     }
-    assert worker_metric_environment(unmapped)["FACEFUSION_METRIC_MAP_INDEX"] == "-1"
-    assert "FACEFUSION_METRIC_JOB_ID" not in worker_metric_environment(unmapped)
+    assert worker_metric_environment(unmapped, {})["FACEFUSION_METRIC_MAP_INDEX"] == "-1"
+    assert "FACEFUSION_METRIC_JOB_ID" not in worker_metric_environment(unmapped, {})
     assert (
-        metric_attributes(worker_metric_environment(mapped, job_id="abc")).items()
+        metric_attributes(worker_metric_environment(mapped, {}, job_id="abc")).items()
         >= {
             "dag_id": "facefusion_swap",
             "run_id": "manual__1",
@@ -88,3 +88,17 @@ def test_the_worker_environment_names_the_task_in_the_workers_attributes() -> No
             "job_id": "abc",
         }.items()
     )
+
+
+def test_the_worker_environment_forwards_where_to_push_but_no_credentials() -> None:
+    airflow_side = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus-server.monitoring.svc/api/v1/otlp",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer secret",
+        "OTEL_SERVICE_NAME": "airflow",
+        "OTEL_METRIC_EXPORT_INTERVAL": "",
+    }
+
+    env = worker_metric_environment(TaskInstance("d", "r", "swap_span", 0), airflow_side)
+
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://prometheus-server.monitoring.svc/api/v1/otlp"
+    assert not {"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_SERVICE_NAME", "OTEL_METRIC_EXPORT_INTERVAL"} & set(env)
