@@ -4,14 +4,17 @@ totals are the truth, every point carries the task's attributes, a commit pushes
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
+from facefusion_provider.worker import metrics as worker_metrics_module
 
 WORKER = Path(__file__).with_name("simulated_worker.py")
 TASK_ENVIRONMENT = {
@@ -117,3 +120,19 @@ def test_otel_sdk_disabled_exports_nothing(otlp_receiver: OtlpReceiver) -> None:
 
     assert worker.returncode == 0, err
     assert otlp_receiver.requests == []
+
+
+def test_an_endpoint_that_refuses_neither_fails_nor_holds_up_the_worker() -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1/metrics"
+    env = child_environment(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=closed, **TASK_ENVIRONMENT)
+    started = time.monotonic()
+    worker = subprocess.run(
+        [sys.executable, str(WORKER), "50", "10"], env=env, capture_output=True, text=True, check=False, timeout=60
+    )
+
+    assert worker.returncode == 0, worker.stderr
+    assert "counted 50" in worker.stdout
+    # Pushes run in the background and the last one gives up after the exit budget, not the SDK's 10 s and retries.
+    assert time.monotonic() - started < worker_metrics_module.EXIT_FLUSH_TIMEOUT_S * 2 + 3
