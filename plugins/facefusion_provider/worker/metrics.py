@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import socket
 import threading
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricExporter
     from opentelemetry.sdk.resources import Resource
-
-log = logging.getLogger(__name__)
 
 DEFAULT_EXPORT_INTERVAL_S = 15.0
 # The last push at exit must fit in a pod's termination grace period beside the worker's own clean-up.
@@ -219,7 +216,8 @@ class _Exporting:
                 self.provider.force_flush()
 
     def close(self, timeout_s: float) -> None:
-        """Stop the thread, push once more and shut the exporter down, all within about ``timeout_s``."""
+        """Stop the thread (waiting at most ``timeout_s`` for a push under way), push once more and shut the exporter
+        down; the exporters' own timeout (``EXIT_FLUSH_TIMEOUT_S`` by default) bounds that last push."""
         deadline = time.monotonic() + timeout_s
         self._stopping = True
         self._wake.set()
