@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -270,3 +271,55 @@ def test_compose_runs_airflow_3_on_postgres_and_minio_with_the_gpu_on_the_schedu
     assert f"local/{work_bucket}" in " ".join(services["minio-buckets"]["command"])
     published = [port for service in services.values() for port in service.get("ports", [])]
     assert published and all(port["host_ip"] == "127.0.0.1" for port in published)
+
+
+def test_compose_monitoring_profile_adds_prometheus_grafana_and_dcgm(tmp_path: Path) -> None:
+    example = (DEPLOY / "compose.env.example").read_text()
+    endpoint = re.search(r"^# OTEL_EXPORTER_OTLP_ENDPOINT=(\S+)$", example, re.MULTILINE)
+    assert endpoint and "# AIRFLOW__METRICS__OTEL_ON=True" in example
+    on = {**COMPOSE_SECRETS, "AIRFLOW__METRICS__OTEL_ON": "True", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint[1]}
+    args = ("-f", "docker-compose.yaml", "--profile", "monitoring", "config", "--format", "json")
+    result = _compose(tmp_path, *args, env=on)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+
+    prometheus, grafana, dcgm = services["prometheus"], services["grafana"], services["dcgm-exporter"]
+    # Prometheus >= 3 takes the pushes on /api/v1/otlp/v1/metrics, the endpoint the example sets for Airflow and workers.
+    assert int(prometheus["image"].rsplit(":v", 1)[1].split(".")[0]) >= 3
+    assert "--web.enable-otlp-receiver" in prometheus["command"]
+    assert endpoint[1] == "http://prometheus:9090/api/v1/otlp"
+    mounts = {volume["target"]: volume["source"] for volume in prometheus["volumes"]}
+    assert Path(mounts["/etc/prometheus"]) == DEPLOY / "monitoring"
+    mounts = {volume["target"]: volume["source"] for volume in grafana["volumes"]}
+    assert Path(mounts["/var/lib/grafana/dashboards/facefusion.json"]) == DEPLOY / "grafana" / "facefusion.json"
+    assert Path(mounts["/etc/grafana/provisioning"]) == DEPLOY / "grafana" / "provisioning"
+    (device,) = dcgm["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    for name, service in services.items():
+        if name.startswith("airflow-"):
+            assert service["environment"]["AIRFLOW__METRICS__OTEL_ON"] == "True", name
+            assert service["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint[1], name
+    published = [port for service in services.values() for port in service.get("ports", [])]
+    assert all(port["host_ip"] == "127.0.0.1" for port in published)
+
+
+def test_compose_without_the_monitoring_profile_sends_no_metrics(tmp_path: Path) -> None:
+    unset = {"AIRFLOW__METRICS__OTEL_ON": "", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}  # as an .env that leaves them out
+    result = _compose(tmp_path, "-f", "docker-compose.yaml", "config", "--format", "json", env=COMPOSE_SECRETS | unset)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+
+    assert not {"prometheus", "grafana", "dcgm-exporter"} & set(services)
+    environment = services["airflow-scheduler"]["environment"]
+    assert environment["AIRFLOW__METRICS__OTEL_ON"] == "False"
+    assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"] == ""  # the workers' metrics stay off: nothing imported
+
+
+def test_the_helm_values_send_airflows_metrics_over_otlp() -> None:
+    values = helm_values()
+    env = {variable["name"]: variable["value"] for variable in values["env"]}
+
+    assert values["config"]["metrics"]["otel_on"] == "True"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"].endswith("/api/v1/otlp")  # Prometheus >= 3's OTLP receiver
+    assert not any(name.startswith("OTEL_EXPORTER_OTLP_HEADERS") for name in env)  # credentials: secrets only
+    assert values["statsd"]["enabled"] is False
