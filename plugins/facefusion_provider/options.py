@@ -219,6 +219,14 @@ class Options(BaseModel):
             )
         return self
 
+    def analysis_landmarks(self) -> Literal["mesh", "2dfan4", "none"]:
+        """The dense landmarks a target's analysis holds for these options: what the swapper reads besides boxes."""
+        if "face_swapper" not in self.processors:
+            return "none"
+        if self.face_swapper_model == "classic":
+            return "mesh"
+        return "2dfan4" if self.face_landmarker_model == "2dfan4" else "none"
+
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the job id."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in NON_PIXEL_OPTIONS}

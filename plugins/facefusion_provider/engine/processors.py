@@ -7,11 +7,14 @@ decoded) and returns a processor that runs ``options.processors`` in order on ba
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import cv2
 import numpy as np
@@ -42,12 +45,6 @@ from facefusion_provider.options import Options
 
 IDENTITY_VERSION = 1
 GPU_BATCH_SIZE = 8  # frames per call when a GPU provider runs: the swapper stacks all their faces in batches
-
-
-class FrameProcessor(Protocol):
-    batch_size: int
-
-    def process_batch(self, frames: list[Frame]) -> list[Frame]: ...
 
 
 # --- prepare: the source identity ---------------------------------------------------------------------------------
@@ -152,8 +149,36 @@ def _reference_embedding(reference_frame: Frame | None, options: Options, store:
 
 
 @dataclass
+class FaceStats:
+    """What a processor did, summed over its batches: faces found and swapped, seconds per stage."""
+
+    detected: int = 0
+    swapped: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, *, detected: int = 0, swapped: int = 0, seconds: dict[str, float] | None = None) -> None:
+        with self.lock:
+            self.detected += detected
+            self.swapped += swapped
+            for stage, value in (seconds or {}).items():
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + value
+
+
+@contextlib.contextmanager
+def _timed(stats: FaceStats, stage: str) -> Iterator[None]:
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        stats.add(seconds={stage: time.perf_counter() - began})
+
+
+@dataclass
 class FaceProcessor:
-    """Detect, select, then run each of ``options.processors`` on the selected faces of every frame."""
+    """Analyse every frame (detect, select, dense landmarks: what depends on the target alone), then apply each of
+    ``options.processors`` to the selected faces. ``analyse_batch`` and ``apply_batch`` are separate so that a target's
+    analysis can be stored once and reused for every source face (``process_batch`` does both)."""
 
     options: Options
     store: ModelStore
@@ -164,44 +189,80 @@ class FaceProcessor:
     # Frames whose work runs side by side: on a GPU the CPU work around inference (detector decoding, paste-back)
     # would otherwise leave the GPU and the pod's other cores waiting on one thread.
     frame_threads: int = 1
+    stats: FaceStats = field(default_factory=FaceStats)
 
     def process_batch(self, frames: list[Frame]) -> list[Frame]:
-        pool = ThreadPoolExecutor(self.frame_threads, "facefusion-frames") if self.frame_threads > 1 else None
-        try:
+        with self._pool() as pool:
+            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
+
+    def analyse_batch(self, frames: list[Frame], pool: Executor | None = None) -> list[list[Face]]:
+        """The faces each frame's processors work on, with the dense landmarks the swapper needs."""
+        with self._pool(pool) as pool:
             selected = each(pool, self.select, frames)
+            landmarks = self.options.analysis_landmarks()
+            with _timed(self.stats, "landmarks"):
+                if landmarks == "mesh":  # one thread: the face mesh's LiteRT interpreter is not thread-safe
+                    return [self.mesh(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
+                if landmarks == "2dfan4":
+                    return each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+            return selected
+
+    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
+        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
+        with self._pool(pool) as pool:
             results = list(frames)
             for processor in self.options.processors:
                 if processor == "face_swapper":
-                    results = self.swap(results, selected, pool)
+                    results = self.swap(results, faces, pool)
                 else:
-                    results = each(pool, lambda pair: self.enhance(*pair), list(zip(results, selected, strict=True)))
+                    with _timed(self.stats, "enhance"):
+                        results = each(pool, lambda pair: self.enhance(*pair), list(zip(results, faces, strict=True)))
             return results
-        finally:
-            if pool is not None:
-                pool.shutdown()
+
+    @contextlib.contextmanager
+    def _pool(self, pool: Executor | None = None) -> Iterator[Executor | None]:
+        if pool is not None or self.frame_threads <= 1:
+            yield pool
+            return
+        with ThreadPoolExecutor(self.frame_threads, "facefusion-frames") as own:
+            yield own
 
     def select(self, frame: Frame) -> list[Face]:
-        faces = detect_faces(frame, self.options, self.store)
-        return select_faces(frame, faces, self.options, self.store, self.reference_embedding)
+        with _timed(self.stats, "detect"):
+            faces = detect_faces(frame, self.options, self.store)
+            selected = select_faces(frame, faces, self.options, self.store, self.reference_embedding)
+        self.stats.add(detected=len(faces))
+        return selected
 
-    def swap(self, frames: list[Frame], selected: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
-        if self.classic_source is not None:  # one thread: the face mesh's LiteRT interpreter is not thread-safe
-            return [self.swap_classic(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
-        assert self.source_embedding is not None
-        if self.options.face_landmarker_model == "2dfan4":
-            selected = each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
-        return swap_faces(frames, selected, self.source_embedding, self.options, self.store, pool=pool)
+    def mesh(self, frame: Frame, faces: list[Face]) -> list[Face]:
+        return [mesh_landmarks(frame, face, self.options, self.store) for face in faces]
 
     def landmarks(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
         frame, faces = pair
         return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
 
+    def swap(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
+        if self.classic_source is not None:  # one thread: see analyse_batch
+            with _timed(self.stats, "swap"):
+                return [self.swap_classic(frame, frame_faces) for frame, frame_faces in zip(frames, faces, strict=True)]
+        assert self.source_embedding is not None
+        timings: dict[str, float] = {}
+        swapped = swap_faces(frames, faces, self.source_embedding, self.options, self.store, timings=timings, pool=pool)
+        self.stats.add(
+            swapped=sum(map(len, faces)),
+            seconds={
+                "swap": timings.get("swap_align", 0.0) + timings.get("swap_infer", 0.0),
+                "paste": timings.get("swap_paste", 0.0),
+            },
+        )
+        return swapped
+
     def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame:
         assert self.classic_source is not None
         for face in faces:
-            meshed = mesh_landmarks(frame, face, self.options, self.store)
-            if _mesh_found(meshed):
-                frame = swap_face_classic(frame, meshed, self.classic_source, self.options)
+            if _mesh_found(face):
+                frame = swap_face_classic(frame, face, self.classic_source, self.options)
+                self.stats.add(swapped=1)
         return frame
 
     def enhance(self, frame: Frame, faces: list[Face]) -> Frame:
@@ -210,7 +271,7 @@ class FaceProcessor:
         return frame
 
 
-def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FrameProcessor:
+def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FaceProcessor:
     """A processor for ``options`` and the job's identity, with every model it needs loaded now."""
     log_providers(options.execution_providers)
     store = store_from_environment(models_dir)

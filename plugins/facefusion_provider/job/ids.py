@@ -38,7 +38,7 @@ def analysis_id(target_content_id: str, options: Options) -> str:
             "format": JOB_FORMAT_VERSION,
             "target": target_content_id,
             "options": {name: values[name] for name in sorted(ANALYSIS_OPTIONS)},
-            "mesh": options.face_swapper_model == "classic",  # the classic swapper needs the 468-point mesh
+            "landmarks": options.analysis_landmarks(),
         }
     )
 

@@ -23,11 +23,11 @@ _POLL_SECONDS = 0.1
 
 
 class FrameProcessor(Protocol):
-    """What the engine's ``build_frame_processor`` returns."""
+    """Processes a batch of RGB frames; ``pts`` are their timestamps in the target (which frames they are)."""
 
     batch_size: int
 
-    def process_batch(self, frames: list[Frame]) -> list[Frame]: ...
+    def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]: ...
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _process(batch: list[av.VideoFrame], processor: FrameProcessor | None) -> li
     pts = [_pts(frame) for frame in batch]
     if processor is None:
         return list(zip(batch, pts, strict=True))
-    images = processor.process_batch([rgb_array(frame) for frame in batch])
+    images = processor.process_batch([rgb_array(frame) for frame in batch], pts)
     if len(images) != len(batch):
         raise RuntimeError(f"the frame processor returned {len(images)} frames for {len(batch)}")
     return [(_like(rgb_frame(image), original), p) for image, original, p in zip(images, batch, pts, strict=True)]

@@ -70,7 +70,8 @@ def run(
         spec = prepare_work(layout, uris, resolved, models_dir)
         prepared = time.perf_counter()
         every = range(len(spec.segments))
-        work_segments(spec, layout, uris.target_uri, every, FrameProcessors(spec, models_dir), owner=run_key)
+        processors = FrameProcessors(spec, models_dir, work_root or default_work_root())
+        work_segments(spec, layout, uris.target_uri, every, processors, owner=run_key)
         swapped = time.perf_counter()
         merged = merge_work(spec, layout, uris.target_uri, uris.output_uri)
     finally:

@@ -21,6 +21,8 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.claims import SegmentClaims, WorkState, longest_free_run, scan_work
 from facefusion_provider.job.layout import WorkLayout, segment_file_name
 from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+from facefusion_provider.worker.metrics import WorkerMetrics
+from facefusion_provider.worker.progress import Progress
 
 if TYPE_CHECKING:
     import av
@@ -102,8 +104,10 @@ class SegmentFrames:
         name: str,
         stats: DecodeStats,
         preview_segments: Sequence[int],
+        metrics: WorkerMetrics,
     ) -> None:
         self._picker, self._target, self._name, self._stats = picker, target, name, stats
+        self._metrics = metrics
         self._preview = frozenset(preview_segments)
         self.originals: dict[int, av.VideoFrame] = {}  # first frame number of a preview segment -> its original
         self.taken: list[int] = []
@@ -125,7 +129,10 @@ class SegmentFrames:
                         self._target, spec.probe, segment.start, spec.frame_end, self._name, stats=self._stats
                     )
                 for number in range(segment.start, segment.end):
+                    began = time.perf_counter()
                     frame = next(decoder)
+                    self._metrics.stage_seconds("decode", time.perf_counter() - began)
+                    self._metrics.frames("decode")
                     if number == segment.start and segment.index in self._preview:
                         self.originals[number] = frame
                     yield frame
@@ -152,9 +159,15 @@ class Committer:
     """
 
     def __init__(
-        self, spec: JobSpec, layout: WorkLayout, claims: SegmentClaims, on_commit: Callable[[Segment], None]
+        self,
+        spec: JobSpec,
+        layout: WorkLayout,
+        claims: SegmentClaims,
+        on_commit: Callable[[Segment], None],
+        metrics: WorkerMetrics,
     ) -> None:
         self.spec, self.layout, self.claims, self._on_commit = spec, layout, claims, on_commit
+        self._metrics = metrics
         self.stats = CommitStats()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="facefusion-commit")
         self._pending: list[Future[None]] = []
@@ -226,9 +239,11 @@ class Committer:
             os.unlink(path)
         self.claims.release(segment.index)
         self.stats.upload_seconds += time.perf_counter() - began
+        self._metrics.stage_seconds("upload", time.perf_counter() - began)
         if won:
             self.stats.committed += 1
             self.stats.bytes_written += size
+            self._metrics.io_bytes("write", size)
             logger.info("segment %d (%s) committed", segment.index, segment.label)
             self._on_commit(segment)
         else:
@@ -254,8 +269,12 @@ class SegmentWriter:
         committer: Committer,
         frames: SegmentFrames,
         preview_segments: Sequence[int],
+        metrics: WorkerMetrics,
+        progress: Progress,
+        own: range,
     ) -> None:
         self.spec, self.folder, self.committer, self.frames = spec, folder, committer, frames
+        self._metrics, self._progress, self._own = metrics, progress, own
         self._preview = frozenset(preview_segments)
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
@@ -277,8 +296,13 @@ class SegmentWriter:
         assert self._encoder is not None
         if number == segment.start and segment.index in self._preview:
             self._thumbnails = self._thumbnail(number, frame)
+        began = time.perf_counter()
         self._encoder.encode(frame, pts)
+        self._metrics.stage_seconds("encode", time.perf_counter() - began)
+        self._metrics.frames("encode")
         self.frames_encoded += 1
+        if segment.index in self._own:
+            self._progress.frames_done(1)
         if self._encoder.frame_count == segment.frame_count:
             self._finish()
 

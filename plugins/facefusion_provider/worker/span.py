@@ -12,21 +12,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, scan_work
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.job.progress import SpanProgress
 from facefusion_provider.job.records import JobSpec, Segment
+from facefusion_provider.metric_names import JOB_ID
 from facefusion_provider.worker import faults
+from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
+from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
+from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import Committer, SegmentFrames, SegmentPicker, SegmentWriter
 from facefusion_provider.worker.work import checked_uris, load_job, work_layout
-
-if TYPE_CHECKING:
-    from facefusion_provider.worker.pipeline import FrameProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class SpanResult:
     frames: int  # frames this worker processed and encoded
     decoded_frames: int  # frames it decoded, the pre-roll before each seek included
     skipped: bool  # nothing to do: the span was committed already
+    analysed_frames: int = 0  # frames whose faces this worker detected (not in the target's stored analysis)
+    analysis_reused_frames: int = 0  # frames whose faces came from the stored analysis
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -67,29 +69,37 @@ def swap_span(
         raise InvalidOptionError(
             f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
         )
-    return work_segments(
-        spec, layout, target_uri, range(first, last), FrameProcessors(spec, models_dir), span=span, owner=owner
-    )
+    processors = FrameProcessors(spec, models_dir, work_root_of(layout))
+    return work_segments(spec, layout, target_uri, range(first, last), processors, span=span, owner=owner)
 
 
 class FrameProcessors:
-    """Builds the engine's frame processor once, only when a segment really needs it."""
+    """Builds the frame processor once, only when a segment really needs it: the engine's, reading and writing the
+    target's stored analysis under ``work_root`` (the work folder's root)."""
 
-    def __init__(self, spec: JobSpec, models_dir: str | None) -> None:
-        self._spec, self._models_dir = spec, models_dir
-        self._processor: FrameProcessor | None = None
+    def __init__(self, spec: JobSpec, models_dir: str | None, work_root: str | None = None) -> None:
+        self._spec, self._models_dir, self._work_root = spec, models_dir, work_root
+        self._processor: AnalysedProcessor | None = None
         self.load_seconds = 0.0
 
-    def get(self) -> FrameProcessor | None:
+    def get(self, metrics: WorkerMetrics) -> AnalysedProcessor | None:
         if not self._spec.options.processors:
             return None
         if self._processor is None:
             began = time.perf_counter()
             from facefusion_provider.engine.processors import build_frame_processor
 
-            self._processor = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
+            engine = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
             self.load_seconds = time.perf_counter() - began
+            metrics.model_load(self._spec.options.face_swapper_model, self.load_seconds)
+            analysis = self._spec.analysis_id
+            layout = AnalysisLayout.under(self._work_root, analysis) if analysis and self._work_root else None
+            self._processor = AnalysedProcessor(engine, self._spec, layout, metrics)
         return self._processor
+
+    @property
+    def analysis(self) -> AnalysisCounts:
+        return self._processor.counts if self._processor is not None else AnalysisCounts()
 
 
 def work_segments(
@@ -113,11 +123,16 @@ def work_segments(
         logger.info("span %d (segments %d-%d): every segment is committed already", span, own[0], own[-1])
         return _result(span, own, reused, skipped=True)
     check_conditional_writes(layout)
+    metrics = worker_metrics({JOB_ID: spec.work_id})
     claims = SegmentClaims(layout, owner=owner)
     picker = SegmentPicker(spec, own, claims, layout)
     previews = preview_segments(len(spec.segments))
     decoding = DecodeStats()
     frames_done = 0
+    own_frames = [spec.segments[index].frame_count for index in own]
+    done_frames = sum(count for index, count in zip(own, own_frames, strict=True) if index in state.committed)
+    people = Progress(sum(own_frames), emit=lambda line: logger.info("span %d: %s", span, line), done=done_frames)
+    metrics.frames_remaining(people.remaining)
     with claims.renewing(), scratch_folder("span-") as folder, storage.open_input(target_uri) as target:
         progress = SpanProgress(
             span=span, segments_committed=reused, segments_total=len(own), committed_here=0, frames_done=0
@@ -129,8 +144,11 @@ def work_segments(
             progress.committed_here += 1
             progress.frames_done += segment.frame_count
             logger.info("%s", progress.line())
+            people.committed(segment.index)
+            metrics.frames_remaining(people.remaining)
+            metrics.segment_committed()
 
-        committer = Committer(spec, layout, claims, on_commit=report)
+        committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics)
         with committer:
             while True:
                 state = scan_work(layout)
@@ -139,11 +157,11 @@ def work_segments(
                 if not picker.has_free(state):
                     time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
                     continue
-                frames = SegmentFrames(picker, target, target_uri, decoding, previews)
-                writer = SegmentWriter(spec, folder, committer, frames, previews)
+                frames = SegmentFrames(picker, target, target_uri, decoding, previews, metrics)
+                writer = SegmentWriter(spec, folder, committer, frames, previews, metrics, people, own)
                 stream = frames.stream()
                 try:
-                    run_pipeline(faults.slowed(stream, span), writer.encode, processors.get())
+                    run_pipeline(faults.slowed(stream, span), writer.encode, processors.get(metrics))
                 finally:
                     stream.close()
                     writer.abort()
@@ -171,6 +189,8 @@ def work_segments(
         frames=frames_done,
         decoded_frames=decoding.decoded,
         skipped=False,
+        analysed_frames=processors.analysis.analysed_frames,
+        analysis_reused_frames=processors.analysis.reused_frames,
         timings={
             "load_s": round(processors.load_seconds, 3),
             "upload_s": round(stats.upload_seconds, 3),

@@ -15,6 +15,7 @@ import pytest
 from committed import work_uri_for
 
 import facefusion_provider.engine.processors as engine
+from facefusion_provider.engine.processors import FaceStats
 from facefusion_provider import storage, worker
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import encode_image, read_image, rgb_array
@@ -28,14 +29,18 @@ SQUARE = (slice(8, 24), slice(16, 40))
 
 
 class BlackSquare:
-    """Stands in for the face swapper: paints a known region black."""
+    """Stands in for the face swapper: paints a known region black (it finds no faces to analyse)."""
 
     batch_size = 3
 
     def __init__(self) -> None:
         self.calls = 0
+        self.stats = FaceStats()
 
-    def process_batch(self, frames: list[np.ndarray]) -> list[np.ndarray]:
+    def analyse_batch(self, frames: list[np.ndarray]) -> list[list[Any]]:
+        return [[] for _ in frames]
+
+    def apply_batch(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:
         self.calls += 1
         painted = []
         for frame in frames:

@@ -30,7 +30,7 @@ class Darken:
         self.batches: list[int] = []
         self.fail = fail
 
-    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+    def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]:
         if self.fail:
             raise RuntimeError("processor crashed")
         self.batches.append(len(frames))
@@ -101,7 +101,7 @@ def test_a_processor_that_loses_frames_is_an_error() -> None:
     class Lossy:
         batch_size = 2
 
-        def process_batch(self, frames: list[Frame]) -> list[Frame]:
+        def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]:
             return frames[:1]
 
     with pytest.raises(RuntimeError, match="returned 1 frames for 2"):
