@@ -112,11 +112,15 @@ def hull_mask(shape: tuple[int, int], points: FloatArray) -> ByteMask:
     return mask
 
 
-def area_mask(shape: tuple[int, int], landmarks: FloatArray, areas: Sequence[str]) -> ByteMask:
-    """FaceFusion's area mask: the hull of the points of every chosen area (upper-face, lower-face, mouth)."""
+def area_points(landmarks: FloatArray, areas: Sequence[str]) -> FloatArray:
+    """The landmarks of every chosen area (upper-face, lower-face, mouth)."""
     topology = topology_of(landmarks)
-    indices = sorted({index for area in areas for index in topology.areas[area]})
-    return hull_mask(shape, landmarks[indices])
+    return landmarks[sorted({index for area in areas for index in topology.areas[area]})]
+
+
+def area_mask(shape: tuple[int, int], landmarks: FloatArray, areas: Sequence[str]) -> ByteMask:
+    """FaceFusion's area mask: the hull of the points of every chosen area."""
+    return hull_mask(shape, area_points(landmarks, areas))
 
 
 def inner_distance(mask: ByteMask) -> FloatArray:

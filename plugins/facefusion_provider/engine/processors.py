@@ -190,11 +190,18 @@ class FaceProcessor:
         assert self.source_embedding is not None
         if self.options.face_landmarker_model == "2dfan4":
             selected = each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+        elif "area" in self.options.face_mask_types:  # one thread, as above: the area mask needs the face mesh
+            selected = [self.meshes(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
         return swap_faces(frames, selected, self.source_embedding, self.options, self.store, pool=pool)
 
     def landmarks(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
         frame, faces = pair
         return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
+
+    def meshes(self, frame: Frame, faces: list[Face]) -> list[Face]:
+        """The faces with their 468-point mesh; a face the mesh model does not see is left alone, as classic does."""
+        meshed = (landmark_face_mesh(frame, face, self.store) for face in faces)
+        return [face for face in meshed if _mesh_found(face)]
 
     def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame:
         assert self.classic_source is not None
@@ -233,6 +240,8 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
             tflite_interpreter(store.resolve("face_mesh_468"))
         else:
             processor.source_embedding = _embedding(identity, "source_embedding")
+            if "area" in options.face_mask_types and options.face_landmarker_model == "face_mesh_468":
+                tflite_interpreter(store.resolve("face_mesh_468"))
             store.session_for(options.face_swapper_model, options)
             load_emap(store.resolve(options.face_swapper_model))
     if "face_enhancer" in options.processors:
