@@ -24,6 +24,8 @@ FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4"]
 FaceSelectorMode = Literal["one", "many", "reference"]
 FaceSwapperModel = Literal["classic", "inswapper_128", "inswapper_128_fp16"]
 FaceSwapperPixelBoost = Literal["128x128", "256x256", "512x512"]
+FaceMaskType = Literal["box", "area"]  # FaceFusion's occlusion and region masks need parser models: not offered
+FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
 FaceEnhancerModel = Literal["gfpgan_1.4"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
@@ -116,7 +118,18 @@ class Options(BaseModel):
     face_swapper_color_correction: bool = Field(
         json_schema_extra=SECTION_SWAP,
         default=True,
-        description="Match the swapped face's colours (LAB mean and spread inside the face mask) to the target face's.",
+        description="The swapped face takes the target face's skin tone and light, measured on skin only (classic: "
+        "low-frequency LAB transfer; inswapper: LAB mean and spread, of the whole mask where no landmarks are known).",
+    )
+    face_mask_types: list[FaceMaskType] = Field(
+        default=["box"],
+        description="Masks that limit the swapped face, combined by their minimum: box (the face crop, padded and "
+        "blurred) and area (the landmark hull of face_mask_areas). classic always masks by its face mesh; "
+        "FaceFusion's occlusion and region masks need parser models that are not offered.",
+    )
+    face_mask_areas: list[FaceMaskArea] = Field(
+        default=["upper-face", "lower-face", "mouth"],
+        description="Parts of the face the area mask covers (face_mask_types area): the hull of their landmarks.",
     )
     face_mask_blur: float = Field(
         json_schema_extra=SECTION_SWAP,
@@ -182,18 +195,18 @@ class Options(BaseModel):
         description="On the CPU provider: inference threads. On a GPU: frames processed side by side in a worker.",
     )
 
-    @field_validator("processors", "execution_providers")
+    @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas")
     @classmethod
     def _no_repeats(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("each value may appear only once")
         return value
 
-    @field_validator("execution_providers")
+    @field_validator("execution_providers", "face_mask_types", "face_mask_areas")
     @classmethod
     def _at_least_one(cls, value: list[str]) -> list[str]:
         if not value:
-            raise ValueError("name at least one execution provider")
+            raise ValueError("name at least one value")
         return value
 
     @model_validator(mode="before")
@@ -225,7 +238,9 @@ class Options(BaseModel):
             return "none"
         if self.face_swapper_model == "classic":
             return "mesh"
-        return "2dfan4" if self.face_landmarker_model == "2dfan4" else "none"
+        if self.face_landmarker_model == "2dfan4":
+            return "2dfan4"
+        return "mesh" if "area" in self.face_mask_types else "none"  # the area mask is drawn from the face mesh
 
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the job id."""

@@ -90,5 +90,3 @@ def commit_output(job: Written, *, work_id: str | None = None) -> None:
         size=5,
     )
     storage.write_bytes_atomic(output_marker_uri(job.output_uri), marker.model_dump_json().encode())
-
-

@@ -59,7 +59,11 @@ def test_cli_flags_use_facefusion_names() -> None:
         ]
     )
     assert options.processors == ["face_swapper", "face_enhancer"]
-    assert (options.trim_frame_start, options.trim_frame_end, options.segment_size) == (10, 20, 7)  # chunk_size's new name
+    assert (options.trim_frame_start, options.trim_frame_end, options.segment_size) == (
+        10,
+        20,
+        7,
+    )  # chunk_size's new name
     assert options.output_video_quality == 100
     assert options.execution_providers == ["cuda", "cpu"]
     assert options.face_mask_padding == (1, 2, 3, 4)

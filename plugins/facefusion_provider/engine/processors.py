@@ -246,6 +246,8 @@ class FaceProcessor:
             with _timed(self.stats, "swap"):
                 return [self.swap_classic(frame, frame_faces) for frame, frame_faces in zip(frames, faces, strict=True)]
         assert self.source_embedding is not None
+        if self.options.analysis_landmarks() == "mesh":  # the area mask: a face the mesh model misses is left alone
+            faces = [[face for face in frame_faces if _mesh_found(face)] for frame_faces in faces]
         timings: dict[str, float] = {}
         swapped = swap_faces(frames, faces, self.source_embedding, self.options, self.store, timings=timings, pool=pool)
         self.stats.add(
@@ -295,6 +297,8 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
             tflite_interpreter(store.resolve("face_mesh_468"))
         else:
             processor.source_embedding = _embedding(identity, "source_embedding")
+            if "area" in options.face_mask_types and options.face_landmarker_model == "face_mesh_468":
+                tflite_interpreter(store.resolve("face_mesh_468"))
             store.session_for(options.face_swapper_model, options)
             load_emap(store.resolve(options.face_swapper_model))
     if "face_enhancer" in options.processors:

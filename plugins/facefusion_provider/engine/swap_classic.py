@@ -1,10 +1,11 @@
 """The offline default swapper ``classic``: the source face's texture on the target face's geometry.
 
 The source face (crop + 468 mesh points + the Delaunay triangles of those points, all computed once in ``prepare``) is
-warped triangle by triangle onto the target's mesh, so the target's pose and expression stay; its colours are matched to
-the target in LAB (``face_swapper_color_correction``), the target's own mouth interior is kept, and the result is
-blended in seamlessly: the target's low frequencies (light and skin tone) under the source's features, then a feathered
-mask scaled by ``face_swapper_blend``.
+warped triangle by triangle onto the target's mesh, so the target's pose and expression stay. With
+``face_swapper_color_correction`` it takes the target face's skin tone and light, measured on skin only (skin_tone).
+The mask follows the face: the mesh's hull, eroded and feathered in proportion to the face's size, the target's own
+mouth interior kept, and any hair of the source at the rim of its face left out; a multi-band blend on the face's
+rectangle puts it in, scaled by ``face_swapper_blend``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,19 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from facefusion_provider.engine.blend import band_levels, blend_bands
 from facefusion_provider.engine.face import Face, FloatArray, Frame
-from facefusion_provider.engine.paste import match_color_statistics
+from facefusion_provider.engine.face_masks import (
+    MESH_INNER_LIPS,
+    FaceRegions,
+    area_mask,
+    face_regions,
+    feather,
+    hull_mask,
+    inner_distance,
+    smoothstep,
+)
+from facefusion_provider.engine.skin_tone import lab_to_rgb, rgb_to_lab, skin_color, transfer_skin_tone
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.options import Options
 
@@ -27,15 +39,18 @@ BoolArray = npt.NDArray[np.bool_]
 Mask = npt.NDArray[np.float32]  # H x W, 0..1
 
 MESH_POINTS = 468
-# The inner lip line of the face mesh (MediaPipe topology), in order around the mouth opening.
-MESH_INNER_LIPS = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308, 415, 310, 311, 312, 13, 82, 81, 80, 191)
 SOURCE_MARGIN = 0.15  # of the source mesh's size, kept around it in the stored crop
 SOURCE_MAX_SIDE = 512  # larger source faces are stored downscaled: the target rarely needs more
 ROI_MARGIN = 4  # pixels of target context around the face
-LOW_BAND_SCALE = 0.1  # blend bands split at a blur sigma of this x face size: larger keeps more of the target's shading
-FEATHER_SCALE = 0.4  # the mask rises from 0 to 1 over face size x face_mask_blur x this, inside the face area
+# Every length below is a fraction of the face's size, so the look is the same at any resolution.
+TONE_SCALE = 0.06  # skin tone moves at a blur sigma of this: finer would copy the target's own texture
+CORE_MARGIN = 0.10  # the typical skin colour is measured this far inside the outline, where hair rarely reaches
+EDGE_EROSION = 0.04  # the blend starts this far inside the face area, where the mesh fits the face best
+FEATHER_SCALE = 0.4  # then rises from 0 to 1 over this x face_mask_blur
+MOUTH_RAMP = 0.03  # the swapped lips fade out over this towards the target's mouth opening
+OUTLINE_RIM = 0.18  # in this rim of the outline, what of the source is not skin (hair, a hat) is not painted
+VISIBILITY_SOFTNESS = 0.02  # the blur that keeps that hair test from leaving speckles
 SOURCE_DETAIL_LIMIT = 2.0  # target faces above this x the source face's size are worked on smaller, then scaled up
-LOW_BAND_WORK_SIGMA = 4.0  # the low band is blurred on a copy shrunk until its sigma is this many pixels
 POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed point)
 
 
@@ -175,12 +190,13 @@ def warp_source(source: ClassicSource, target_points: FloatArray, size: tuple[in
 
 def face_area_mask(points: FloatArray, covered: BoolArray, options: Options) -> npt.NDArray[np.uint8]:
     """255 where the swap may paint: the target mesh's hull covered by warped triangles, minus the mouth interior,
-    minus ``face_mask_padding`` (percent of the face box from its top, right, bottom and left)."""
-    hull = cv2.convexHull(np.round(points).astype(np.int32))
-    area = np.zeros(covered.shape, np.uint8)
-    cv2.fillConvexPoly(area, hull, 255)
+    minus ``face_mask_padding`` (percent of the face box from its top, right, bottom and left), and with ``area`` among
+    ``face_mask_types`` only inside the hull of the ``face_mask_areas``."""
+    area = hull_mask(covered.shape, points)
     area[~covered] = 0
     cv2.fillPoly(area, [np.round(points[list(MESH_INNER_LIPS)]).astype(np.int32)], 0)
+    if "area" in options.face_mask_types:
+        area &= area_mask(covered.shape, points, options.face_mask_areas)
     low, high = points.min(axis=0), points.max(axis=0)
     width, height = high - low
     top, right, bottom, left = options.face_mask_padding
@@ -191,58 +207,65 @@ def face_area_mask(points: FloatArray, covered: BoolArray, options: Options) -> 
     return area
 
 
-def feather(area: npt.NDArray[np.uint8], face_size: float, blur: float) -> Mask:
-    """A soft mask: 0 outside ``area``, rising smoothly over a band inside its edge whose width follows ``blur``."""
-    ramp = face_size * blur * FEATHER_SCALE
-    if ramp < 1.0:
+def blend_alpha(area: npt.NDArray[np.uint8], regions: FaceRegions, blur: float) -> Mask:
+    """The blend mask inside ``area``: from the outer edge it stays 0 for EDGE_EROSION of the face size (the mesh's
+    rim fits least), then rises over a ramp that follows ``blur``; towards the mouth opening it fades out. ``blur`` 0
+    gives a hard edge at the area itself."""
+    if blur <= 0:
         return (area > 0).astype(np.float32)
-    distance = cv2.distanceTransform(area, cv2.DIST_L2, 3)  # pixels to the nearest pixel outside the area
-    rise = np.clip(distance / ramp, 0.0, 1.0)
-    return np.asarray(rise * rise * (3.0 - 2.0 * rise), np.float32)
-
-
-def masked_blur(
-    pixels: npt.NDArray[np.float32], weight: npt.NDArray[np.float32], sigma: float
-) -> npt.NDArray[np.float32]:
-    """Gaussian blur of ``pixels`` using only where ``weight`` is 1: the low band of a masked region.
-
-    A low band holds nothing finer than sigma, so it is computed on a copy shrunk until sigma is a few pixels.
-    """
-    height, width = weight.shape[:2]
-    factor = min(1.0, LOW_BAND_WORK_SIGMA / sigma)
-    size = (max(1, round(width * factor)), max(1, round(height * factor)))
-    weighted = pixels * weight[:, :, np.newaxis]
-    small_pixels = cv2.resize(weighted, size, interpolation=cv2.INTER_AREA) if factor < 1.0 else weighted
-    small_weight = cv2.resize(weight, size, interpolation=cv2.INTER_AREA) if factor < 1.0 else weight
-    blurred = cv2.GaussianBlur(small_pixels, (0, 0), sigma * factor).reshape(size[1], size[0], -1)
-    support = np.maximum(cv2.GaussianBlur(small_weight, (0, 0), sigma * factor), 1e-3)[:, :, np.newaxis]
-    low = np.asarray(blurred / support, np.float32)
-    if factor == 1.0:
-        return low
-    return np.asarray(cv2.resize(low, (width, height), interpolation=cv2.INTER_LINEAR), np.float32).reshape(
-        height, width, -1
+    # The outer edge is measured with the mouth opening filled in: the mouth has its own, shorter fade.
+    outer = feather(
+        np.where(regions.mouth > 0, 255, area).astype(np.uint8),
+        regions.size * EDGE_EROSION,
+        regions.size * blur * FEATHER_SCALE,
     )
+    mouth = smoothstep(inner_distance(255 - regions.mouth) / max(1.0, regions.size * MOUTH_RAMP))
+    return np.asarray(outer * mouth * (area > 0), np.float32)
 
 
-def transfer_low_frequencies(image: Frame, reference: Frame, area: npt.NDArray[np.uint8], sigma: float) -> Frame:
-    """A two-band blend: the low band (light, shading, skin tone) of ``reference``, the high band (features) of ``image``.
+def source_visibility(regions: FaceRegions, source_skin: FloatArray) -> Mask:
+    """1 where the source face may paint. In the rim of the outline, only as far as the source looks like its own skin
+    there: a fringe of hair or a hat brim at the source's forehead is not painted onto the target's."""
+    rim = (regions.outline_distance < regions.size * OUTLINE_RIM) & (regions.features == 0)
+    visibility = np.where(rim, np.clip(2.0 * source_skin, 0.0, 1.0), 1.0).astype(np.float32)
+    return np.asarray(cv2.GaussianBlur(visibility, (0, 0), max(1.0, regions.size * VISIBILITY_SOFTNESS)), np.float32)
 
-    Both bands are taken inside ``area`` only, so nothing outside the face leaks in; this makes the seam vanish the way
-    a Poisson clone does, at the cost of one blur.
+
+def recolor_source(
+    warped: Frame, target: Frame, area: npt.NDArray[np.uint8], regions: FaceRegions, correct: bool
+) -> tuple[Frame, Mask]:
+    """The warped source face with the target face's skin tone and light (when ``correct``), and where it may paint.
+
+    Skin is measured where both faces look like their own typical skin: inside the outline, away from its rim, eyes,
+    brows and lips; the typical colour comes from the face's core, which hair rarely reaches.
     """
-    difference = reference.astype(np.float32) - image.astype(np.float32)
-    moved = image.astype(np.float32) + masked_blur(difference, (area > 0).astype(np.float32), sigma)
-    return np.clip(np.round(moved), 0, 255).astype(np.uint8)
+    warped_lab = rgb_to_lab(warped)
+    skin = regions.skin & (area > 0)
+    core = skin & (regions.outline_distance > regions.size * CORE_MARGIN)
+    source_color = skin_color(warped_lab, core)
+    if source_color is None:  # no skin of the source shows: nothing to measure or screen
+        return warped, np.ones(area.shape, np.float32)
+    source_skin = source_color.likelihood(warped_lab)
+    visibility = source_visibility(regions, source_skin)
+    target_lab = rgb_to_lab(target)
+    target_color = skin_color(target_lab, core)
+    if not correct or target_color is None:
+        return warped, visibility
+    weight = np.asarray(skin * source_skin * target_color.likelihood(target_lab), np.float32)
+    moved = transfer_skin_tone(warped_lab, target_lab, weight, regions.soft_skin, max(1.0, regions.size * TONE_SCALE))
+    return np.clip(np.rint(lab_to_rgb(moved)), 0, 255).astype(np.uint8), visibility
 
 
 @dataclass(frozen=True)
 class ClassicSwap:
-    """One face's swap before it is pasted: the frame region, its original and swapped pixels, and the blend mask."""
+    """One face's swap before it is pasted: the frame region, its original and swapped pixels, the blend mask, and
+    the pyramid levels its multi-band blend uses."""
 
     region: Region
     target: Frame
     swapped: Frame
     alpha: Mask  # 0 where nothing changes
+    levels: int
 
 
 def mesh_size(points: FloatArray) -> float:
@@ -258,6 +281,7 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     points = (face.landmark_dense - [region.x1, region.y1]).astype(np.float32)
     target = crop_region(frame, region)
     face_size = mesh_size(points)
+    levels = band_levels(face_size)
     scale = min(1.0, SOURCE_DETAIL_LIMIT * mesh_size(source.landmarks) / max(face_size, 1.0))
     work_size = (max(1, round(region.size[0] * scale)), max(1, round(region.size[1] * scale)))
     work_points = ((points + 0.5) * [work_size[0] / region.size[0], work_size[1] / region.size[1]] - 0.5).astype(
@@ -269,18 +293,23 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     warped, covered = warp_source(source, work_points, work_size)
     work_area = face_area_mask(work_points, covered, options)
     if not np.any(work_area):
-        return ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32))
-    matched = warped
-    if options.face_swapper_color_correction:
-        corrected = match_color_statistics(warped, work_target, (work_area > 0).astype(np.float32))
-        matched = np.clip(np.rint(corrected), 0, 255).astype(np.uint8)
-    swapped = transfer_low_frequencies(matched, work_target, work_area, max(1.0, face_size * scale * LOW_BAND_SCALE))
+        return ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32), levels)
+    work_regions = face_regions(work_area.shape, work_points)
+    swapped, visibility = recolor_source(
+        warped, work_target, work_area, work_regions, options.face_swapper_color_correction
+    )
+    regions = work_regions
     if scale < 1.0:
         swapped = np.asarray(cv2.resize(swapped, region.size, interpolation=cv2.INTER_LINEAR), np.uint8)
+        visibility = np.asarray(cv2.resize(visibility, region.size, interpolation=cv2.INTER_LINEAR), np.float32)
         covered = cv2.resize(covered.astype(np.uint8), region.size, interpolation=cv2.INTER_NEAREST) > 0
+        regions = face_regions(target.shape[:2], points)
     area = face_area_mask(points, covered, options)
-    alpha = feather(area, face_size, options.face_mask_blur) * np.float32(options.face_swapper_blend / 100.0)
-    return ClassicSwap(region, target, swapped, alpha)
+    alpha = blend_alpha(area, regions, options.face_mask_blur)
+    if options.face_mask_blur > 0:  # a hard mask was asked for: no soft edges from the hair test either
+        alpha *= visibility
+    alpha *= np.float32(options.face_swapper_blend / 100.0)
+    return ClassicSwap(region, target, swapped, alpha, levels)
 
 
 def classic_face_mask(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Mask:
@@ -297,10 +326,8 @@ def swap_face_classic(frame: Frame, face: Face, source: ClassicSource, options: 
     result = frame.copy()
     if not np.any(swap.alpha):
         return result
-    target = swap.target.astype(np.float32)
-    alpha = swap.alpha[:, :, np.newaxis]
-    blended = np.clip(np.round(target + alpha * (swap.swapped.astype(np.float32) - target)), 0, 255)
-    _paste(result, swap.region, np.where(alpha > 0, blended, target).astype(np.uint8))
+    change = blend_bands(swap.target, swap.swapped, swap.alpha, swap.levels)
+    _paste(result, swap.region, np.clip(np.rint(swap.target + change), 0, 255).astype(np.uint8))
     return result
 
 

@@ -1,5 +1,5 @@
 """FaceFusion's inswapper path: arcface_128 alignment, emap projection of the source identity, pixel boost, colour
-correction, paste-back."""
+correction (measured on skin when the face's landmarks are known), paste-back through the box and area masks."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from onnx import numpy_helper
 
 from facefusion_provider.engine.align import Matrix, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
-from facefusion_provider.engine.paste import create_box_mask, match_color_statistics, paste_back
+from facefusion_provider.engine.paste import color_weight, create_crop_mask, match_color_statistics, paste_back
 from facefusion_provider.engine.recognize import normalize_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore
@@ -139,7 +139,8 @@ def swap_faces(
 ) -> list[Frame]:
     """Swap the source identity into every given face of every frame; all crops go through the model in batches.
 
-    ``faces[i]`` are the faces of ``frames[i]`` to swap; a frame with none comes back as the same array.
+    ``faces[i]`` are the faces of ``frames[i]`` to swap; a frame with none comes back as the same array. With ``area``
+    among ``face_mask_types`` every face needs its dense landmarks.
     ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back. With ``pool`` the
     frames are pasted back side by side (a frame's own faces in turn).
     """
@@ -150,18 +151,19 @@ def swap_faces(
     boost = pixel_boost_size(options)
     total = boost // MODEL_SIZE
     crops: list[tuple[int, Frame, Matrix]] = []
+    crop_faces: list[Face] = []
     tiles: list[Frame] = []
     for index, (frame, frame_faces) in enumerate(zip(frames, faces, strict=True)):
         for face in frame_faces:
             crop, matrix = warp_face(frame, face.landmark_5, "arcface_128", boost)
             crops.append((index, crop, matrix))
+            crop_faces.append(face)
             tiles.append(implode_pixel_boost(crop, total))
     clock.lap("swap_align")
     if not crops:
         return list(frames)
     swapped_tiles = run_swapper(session, np.concatenate(tiles), latent, batch_size)
     clock.lap("swap_infer")
-    mask = create_box_mask(boost, options.face_mask_blur, options.face_mask_padding)
     blend = options.face_swapper_blend / 100.0
     per_face = total * total
     numbered: dict[int, list[int]] = {}  # frame index -> its crops' numbers
@@ -172,9 +174,11 @@ def swap_faces(
         frame = frames[index]
         for number in numbered[index]:
             _, crop, matrix = crops[number]
+            face = crop_faces[number]
+            mask = create_crop_mask(boost, face, matrix, options)
             swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
             if options.face_swapper_color_correction:
-                swapped = match_color_statistics(swapped, crop, mask)
+                swapped = match_color_statistics(swapped, crop, color_weight(boost, face, matrix, mask))
             frame = paste_back(frame, swapped, mask, matrix, blend)
         return frame
 

@@ -19,7 +19,11 @@ def test_swap_span_is_a_partial_to_map_over_spans() -> None:
     span = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 32, "label": "frames 0-31 (4 segments)"}
     with DAG("mapped", schedule=None):
         mapped = swap_span_operator(
-            task_id="swap_span", work_uri="file:///w/work/j", output_uri="file:///o.mp4", target_uri="file:///i.mp4", pool="gpu"
+            task_id="swap_span",
+            work_uri="file:///w/work/j",
+            output_uri="file:///o.mp4",
+            target_uri="file:///i.mp4",
+            pool="gpu",
         ).expand(span=[span])
 
     assert mapped.operator_class is LocalSwapSpanOperator

@@ -146,9 +146,9 @@ def test_a_finished_output_starts_no_process_even_after_cleanup(
     (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
 
     for command in ("prepare", "merge"):
-        LocalWorkerOperator(
-            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri
-        ).execute(_context())
+        LocalWorkerOperator(task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri).execute(
+            _context()
+        )
     LocalSwapSpanOperator(
         task_id="swap_span", work_uri=job.work_uri, output_uri=job.output_uri, target_uri="file:///in.mp4", span=span
     ).execute(_context())
@@ -198,13 +198,19 @@ def test_bad_input_fails_at_once_with_the_workers_message_and_records_it(
     context = _context()
     context["ti"].xcom_push = lambda **kwargs: pushed.append(kwargs)
     operator = LocalWorkerOperator(
-        task_id="prepare", command="prepare", work_uri=(tmp_path / "w").as_uri(), output_uri=(tmp_path / "o.mp4").as_uri()
+        task_id="prepare",
+        command="prepare",
+        work_uri=(tmp_path / "w").as_uri(),
+        output_uri=(tmp_path / "o.mp4").as_uri(),
     )
 
     with pytest.raises(AirflowFailException, match=r"invalid_media, exit code 12\): file:///in.mp4: not a video"):
         operator.execute(context)
     assert pushed == [
-        {"key": "failure", "value": {"failure_class": "invalid_media", "message": "file:///in.mp4: not a video (a text file)"}}
+        {
+            "key": "failure",
+            "value": {"failure_class": "invalid_media", "message": "file:///in.mp4: not a video (a text file)"},
+        }
     ]
 
 

@@ -61,11 +61,16 @@ def _cleanup_context(states: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def _lease(run: str, age: timedelta = timedelta()) -> RunLease:
-    return RunLease(dag_id="facefusion_swap", run_id=run, output_uri="file:///o.mp4", created_at=datetime.now(UTC) - age)
+    return RunLease(
+        dag_id="facefusion_swap", run_id=run, output_uri="file:///o.mp4", created_at=datetime.now(UTC) - age
+    )
 
 
 def test_cleanup_removes_the_work_and_publishes_the_output(
-    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
+    tmp_path: Path,
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+    commit_output: Callable[..., None],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     commit_segment(job, 0)
@@ -85,7 +90,10 @@ def test_cleanup_removes_the_work_and_publishes_the_output(
 
 
 def test_cleanup_keeps_work_that_a_live_or_recently_failed_run_holds(
-    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
+    tmp_path: Path,
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+    commit_output: Callable[..., None],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     marker = commit_segment(job, 0)
@@ -103,7 +111,10 @@ def test_cleanup_keeps_work_that_a_live_or_recently_failed_run_holds(
 
 
 def test_cleanup_keeps_the_work_when_the_output_is_not_this_works(
-    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], commit_output: Callable[..., None]
+    tmp_path: Path,
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+    commit_output: Callable[..., None],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     marker = commit_segment(job, 0)

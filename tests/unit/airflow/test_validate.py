@@ -192,7 +192,12 @@ def test_every_option_is_its_own_typed_field() -> None:
     params = swap_params()
     assert set(Options.model_fields) <= set(params)
     blend = params["face_swapper_blend"]
-    assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == ("integer", 0, 100, 85)
+    assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == (
+        "integer",
+        0,
+        100,
+        85,
+    )
     assert blend.schema["title"] == "Face swapper blend" and blend.description
     assert "section" not in blend.schema  # an everyday option: in the open first section
     mode = params["face_selector_mode"]

@@ -202,6 +202,27 @@ def test_inswapper_processor_paints_the_swapper_output(
     assert swapped[nose[1], nose[0]].tolist() == pytest.approx([255, 0, 255], abs=2)
 
 
+def test_inswapper_area_mask_uses_the_face_mesh(
+    man_source: str, astronaut: Frame, user_models: str, store: ModelStore
+) -> None:
+    options = Options(
+        face_swapper_model="inswapper_128",
+        face_swapper_blend=100,
+        face_swapper_color_correction=False,
+        face_mask_types=["box", "area"],
+        face_mask_areas=["mouth"],
+    )
+    processor = build_frame_processor(options, prepare_identity([man_source], None, options, user_models), user_models)
+    (swapped,) = processor.process_batch([astronaut])
+    (face,) = detect_faces(astronaut, options, store)
+    nose = np.round(face.landmark_5[2]).astype(int)
+    corners = face.landmark_5[3:]
+    # Below the middle of her smile's corners: inside the lips' hull whatever the smile's shape.
+    mouth = np.round(corners.mean(axis=0) + np.array([0.0, 0.2 * np.ptp(corners[:, 0])])).astype(int)
+    assert swapped[nose[1], nose[0]].tolist() == astronaut[nose[1], nose[0]].tolist(), "the nose is not mouth"
+    assert swapped[mouth[1], mouth[0]].tolist() == pytest.approx([255, 0, 255], abs=20)
+
+
 def test_processors_run_in_the_given_order(
     man_source: str, astronaut: Frame, user_models: str, store: ModelStore
 ) -> None:

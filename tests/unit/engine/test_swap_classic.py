@@ -1,4 +1,7 @@
-"""The offline classic swap on real faces: identity really moves (per an independent judge), the rest stays."""
+"""The offline classic swap on real faces: identity really moves (per an independent judge), the rest stays.
+
+On video (the demo clip and a graded second clip) see test_swap_classic_look.py.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import numpy as np
 import pytest
 from skimage.color import rgb2lab
 
-from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.landmarks import landmark_face_mesh
 from facefusion_provider.engine.store import ModelStore
@@ -53,25 +55,6 @@ def test_photo_swap_carries_the_source_identity(
     assert to_source < to_original - CLEAR_MARGIN, (
         f"swapped face: {to_source:.3f} from source, {to_original:.3f} from original"
     )
-
-
-def test_video_swap_carries_the_source_identity_on_nine_in_ten_frames(
-    carphone_frames: list[Frame], astronaut: Frame, options: Options, store: ModelStore, judge: IdentityJudge
-) -> None:
-    source = classic_source(astronaut, options, store)
-    source_descriptor = judge.descriptor(astronaut)
-    closer, judged = 0, 0
-    for frame in carphone_frames[::2]:  # every other frame: the judge's descriptors cost ~0.1 s each on these CPUs
-        where = judge.locate(frame, upsample=0)
-        faces = detect_faces(frame, options, store)
-        if where is None or not faces:
-            continue
-        judged += 1
-        swapped = swap_face_classic(frame, landmark_face_mesh(frame, faces[0], store), source, options)
-        result = judge.descriptor(swapped, where)
-        closer += judge.distance(result, source_descriptor) < judge.distance(result, judge.descriptor(frame, where))
-    assert judged >= 50, "the clip has a face in nearly every frame"
-    assert closer >= 0.9 * judged, f"only {closer} of {judged} frames moved towards the source"
 
 
 def test_a_target_face_much_larger_than_the_source_is_swapped_too(
@@ -129,12 +112,12 @@ def test_colour_correction_is_on_by_default_and_switchable(swap_case: tuple[Fram
     assert np.array_equal(corrected[mask == 0], uncorrected[mask == 0])
     inside = mask > 0.99
 
-    def chroma_spread(image: Frame) -> np.ndarray:
-        return np.asarray(rgb2lab(image[inside][None])[0, :, 1:].std(axis=0))
+    def mean_chroma(image: Frame) -> np.ndarray:
+        return np.asarray(rgb2lab(image[inside][None])[0, :, 1:].mean(axis=0))
 
-    # The target's light already reaches both through the low band; only the corrected face takes its colour spread.
-    wanted = chroma_spread(target)
-    assert np.abs(chroma_spread(corrected) - wanted).max() < 0.5 * np.abs(chroma_spread(uncorrected) - wanted).max()
+    # Grace Hopper's skin is far ruddier than the astronaut's: only the corrected face takes the astronaut's tone.
+    wanted = mean_chroma(target)
+    assert np.linalg.norm(mean_chroma(corrected) - wanted) < 0.5 * np.linalg.norm(mean_chroma(uncorrected) - wanted)
 
 
 def test_the_targets_own_mouth_interior_is_kept(swap_case: tuple[Frame, Face, ClassicSource], options: Options) -> None:
@@ -165,7 +148,9 @@ def test_blend_ratio_scales_the_change(swap_case: tuple[Frame, Face, ClassicSour
     assert np.array_equal(swap_face_classic(target, face, source, Options(face_swapper_blend=0)), target)
     full = swap_face_classic(target, face, source, Options(face_swapper_blend=100)).astype(float) - target
     half = swap_face_classic(target, face, source, Options(face_swapper_blend=50)).astype(float) - target
-    changed = np.abs(full) > 20
+    # Where the full change runs into the end of the 0-255 range, half of it is not clipped: those pixels say nothing.
+    unclipped = np.all((target.astype(float) + full > 0) & (target.astype(float) + full < 255), axis=2)
+    changed = (np.abs(full) > 20) & unclipped[:, :, np.newaxis]
     assert changed.sum() > 1000
     assert np.abs(half[changed] - full[changed] / 2).max() <= 1.0
 

@@ -186,3 +186,30 @@ def face_at(center: tuple[float, float], size: float, angle_degrees: float = 0.0
 
 def frame_to_crop_matrix(face: Face, crop_size: int) -> np.ndarray:
     return estimate_similarity(face.landmark_5, template_points("arcface_128", crop_size))
+
+
+def landmarks_68_template() -> np.ndarray:
+    """A plausible 68-point face (iBUG layout) in the 128 arcface crop, built around the arcface_128 five points."""
+    jaw_angles = np.linspace(np.pi, 0.0, 17)
+    jaw = np.stack([64 + 42 * np.cos(jaw_angles), 58 + 54 * np.sin(jaw_angles)], axis=1)
+    brows = [[30 + 7 * i, 40 - 2 * min(i, 4 - i)] for i in range(5)] + [
+        [70 + 7 * i, 40 - 2 * min(i, 4 - i)] for i in range(5)
+    ]
+    nose = [[64, 54 + 5 * i] for i in range(4)] + [[54 + 5 * i, 77] for i in range(5)]
+
+    def ring(center: tuple[float, float], rx: float, ry: float, count: int) -> list[list[float]]:
+        angles = np.linspace(np.pi, -np.pi, count, endpoint=False)
+        return [[center[0] + rx * np.cos(a), center[1] + ry * np.sin(a)] for a in angles]
+
+    eyes = ring((46.3, 51.7), 8, 3.5, 6) + ring((81.5, 51.5), 8, 3.5, 6)
+    lips = ring((64.1, 92.3), 15, 7, 12) + ring((64.1, 92.3), 10, 2.5, 8)
+    return np.concatenate([jaw, np.asarray(brows + nose + eyes + lips, np.float64)]).astype(np.float32)
+
+
+def face_with_68(center: tuple[float, float], size: float, angle_degrees: float = 0.0) -> Face:
+    """``face_at`` with 68 dense landmarks placed, scaled and turned the same way as its five points."""
+    face = face_at(center, size, angle_degrees)
+    theta = np.deg2rad(angle_degrees)
+    rotation = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    dense = ((landmarks_68_template() - 64.0) @ rotation.T) * (size / 128.0) + np.asarray(center)
+    return face.with_(landmark_dense=dense.astype(np.float32))

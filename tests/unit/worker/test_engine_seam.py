@@ -15,8 +15,8 @@ import pytest
 from committed import work_uri_for
 
 import facefusion_provider.engine.processors as engine
-from facefusion_provider.engine.processors import FaceStats
 from facefusion_provider import storage, worker
+from facefusion_provider.engine.processors import FaceStats
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import encode_image, read_image, rgb_array
 from facefusion_provider.media.probe import probe_video
