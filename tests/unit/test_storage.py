@@ -122,7 +122,7 @@ def test_atomically_written_files_get_the_usual_permissions(tmp_path: Path) -> N
 
 
 def test_relative_paths_are_refused_where_no_working_directory_is_shared(tmp_path: Path) -> None:
-    with pytest.raises(InvalidOptionError, match="target_uri: 'in/a.mp4' is a relative path; give an absolute path"):
+    with pytest.raises(InvalidOptionError, match=r"target_uri: 'in/a.mp4' is a relative path; give an absolute path"):
         storage.normalize_uri("in/a.mp4", field="target_uri", relative=False)
     assert storage.normalize_uri(str(tmp_path / "a.mp4"), relative=False) == (tmp_path / "a.mp4").as_uri()
 
@@ -149,7 +149,7 @@ def test_allow_lists_confine_uris_to_their_prefixes(tmp_path: Path) -> None:
     storage.check_allowed((tmp_path / "in" / "a.mp4").as_uri(), prefixes, field="target_uri", kind="input")
     storage.check_allowed("s3://anywhere/a.mp4", (), field="target_uri", kind="input")  # no list: anywhere
     for outside in ("s3://in/videos-other/a.mp4", "s3://in/a.mp4", (tmp_path / "inside.mp4").as_uri()):
-        with pytest.raises(InvalidOptionError, match="target_uri: .* is outside the allowed input locations"):
+        with pytest.raises(InvalidOptionError, match=r"target_uri: .* is outside the allowed input locations"):
             storage.check_allowed(outside, prefixes, field="target_uri", kind="input")
 
 
@@ -157,12 +157,12 @@ def test_a_write_probe_finds_unwritable_outputs_and_leaves_nothing(tmp_path: Pat
     storage.check_writable((tmp_path / "new" / "deeper" / "out.mp4").as_uri(), field="output_uri")
     assert list(tmp_path.iterdir()) == []  # nothing written, not even the folders
     (tmp_path / "folder.mp4").mkdir()
-    with pytest.raises(InvalidOptionError, match="output_uri: .* is a folder, not a file"):
+    with pytest.raises(InvalidOptionError, match=r"output_uri: .* is a folder, not a file"):
         storage.check_writable((tmp_path / "folder.mp4").as_uri(), field="output_uri")
     (tmp_path / "file").write_bytes(b"x")
-    with pytest.raises(StorageDeniedError, match="output_uri: cannot write .*: .* is a file, not a folder"):
+    with pytest.raises(StorageDeniedError, match=r"output_uri: cannot write .*: .* is a file, not a folder"):
         storage.check_writable((tmp_path / "file" / "out.mp4").as_uri(), field="output_uri")
-    with pytest.raises(StorageDeniedError, match="output_uri: cannot write file:///proc/x.mp4"):
+    with pytest.raises(StorageDeniedError, match=r"output_uri: cannot write file:///proc/x.mp4"):
         storage.check_writable("file:///proc/x.mp4", field="output_uri")
     storage.check_writable("memory://bucket/out/x.mp4", field="output_uri")
     assert not storage.list_files("memory://bucket/out")

@@ -195,9 +195,9 @@ class FaceProcessor:
         with self._pool() as pool:
             return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
 
-    def analyse_batch(self, frames: list[Frame], pool: Executor | None = None) -> list[list[Face]]:
+    def analyse_batch(self, frames: list[Frame], given: Executor | None = None) -> list[list[Face]]:
         """The faces each frame's processors work on, with the dense landmarks the swapper needs."""
-        with self._pool(pool) as pool:
+        with self._pool(given) as pool:
             selected = each(pool, self.select, frames)
             landmarks = self.options.analysis_landmarks()
             with _timed(self.stats, "landmarks"):
@@ -207,9 +207,9 @@ class FaceProcessor:
                     return each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
             return selected
 
-    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
+    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
         """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
-        with self._pool(pool) as pool:
+        with self._pool(given) as pool:
             results = list(frames)
             for processor in self.options.processors:
                 if processor == "face_swapper":

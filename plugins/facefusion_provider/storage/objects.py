@@ -25,6 +25,7 @@ from facefusion_provider.storage.filesystems import filesystem, is_local, storag
 from facefusion_provider.storage.uris import local_path
 
 _HASH_BLOCK = 8 * 1024 * 1024
+_FOLDER_ATTEMPTS = 20  # a folder emptied and removed by another process between our makedirs and our file, again
 _DOWNLOAD_BLOCK = 16 * 1024 * 1024
 
 
@@ -150,12 +151,14 @@ _NEW_FILE_MODE = 0o666 & ~_umask()
 def _write_local_temp(path: str, data: bytes) -> str:
     """A new temp file beside ``path`` holding ``data``, synced to disk, for the caller to publish; removed on failure."""
     directory = os.path.dirname(path)
-    try:
+    for attempt in range(_FOLDER_ATTEMPTS):
         os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    except FileNotFoundError:  # a cleanup removed the empty folder between the two calls: make it again
-        os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+        try:
+            fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+            break
+        except FileNotFoundError:  # a cleanup removed the empty folder between the two calls: make it again
+            if attempt == _FOLDER_ATTEMPTS - 1:
+                raise
     try:
         os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes 0600; a published file gets the usual mode, like open() would
         with os.fdopen(fd, "wb") as handle:

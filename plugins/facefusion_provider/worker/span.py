@@ -157,8 +157,19 @@ def work_segments(
                 if not picker.has_free(state):
                     time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
                     continue
-                frames = SegmentFrames(picker, target, target_uri, decoding, previews, metrics)
-                writer = SegmentWriter(spec, folder, committer, frames, previews, metrics, people, own)
+                frames = SegmentFrames(
+                    picker, target, target_uri, stats=decoding, preview_segments=previews, metrics=metrics
+                )
+                writer = SegmentWriter(
+                    spec,
+                    folder,
+                    committer,
+                    frames,
+                    preview_segments=previews,
+                    metrics=metrics,
+                    progress=people,
+                    own=own,
+                )
                 stream = frames.stream()
                 try:
                     run_pipeline(faults.slowed(stream, span), writer.encode, processors.get(metrics))

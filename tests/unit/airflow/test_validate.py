@@ -126,9 +126,9 @@ def test_bad_conf_names_the_field_and_writes_nothing(
 def test_the_allow_lists_confine_inputs_and_outputs(tmp_path: Path, inputs: dict[str, Any]) -> None:
     allowed = {"allowed_inputs": ((tmp_path.as_uri() + "/"),), "allowed_outputs": ((tmp_path / "out").as_uri() + "/",)}
     _validate(inputs, tmp_path, **allowed)
-    with pytest.raises(InvalidOptionError, match="output_uri: .* is outside the allowed output locations"):
+    with pytest.raises(InvalidOptionError, match=r"output_uri: .* is outside the allowed output locations"):
         _validate({**inputs, "output_uri": str(tmp_path / "elsewhere.mp4")}, tmp_path, **allowed)
-    with pytest.raises(InvalidOptionError, match="target_uri: .* is outside the allowed input locations"):
+    with pytest.raises(InvalidOptionError, match=r"target_uri: .* is outside the allowed input locations"):
         _validate({**inputs, "target_uri": "s3://other/in.mp4"}, tmp_path, **allowed)
 
 
