@@ -1,19 +1,26 @@
 """### facefusion_s3_ingest
 
-Every new video under `input_prefix` gets one `facefusion_swap` run, with the output at the same path under
-`output_prefix`, the fixed source face `source_uris` and `options`.
+Starts one swap run per new job found under `input_prefix`, at most once per job. `mode` says what a new file is:
 
-`scan` → `start_swap` (one mapped trigger per video, at most `max_videos_per_run`) → `report`
+- `videos`: each new video is swapped with the fixed faces `source_uris`; its output keeps its path under `output_prefix`.
+- `faces` (the content factory): each new image, or each folder of images of one person, is swapped into every video of
+  `target_uris`; outputs are named after the person (and the target when there are several). The target's face
+  analysis is computed once and reused by every person's run.
+- `manifests`: each line of each new `.jsonl` (a job object) or `.csv` file (columns `source_uris` with `;` between
+  images, `target_uri`, `output_uri`, `options` as JSON) is one job; a bad line is reported by its number.
 
-A ledger (`ledger_prefix`, by default `.facefusion-ledger/` under `output_prefix`) records every video by key and
-ETag with an exclusive write, so each video is processed at most once, even when ingestion runs overlap or are
-retried. A video whose swap run failed is reported by key (the first ingestion run that sees the failure fails, naming
-it) and retried on a later run, up to `max_attempts`. A re-uploaded video (new ETag) is a new video.
+`scan` → `start_swap` (one mapped trigger per job, at most `max_runs_per_scan`) → `report`
 
-Schedule and defaults: the Airflow Variable `facefusion_ingest`, a JSON object such as
-`{"schedule": "*/15 * * * *", "input_prefix": "s3://videos/incoming/", "output_prefix": "s3://videos/swapped/",
-"source_uris": ["s3://videos/faces/me.jpg"], "options": {"face_swapper_blend": 90}}`; `"schedule": "none"` leaves
-only manual triggers, whose conf overrides any param. S3 access: the `[facefusion] aws_conn_id` connection.
+A ledger (`ledger_prefix`, by default `.facefusion-ledger/` under `output_prefix`) records every job with an exclusive
+write, so each starts at most once, even when scans overlap or are retried. A failed job is reported once and retried
+on a later scan up to `max_attempts`; one that failed on bad input is never retried. Runs start in
+`facefusion_swap_batch`, whose spans yield GPUs to interactive `facefusion_swap` runs.
+
+Configuration: the Airflow Variable `facefusion_ingest`, a JSON object such as `{"schedule": "*/15 * * * *",
+"mode": "faces", "input_prefix": "s3://factory/selfies/", "output_prefix": "s3://factory/out/",
+"target_uris": ["s3://factory/standard/action.mp4"], "options": {"face_swapper_blend": 90}}`. Without the Variable the
+DAG has no schedule and is paused at creation: nothing runs until it is configured. S3 access: the
+`[facefusion] aws_conn_id` connection.
 """
 
 from __future__ import annotations
@@ -24,9 +31,8 @@ from airflow.sdk import DAG
 
 from facefusion_provider.operators.ingest import (
     CONFIG_FIELDS,
-    SWAP_DAG_ID,
     IngestReportOperator,
-    ScanForNewVideosOperator,
+    ScanForNewJobsOperator,
     ingest_params,
     ingest_schedule,
     ingest_settings,
@@ -39,24 +45,24 @@ with DAG(
     schedule=ingest_schedule(settings),
     start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
-    max_active_runs=1,  # the ledger keeps overlapping runs correct; one at a time keeps them cheap
+    is_paused_upon_creation=True,
+    max_active_runs=1,  # the ledger keeps overlapping scans correct; one at a time keeps them cheap
     params=ingest_params(settings),
     render_template_as_native_obj=True,
     doc_md=__doc__,
     tags=["facefusion"],
 ) as dag:
-    scan = ScanForNewVideosOperator(
+    scan = ScanForNewJobsOperator(
         task_id="scan",
         retries=2,
         **{name: f"{{{{ params.{name} }}}}" for name in CONFIG_FIELDS},
     )
     start_swap = TriggerDagRunOperator.partial(
         task_id="start_swap",
-        trigger_dag_id=SWAP_DAG_ID,
         logical_date=None,
-        skip_when_already_exists=True,  # the run id is the video's attempt: a repeated trigger starts nothing
-        wait_for_completion=False,  # outcomes are read by the next ingestion run
-        map_index_template="{{ task.conf['target_uri'] }}",
+        skip_when_already_exists=True,  # the run id is the job's attempt: a repeated trigger starts nothing
+        wait_for_completion=False,  # outcomes are read by the next scan
+        map_index_template="{{ task.conf['output_uri'] }}",
         retries=2,
     ).expand_kwargs(scan.output)
     report = IngestReportOperator(task_id="report", scan_task_id="scan")

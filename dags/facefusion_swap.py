@@ -27,44 +27,70 @@ from facefusion_provider.operators.validate import ValidateSwapConfOperator
 from facefusion_provider.settings import load_settings
 
 settings = load_settings()
+BATCH_DOC = """
+This is the batch variant that scheduled ingestion triggers: the same tasks, its spans at a lower priority on the same
+GPU pool (an interactive run's span gets the next free GPU first) and at most `[facefusion] batch_max_active_spans` of
+them at once when set (GPUs an interactive run can always find).
+"""
+INTERACTIVE_PRIORITY, BATCH_PRIORITY = 10, 1  # a free GPU slot goes to an interactive span before a batch one
 
-with DAG(
-    dag_id="facefusion_swap",
-    schedule=None,
-    params=swap_params(),
-    render_template_as_native_obj=True,
-    default_args={
-        "retries": settings.retries,
-        "retry_delay": settings.retry_delay,
-        "retry_exponential_backoff": settings.retry_exponential_backoff,
-        "max_retry_delay": settings.max_retry_delay,
-    },
-    doc_md=__doc__,
-    tags=["facefusion"],
-) as dag:
-    validate = ValidateSwapConfOperator(task_id="validate")
-    work_uri, output_uri = validate.ticket("work_uri"), validate.ticket("output_uri")
-    prepare = worker_operator(
-        "prepare",
-        task_id="prepare",
-        work_uri=work_uri,
-        output_uri=output_uri,
-        worker_args=validate.ticket("prepare_args"),
-    )
-    plan = PlanSpansOperator(task_id="plan", work_uri=work_uri)
-    swap_span = swap_span_operator(
-        task_id="swap_span",
-        work_uri=work_uri,
-        output_uri=output_uri,
-        target_uri=validate.ticket("target_uri"),
-        pool=settings.pool,
-        max_active_tis_per_dagrun=settings.max_active_spans_per_run,
-        map_index_template="{{ task.span['label'] }}",
-    ).expand(span=plan.output)
-    merge = worker_operator(
-        "merge", task_id="merge", work_uri=work_uri, output_uri=output_uri, worker_args=validate.ticket("merge_args")
-    )
-    cleanup = CleanupJobOperator(
-        task_id="cleanup", work_uri=work_uri, output_uri=output_uri, run_key=validate.ticket("run_key")
-    )
-    validate >> prepare >> plan >> swap_span >> merge >> cleanup
+
+def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: str) -> DAG:
+    """The swap DAG; the batch variant differs only in its spans' priority and cap on the GPU pool."""
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        params=swap_params(),
+        render_template_as_native_obj=True,
+        default_args={
+            "retries": settings.retries,
+            "retry_delay": settings.retry_delay,
+            "retry_exponential_backoff": settings.retry_exponential_backoff,
+            "max_retry_delay": settings.max_retry_delay,
+        },
+        doc_md=doc,
+        tags=["facefusion"],
+    ) as dag:
+        validate = ValidateSwapConfOperator(task_id="validate")
+        work_uri, output_uri = validate.ticket("work_uri"), validate.ticket("output_uri")
+        prepare = worker_operator(
+            "prepare",
+            task_id="prepare",
+            work_uri=work_uri,
+            output_uri=output_uri,
+            worker_args=validate.ticket("prepare_args"),
+        )
+        plan = PlanSpansOperator(task_id="plan", work_uri=work_uri)
+        swap_span = swap_span_operator(
+            task_id="swap_span",
+            work_uri=work_uri,
+            output_uri=output_uri,
+            target_uri=validate.ticket("target_uri"),
+            pool=settings.pool,
+            priority_weight=priority,
+            weight_rule="absolute",
+            max_active_tis_per_dagrun=settings.max_active_spans_per_run,
+            max_active_tis_per_dag=max_active_spans,
+            map_index_template="{{ task.span['label'] }}",
+        ).expand(span=plan.output)
+        merge = worker_operator(
+            "merge",
+            task_id="merge",
+            work_uri=work_uri,
+            output_uri=output_uri,
+            worker_args=validate.ticket("merge_args"),
+        )
+        cleanup = CleanupJobOperator(
+            task_id="cleanup", work_uri=work_uri, output_uri=output_uri, run_key=validate.ticket("run_key")
+        )
+        validate >> prepare >> plan >> swap_span >> merge >> cleanup
+    return dag
+
+
+dag = swap_dag("facefusion_swap", priority=INTERACTIVE_PRIORITY, max_active_spans=None, doc=__doc__ or "")
+batch_dag = swap_dag(
+    "facefusion_swap_batch",
+    priority=BATCH_PRIORITY,
+    max_active_spans=settings.batch_max_active_spans or None,
+    doc=(__doc__ or "").replace("### facefusion_swap", "### facefusion_swap_batch", 1) + BATCH_DOC,
+)

@@ -210,6 +210,15 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "8",
     ),
     SettingSpec(
+        "batch_max_active_spans",
+        "integer",
+        "0",
+        "At most this many swap_span tasks of facefusion_swap_batch (the runs ingestion starts) at once over all its "
+        "runs: GPUs of the pool that batch work leaves to interactive runs. 0: no cap (batch spans only yield by "
+        "priority).",
+        "6",
+    ),
+    SettingSpec(
         "allowed_input_prefixes",
         "string",
         "",
@@ -342,6 +351,7 @@ class FaceFusionSettings:
     pool: str
     span_wave: int
     max_active_spans_per_run: int
+    batch_max_active_spans: int
     allowed_input_prefixes: tuple[str, ...]
     allowed_output_prefixes: tuple[str, ...]
     keep_failed_work: timedelta
@@ -367,6 +377,7 @@ class FaceFusionSettings:
             pool=raw["pool"] or DEFAULT_POOL,
             span_wave=_number(raw, "span_wave", int, minimum=0) or _number(raw, "chunk_wave", int, minimum=0),
             max_active_spans_per_run=_number(raw, "max_active_spans_per_run", int, minimum=1),
+            batch_max_active_spans=_number(raw, "batch_max_active_spans", int, minimum=0),
             allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
             allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
             keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),

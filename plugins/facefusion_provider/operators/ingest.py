@@ -1,4 +1,4 @@
-"""The ``facefusion_s3_ingest`` DAG's operators: find new videos, claim them in the ledger, report failures.
+"""The ``facefusion_s3_ingest`` DAG's operators: find new jobs under a prefix, claim them in the ledger, report.
 
 ``scan`` returns one ``{"trigger_run_id", "conf"}`` per swap run to start (the input of a mapped
 ``TriggerDagRunOperator``) and pushes a report (XCom ``report``) that ``report`` turns into the run's summary.
@@ -6,38 +6,49 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from airflow.sdk import BaseOperator, Context, Param, Variable
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook
-from facefusion_provider.operators.commands import fail_on_bad_input
-from facefusion_provider.options import options_json_schema, parse_options
+from facefusion_provider.operators.commands import FAILURE_XCOM_KEY, fail_on_bad_input
+from facefusion_provider.operators.params import option_params, title_of
+from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
 SWAP_DAG_ID = "facefusion_swap"
+BATCH_SWAP_DAG_ID = "facefusion_swap_batch"
 SETTINGS_VARIABLE = "facefusion_ingest"
 """Airflow Variable (JSON) with the ingestion DAG's ``schedule`` and the defaults of its Params."""
 DEFAULT_SCHEDULE = "*/15 * * * *"
 LEDGER_FOLDER_NAME = ".facefusion-ledger/"
+OPTIONS_SECTION = "Swap options (every run)"
+LIMITS_SECTION = "Limits and retries"
+# The swap tasks whose failure XCom says a run failed on bad input (a span's map indexes come from plan's list).
+FAILING_TASKS = ("validate", "prepare", "merge")
 
-CONFIG_FIELDS = (
+INPUT_FIELDS = (
+    "mode",
     "input_prefix",
     "output_prefix",
     "ledger_prefix",
     "source_uris",
-    "options",
+    "target_uris",
     "extensions",
     "min_size_bytes",
     "max_size_bytes",
-    "max_videos_per_run",
+    "max_runs_per_scan",
     "max_attempts",
     "orphan_after_minutes",
+    "settle_minutes",
+    "swap_dag_id",
 )
+CONFIG_FIELDS = (*INPUT_FIELDS, *Options.model_fields)
 
 
 def ingest_settings() -> dict[str, Any]:
@@ -51,7 +62,10 @@ def ingest_settings() -> dict[str, Any]:
 
 
 def ingest_schedule(settings: Mapping[str, Any]) -> str | None:
-    """Cron expression or preset from the Variable's ``schedule``; ``"none"`` leaves only manual triggers."""
+    """Cron expression or preset from the Variable's ``schedule``; no Variable, or ``"none"``, means manual only, so
+    an unconfigured ingestion never runs on its own."""
+    if not settings:
+        return None
     schedule = settings.get("schedule", DEFAULT_SCHEDULE)
     if schedule is None or str(schedule).strip().lower() in ("", "none", "null"):
         return None
@@ -59,183 +73,212 @@ def ingest_schedule(settings: Mapping[str, Any]) -> str | None:
 
 
 def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
-    """The DAG's Params; defaults come from the Variable, so a scheduled run needs no conf."""
+    """The DAG's Params, every one titled; defaults come from the Variable, so a scheduled run needs no conf. A param
+    with no default is required: the form blocks the trigger until it is filled."""
     config = ingest.IngestConfig.model_fields
-    options_schema = options_json_schema()
-    options_schema.pop("description", None)
-    unknown = set(settings) - {*CONFIG_FIELDS, "schedule"}
+    unknown = set(settings) - {*CONFIG_FIELDS, "schedule", "options"}
     if unknown:
         raise ValueError(
             f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, {CONFIG_FIELDS}"
         )
 
-    def default(name: str) -> Any:
-        field = config[name]
-        return settings.get(name, None if field.is_required() else field.get_default(call_default_factory=True))
+    def param(name: str, description: str, section: str | None = None, **schema: Any) -> Param:
+        field = config.get(name)
+        default = settings.get(name)
+        if default is None and field is not None and not field.is_required():
+            default = field.get_default(call_default_factory=True)
+        schema.update(title=title_of(name), description=description, **({"section": section} if section else {}))
+        nullable = "null" in schema["type"]
+        return Param(**schema) if default is None and not nullable else Param(default, **schema)
 
-    def prefix(name: str, text: str) -> Param:
-        return Param(
-            default(name), type=["null", "string"], title=name.replace("_", " ").capitalize(), description=text
-        )
-
-    return {
-        "input_prefix": prefix(
-            "input_prefix", "Videos under this prefix are ingested once each, e.g. s3://bucket/incoming/."
+    uri_list: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    params = {
+        "mode": param(
+            "mode",
+            "videos: each new video x source_uris. faces: each new image (or folder of images of one person) x "
+            "target_uris. manifests: each line of each new .jsonl or .csv file is a job.",
+            type="string",
+            enum=list(ingest.DEFAULT_EXTENSIONS),
         ),
-        "output_prefix": prefix(
-            "output_prefix", "Each output goes here, at its input's path below input_prefix, e.g. s3://bucket/swapped/."
+        "input_prefix": param(
+            "input_prefix",
+            "New files under this prefix are ingested, e.g. s3://bucket/incoming/.",
+            type="string",
+            minLength=3,
         ),
-        "ledger_prefix": prefix(
-            "ledger_prefix", f"The claims and outcomes of every video. Empty: {LEDGER_FOLDER_NAME} under output_prefix."
+        "output_prefix": param(
+            "output_prefix", "Outputs go here, e.g. s3://bucket/swapped/.", type="string", minLength=3
         ),
-        "source_uris": Param(
-            settings.get("source_uris", []),
-            type="array",
-            items={"type": "string", "minLength": 1},
-            title="Source faces",
-            description="The fixed source face image(s) swapped into every video.",
+        "ledger_prefix": param(
+            "ledger_prefix",
+            f"The claims and outcomes of every job. Empty: {LEDGER_FOLDER_NAME} under output_prefix.",
+            type=["null", "string"],
         ),
-        "options": Param(
-            parse_options(settings.get("options", {}), where=f"Variable {SETTINGS_VARIABLE}.options").model_dump(
-                mode="json"
-            ),
-            title="Options",
-            description="Face swap options of every swap run (facefusion_swap's options).",
-            **options_schema,
+        "source_uris": param(
+            "source_uris", "videos mode: the fixed source face image(s) swapped into every video.", **uri_list
         ),
-        "extensions": Param(
-            default("extensions"),
-            type="array",
+        "target_uris": param(
+            "target_uris", "faces mode: the standard video(s) every new face is swapped into.", **uri_list
+        ),
+        "extensions": param(
+            "extensions",
+            "File name extensions that count, one per line. Empty: the mode's (videos .mp4 .mov .m4v .mkv; faces "
+            ".jpg .jpeg .png .webp .bmp; manifests .jsonl .csv).",
+            LIMITS_SECTION,
+            type=["null", "array"],
             items={"type": "string", "pattern": r"^\.?[A-Za-z0-9]+$"},
-            minItems=1,
-            description="File name extensions that count as videos.",
         ),
-        "min_size_bytes": Param(
-            default("min_size_bytes"), type="integer", minimum=0, description="Smaller files are skipped."
+        "min_size_bytes": param(
+            "min_size_bytes", "Smaller files are skipped.", LIMITS_SECTION, type="integer", minimum=0
         ),
-        "max_size_bytes": Param(
-            default("max_size_bytes"), type="integer", minimum=1, description="Larger files are skipped."
+        "max_size_bytes": param(
+            "max_size_bytes", "Larger files are skipped.", LIMITS_SECTION, type="integer", minimum=1
         ),
-        "max_videos_per_run": Param(
-            default("max_videos_per_run"),
+        "max_runs_per_scan": param(
+            "max_runs_per_scan",
+            "Swap runs started per scan at most; the rest wait for the next scan.",
+            LIMITS_SECTION,
             type="integer",
             minimum=1,
             maximum=1024,
-            description="Swap runs started per ingestion run at most; the rest wait for the next run.",
         ),
-        "max_attempts": Param(
-            default("max_attempts"),
+        "max_attempts": param(
+            "max_attempts",
+            "Swap runs per job at most; a failed job is retried on a later scan until then (bad input never is).",
+            LIMITS_SECTION,
             type="integer",
             minimum=1,
             maximum=100,
-            description="Swap runs per video at most; a failed video is retried on a later run until then.",
         ),
-        "orphan_after_minutes": Param(
-            default("orphan_after_minutes"),
+        "orphan_after_minutes": param(
+            "orphan_after_minutes",
+            "A claim whose swap run was never started (its scan died) is started again after this.",
+            LIMITS_SECTION,
             type="number",
             minimum=0,
-            description="A claim whose swap run was never started (its ingestion run died) is started again after this.",
+        ),
+        "settle_minutes": param(
+            "settle_minutes",
+            "faces mode: a folder of images is one identity once no image has arrived for this long.",
+            LIMITS_SECTION,
+            type="number",
+            minimum=0,
+        ),
+        "swap_dag_id": Param(
+            settings.get("swap_dag_id", BATCH_SWAP_DAG_ID),
+            type="string",
+            enum=[BATCH_SWAP_DAG_ID, SWAP_DAG_ID],
+            title="Swap DAG",
+            description=f"{BATCH_SWAP_DAG_ID} runs at a lower priority than interactive {SWAP_DAG_ID} runs.",
+            section=LIMITS_SECTION,
         ),
     }
+    defaults = parse_options(settings.get("options", {}), where=f"Variable {SETTINGS_VARIABLE}.options")
+    options = option_params(section=OPTIONS_SECTION, defaults=defaults)
+    return {**params, **options}
 
 
 def ingest_config(values: Mapping[str, Any]) -> ingest.IngestConfig:
-    """Params to a checked config; the ledger defaults to a folder under the output prefix."""
-    values = {name: value for name, value in values.items() if value is not None}
-    if "output_prefix" in values and not values.get("ledger_prefix"):
-        values["ledger_prefix"] = str(values["output_prefix"]).rstrip("/") + "/" + LEDGER_FOLDER_NAME
-    return ingest.parse_ingest_config(values)
+    """Params to a checked config; the options are those differing from the model's defaults; the ledger defaults to
+    a folder under the output prefix."""
+    defaults = Options().model_dump(mode="json")
+    chosen = {name: values[name] for name in Options.model_fields if name in values and values[name] != defaults[name]}
+    config = {name: values[name] for name in INPUT_FIELDS if values.get(name) is not None and name != "swap_dag_id"}
+    if "output_prefix" in config and not config.get("ledger_prefix"):
+        config["ledger_prefix"] = str(config["output_prefix"]).rstrip("/") + "/" + LEDGER_FOLDER_NAME
+    return ingest.parse_ingest_config({**config, "options": chosen})
 
 
-class ScanForNewVideosOperator(BaseOperator):
-    """Find the videos under ``input_prefix`` that need a swap run, claim each in the ledger, and return the runs.
+class ScanForNewJobsOperator(BaseOperator):
+    """Find the jobs under ``input_prefix`` that need a swap run (by ``mode``), claim each in the ledger, return the
+    runs to start.
 
-    First the outcomes of earlier attempts are recorded from their swap runs' states; then every listed video is new
-    (claim attempt 1), failed (claim the next attempt, up to ``max_attempts``), in flight, done, or out of bounds.
-    Returns ``[{"trigger_run_id": ..., "conf": {...}}]`` for at most ``max_videos_per_run`` videos, and pushes the
-    per-video report as XCom ``report``. Every field is templated (the DAG passes ``"{{ params.<name> }}"``).
+    First the outcomes of earlier attempts are recorded from their swap runs' states (a run that failed on bad input is
+    ``rejected`` and never retried); then every job is new (claim attempt 1), failed (claim the next attempt, up to
+    ``max_attempts``), in flight, done, rejected, or out of bounds. Returns ``[{"trigger_run_id": ..., "conf": ...}]``
+    for at most ``max_runs_per_scan`` jobs, and pushes the per-job report as XCom ``report``. Every field is templated
+    (the DAG passes ``"{{ params.<name> }}"``). Without ``input_prefix`` and ``output_prefix`` (not configured yet) the
+    scan skips, saying so once, and fails nothing.
 
-    :param swap_dag_id: the DAG each video runs through.
     :param aws_conn_id: AWS connection for ``s3://``; default the ``[facefusion] aws_conn_id`` setting.
     """
 
     template_fields: Sequence[str] = (*BaseOperator.template_fields, *CONFIG_FIELDS)
     ui_color = "#e8f4e4"
 
-    def __init__(
-        self,
-        *,
-        swap_dag_id: str = SWAP_DAG_ID,
-        aws_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, aws_conn_id: str | None = None, **kwargs: Any) -> None:
         values = {name: kwargs.pop(name, None) for name in CONFIG_FIELDS}
         super().__init__(**kwargs)
         for name, value in values.items():
             setattr(self, name, value)
-        self.swap_dag_id = swap_dag_id
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        values = {name: getattr(self, name) for name in CONFIG_FIELDS}
+        if not values.get("input_prefix") or not values.get("output_prefix"):
+            raise AirflowSkipException(
+                "Not configured: set input_prefix and output_prefix (the facefusion_ingest Variable, or the trigger "
+                "form); nothing was scanned"
+            )
         with fail_on_bad_input():
-            config = ingest_config({name: getattr(self, name) for name in CONFIG_FIELDS})
+            config = ingest_config(values)
+        swap_dag_id = str(values.get("swap_dag_id") or BATCH_SWAP_DAG_ID)
         hook = IngestLedgerHook(self.aws_conn_id or load_settings().aws_conn_id)
         ti = context["ti"]
         now = datetime.now(UTC)
         with fail_on_bad_input():
             histories = hook.load(config.ledger_prefix)
-            states, finished = self._finished_attempts(histories, ti)
-            newly_failed = [o for o in hook.record_outcomes(config.ledger_prefix, finished) if o.state == "failed"]
+            states, finished = self._finished_attempts(histories, ti, swap_dag_id)
+            newly_failed = [o for o in hook.record_outcomes(config.ledger_prefix, finished) if o.state != "success"]
+            found = ingest.find_jobs(hook.list_files(config.input_prefix), config, now=time.time(), read=hook.read)
             plan = ingest.plan_ingest(
-                hook.list_videos(config.input_prefix),
-                histories,
-                states,
-                config,
-                now=now,
-                ingest_run=f"{ti.dag_id}/{ti.run_id}",
+                found.jobs, histories, states, config, now=now, ingest_run=f"{ti.dag_id}/{ti.run_id}"
             )
-            triggers, reports = self._claim(hook, plan, config)
-        report = _report(reports, newly_failed, config)
+            triggers, reports = self._claim(hook, plan, config, swap_dag_id)
+        report = _report(found.reports + reports, newly_failed, config, swap_dag_id)
         ti.xcom_push(key="report", value=report)
         for line in _summary(report):
             self.log.info("%s", line)
         return triggers
 
     def _finished_attempts(
-        self, histories: dict[str, ingest.VideoHistory], ti: Any
+        self, histories: dict[str, ingest.JobHistory], ti: Any, swap_dag_id: str
     ) -> tuple[dict[str, ingest.RunState], list[ingest.Outcome]]:
         """The swap run state of every unfinished attempt, and outcomes for those that ended (marked in ``histories``)."""
         states: dict[str, ingest.RunState] = {}
         outcomes = []
-        for vid, attempt in ingest.unfinished_attempts(histories):
-            run_id = ingest.swap_run_id(vid, attempt)
-            states[run_id] = self._run_state(ti, run_id)
-            if (outcome := ingest.outcome_for(vid, attempt, states[run_id], datetime.now(UTC))) is not None:
-                histories[vid].outcomes[attempt] = outcome.state
+        for job, attempt in ingest.unfinished_attempts(histories):
+            run_id = ingest.swap_run_id(job, attempt)
+            states[run_id] = self._run_state(ti, swap_dag_id, run_id)
+            bad_input = _bad_input(ti, swap_dag_id, run_id) if states[run_id] == "failed" else None
+            outcome = ingest.outcome_for(job, attempt, states[run_id], datetime.now(UTC), bad_input=bad_input)
+            if outcome is not None:
+                histories[job].outcomes[attempt] = outcome.state
                 outcomes.append(outcome)
         return states, outcomes
 
-    def _run_state(self, ti: Any, run_id: str) -> ingest.RunState:
-        if ti.get_dr_count(dag_id=self.swap_dag_id, run_ids=[run_id]) == 0:
+    @staticmethod
+    def _run_state(ti: Any, swap_dag_id: str, run_id: str) -> ingest.RunState:
+        if ti.get_dr_count(dag_id=swap_dag_id, run_ids=[run_id]) == 0:
             return "missing"
-        raw = ti.get_dagrun_state(dag_id=self.swap_dag_id, run_id=run_id)
+        raw = ti.get_dagrun_state(dag_id=swap_dag_id, run_id=run_id)
         state = str(getattr(raw, "value", raw))  # the Task SDK's enum prints as "DagRunState.SUCCESS"
         return cast("ingest.RunState", state if state in ("queued", "running", "success", "failed") else "running")
 
     def _claim(
-        self, hook: IngestLedgerHook, plan: ingest.IngestPlan, config: ingest.IngestConfig
-    ) -> tuple[list[dict[str, Any]], list[ingest.VideoReport]]:
-        """Create the claims of the plan's starts; a claim another run created first is that run's video."""
+        self, hook: IngestLedgerHook, plan: ingest.IngestPlan, config: ingest.IngestConfig, swap_dag_id: str
+    ) -> tuple[list[dict[str, Any]], list[ingest.JobReport]]:
+        """Create the claims of the plan's starts; a claim another scan created first is that scan's job."""
         won = {
             start.claim.run_id for start in plan.starts if start.resume or hook.claim(config.ledger_prefix, start.claim)
         }
         triggers = [
-            {"trigger_run_id": start.claim.run_id, "conf": ingest.swap_conf(start.claim, config)}
+            {"trigger_run_id": start.claim.run_id, "trigger_dag_id": swap_dag_id, "conf": ingest.swap_conf(start.claim)}
             for start in plan.starts
             if start.claim.run_id in won
         ]
         reports = [
-            ingest.VideoReport(r.uri, r.version, "in_flight", r.attempt, r.run_id, "claimed by an overlapping run")
+            ingest.JobReport(r.label, "in_flight", r.attempt, r.run_id, "claimed by an overlapping scan")
             if r.kind in ("start", "retry") and r.run_id not in won
             else r
             for r in plan.reports
@@ -243,46 +286,69 @@ class ScanForNewVideosOperator(BaseOperator):
         return triggers, reports
 
 
+def _bad_input(ti: Any, swap_dag_id: str, run_id: str) -> str | None:
+    """The message of the failure that ended ``run_id`` for good (bad input), from its tasks' ``failure`` XCom."""
+    for task_id in FAILING_TASKS:
+        record = ti.xcom_pull(task_ids=task_id, dag_id=swap_dag_id, run_id=run_id, key=FAILURE_XCOM_KEY)
+        if isinstance(record, dict):
+            return str(record.get("message", "bad input"))
+    spans = ti.xcom_pull(task_ids="plan", dag_id=swap_dag_id, run_id=run_id) or []
+    if spans:
+        records = ti.xcom_pull(
+            task_ids="swap_span", dag_id=swap_dag_id, run_id=run_id, key=FAILURE_XCOM_KEY, map_indexes=range(len(spans))
+        )
+        for record in records if isinstance(records, list) else [records]:
+            if isinstance(record, dict):
+                return str(record.get("message", "bad input"))
+    return None
+
+
 def _report(
-    reports: list[ingest.VideoReport], newly_failed: list[ingest.Outcome], config: ingest.IngestConfig
+    reports: list[ingest.JobReport], failed: list[ingest.Outcome], config: ingest.IngestConfig, swap_dag_id: str
 ) -> dict[str, Any]:
-    by_video = {ingest.video_id(r.uri, r.version): r for r in reports}
-    next_step = {"retry": "retried now", "given_up": "given up", "deferred": "retried on a later run"}
+    next_step = {"retry": "retried now", "given_up": "given up", "rejected": "not retried (bad input)"}
+    by_job = {r.job_id: r for r in reports if r.job_id}
     return {
+        "mode": config.mode,
         "input_prefix": config.input_prefix,
-        "videos": [r.as_dict() for r in reports],
+        "swap_dag_id": swap_dag_id,
+        "jobs": [r.as_dict() for r in reports],
         "newly_failed": [
             {
-                "uri": video.uri if (video := by_video.get(o.video_id)) else None,
-                "attempt": o.attempt,
+                "label": report.label if (report := by_job.get(outcome.job_id)) else outcome.run_id,
+                "attempt": outcome.attempt,
                 "max_attempts": config.max_attempts,
-                "run_id": o.run_id,
-                "next": next_step.get(video.kind, "not listed any more") if video else "not listed any more",
+                "run_id": outcome.run_id,
+                "state": outcome.state,
+                "detail": outcome.detail,
+                "next": next_step.get(report.kind, "retried on a later scan") if report else "not listed any more",
             }
-            for o in newly_failed
+            for outcome in failed
         ],
     }
 
 
 def _summary(report: Mapping[str, Any]) -> list[str]:
     counts: dict[str, int] = {}
-    for video in report["videos"]:
-        counts[video["kind"]] = counts.get(video["kind"], 0) + 1
+    for job in report["jobs"]:
+        counts[job["kind"]] = counts.get(job["kind"], 0) + 1
     lines = [
-        f"{report['input_prefix']}: " + (", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no videos")
+        f"{report['input_prefix']} ({report['mode']}): "
+        + (", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "nothing to ingest")
     ]
-    for video in report["videos"]:
-        if video["kind"] != "done":
-            detail = f" ({video['detail']})" if video["detail"] else ""
-            lines.append(f"{video['kind'].upper():>9} {video['uri']} attempt {video['attempt']}{detail}")
+    for job in report["jobs"]:
+        if job["kind"] != "done":
+            detail = f" ({job['detail']})" if job["detail"] else ""
+            lines.append(f"{job['kind'].upper():>9} {job['label']} attempt {job['attempt']}{detail}")
     return lines
 
 
 class IngestReportOperator(BaseOperator):
-    """Log the scan's per-video report; fail (without retries) when videos failed since the last ingestion run.
+    """Log the scan's per-job report; fail (without retries) when jobs failed since the last scan.
 
-    A failed video fails exactly one ingestion run (the one that first sees the failure), with its key, the attempt
-    and what happens next in the message, so Airflow's failure alerts reach whoever watches the DAG.
+    A failed job fails exactly one ingestion run (the one that first sees the failure), with its label, the attempt
+    and what happens next in the message, so Airflow's failure alerts reach whoever watches the DAG. A scan that
+    skipped (not configured) skips the report too.
 
     :param scan_task_id: the task that pushed the report.
     """
@@ -290,7 +356,7 @@ class IngestReportOperator(BaseOperator):
     template_fields: Sequence[str] = (*BaseOperator.template_fields, "scan_task_id")
 
     def __init__(self, *, scan_task_id: str = "scan", **kwargs: Any) -> None:
-        kwargs.setdefault("trigger_rule", "all_done")
+        kwargs.setdefault("trigger_rule", "none_failed_min_one_success")
         kwargs.setdefault("retries", 0)
         super().__init__(**kwargs)
         self.scan_task_id = scan_task_id
@@ -304,10 +370,10 @@ class IngestReportOperator(BaseOperator):
         failed = report["newly_failed"]
         if failed:
             raise AirflowFailException(
-                "videos failed: "
+                "jobs failed: "
                 + "; ".join(
-                    f"{f['uri'] or f['run_id']} (attempt {f['attempt']} of {f['max_attempts']} failed in run "
-                    f"{SWAP_DAG_ID}/{f['run_id']}; {f['next']})"
+                    f"{f['label']} (attempt {f['attempt']} of {f['max_attempts']} {f['state']} in run "
+                    f"{report['swap_dag_id']}/{f['run_id']}{': ' + f['detail'] if f['detail'] else ''}; {f['next']})"
                     for f in failed
                 )
             )

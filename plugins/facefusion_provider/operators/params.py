@@ -48,9 +48,17 @@ def swap_params() -> dict[str, Param]:
     return {**params, **option_params()}
 
 
-def option_params() -> dict[str, Param]:
+def option_params(*, section: str | None = None, defaults: Options | None = None) -> dict[str, Param]:
+    """One Param per option; ``section`` puts them all in one section, ``defaults`` replaces the model's defaults."""
     properties = options_json_schema()["properties"]
-    return {name: Param(**param_schema(name, properties[name])) for name in Options.model_fields}
+    values = (defaults or Options()).model_dump(mode="json")
+    params = {}
+    for name in Options.model_fields:
+        schema = {**param_schema(name, properties[name]), "default": values[name]}
+        if section:
+            schema["section"] = section
+        params[name] = Param(**schema)
+    return params
 
 
 def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ SETTINGS = {
     "output_prefix": "s3://videos/swapped/",
     "source_uris": ["s3://videos/faces/me.jpg"],
     "options": {"face_swapper_blend": 90},
-    "max_videos_per_run": 4,
+    "max_runs_per_scan": 4,
 }
 
 
@@ -34,13 +34,12 @@ def test_the_dag_is_scan_then_mapped_triggers_then_report(monkeypatch: pytest.Mo
     dag = dagbag.dags["facefusion_s3_ingest"]
     assert [task.task_id for task in dag.topological_sort()] == ["scan", "start_swap", "report"]
     start_swap = dag.get_task("start_swap")
-    assert start_swap.partial_kwargs["trigger_dag_id"] == "facefusion_swap"
     assert start_swap.partial_kwargs["skip_when_already_exists"] is True
     assert start_swap.partial_kwargs["wait_for_completion"] is False
-    assert dag.get_task("report").trigger_rule == "all_done"
+    assert dag.get_task("report").trigger_rule == "none_failed_min_one_success"
     assert dag.max_active_runs == 1 and not dag.catchup
-    assert dag.timetable.expression == "*/15 * * * *"  # the default schedule
-    assert dag.params["input_prefix"] is None  # a scheduled run without the Variable fails in scan, naming it
+    assert dag.is_paused_upon_creation is True
+    assert type(dag.timetable).__name__ == "NullTimetable"  # without the Variable: nothing runs on its own
 
 
 def test_schedule_and_defaults_come_from_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,10 +47,9 @@ def test_schedule_and_defaults_come_from_the_variable(monkeypatch: pytest.Monkey
     assert dag.timetable.expression == "0 * * * *"
     assert dag.params["input_prefix"] == "s3://videos/incoming/"
     assert dag.params["source_uris"] == ["s3://videos/faces/me.jpg"]
-    assert dag.params["options"]["face_swapper_blend"] == 90
-    assert dag.params["max_videos_per_run"] == 4
-    options = dag.params.get_param("options").schema
-    assert options["properties"]["face_swapper_blend"]["maximum"] == 100
+    assert dag.params["face_swapper_blend"] == 90
+    assert dag.params["max_runs_per_scan"] == 4
+    assert dag.params.get_param("face_swapper_blend").schema["maximum"] == 100
     manual_only = parse(monkeypatch, {**SETTINGS, "schedule": "none"}).dags["facefusion_s3_ingest"]
     assert type(manual_only.timetable).__name__ == "NullTimetable"
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from airflow.sdk.api.datamodels._generated import DagRunState
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook
 from facefusion_provider.operators.ingest import (
     IngestReportOperator,
-    ScanForNewVideosOperator,
+    ScanForNewJobsOperator,
     ingest_config,
     ingest_params,
     ingest_schedule,
@@ -36,15 +36,18 @@ class FakeTaskInstance:
         self.run_states = run_states
         self.xcom: dict[str, Any] = {}
         self.lookups: list[str] = []
+        self.failures: dict[tuple[str, str], dict[str, str]] = {}  # (swap run, task) -> its failure XCom
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = json.loads(json.dumps(value))  # what XCom would store
 
-    def xcom_pull(self, task_ids: str, key: str) -> Any:
+    def xcom_pull(self, task_ids: str, key: str = "return_value", **where: Any) -> Any:
+        if "run_id" in where:  # another DAG's run: what its failing task recorded
+            return self.failures.get((where["run_id"], task_ids)) if key == "failure" else None
         return self.xcom.get(key)
 
     def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
-        assert dag_id == "facefusion_swap"
+        assert dag_id == "facefusion_swap_batch"
         self.lookups.extend(run_ids)
         return sum(1 for run_id in run_ids if run_id in self.run_states)
 
@@ -61,22 +64,20 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def scan_operator(folders: dict[str, Path], **overrides: Any) -> ScanForNewVideosOperator:
-    values: dict[str, Any] = {
-        "input_prefix": folders["in"].as_uri(),
-        "output_prefix": folders["out"].as_uri(),
-        "ledger_prefix": None,
-        "source_uris": [(folders["faces"] / "face.jpg").as_uri()],
-        "options": {"processors": []},
-        "extensions": None,
-        "min_size_bytes": None,
-        "max_size_bytes": None,
-        "max_videos_per_run": None,
-        "max_attempts": 2,
-        "orphan_after_minutes": None,
-    }
+def scan_operator(folders: dict[str, Path], **overrides: Any) -> ScanForNewJobsOperator:
+    form = ingest_params({})
+    values: dict[str, Any] = {name: param.value if param.has_value else None for name, param in form.items()}
+    values.update(
+        {
+            "input_prefix": folders["in"].as_uri(),
+            "output_prefix": folders["out"].as_uri(),
+            "source_uris": [(folders["faces"] / "face.jpg").as_uri()],
+            "processors": [],
+            "max_attempts": 2,
+        }
+    )
     values.update(overrides)
-    return ScanForNewVideosOperator(task_id="scan", **values)
+    return ScanForNewJobsOperator(task_id="scan", **values)
 
 
 def upload(folders: dict[str, Path], name: str, content: bytes = b"video") -> str:
@@ -99,19 +100,20 @@ def test_each_new_video_starts_once_and_a_second_scan_starts_nothing(folders: di
     out = folders["out"].as_uri()
     assert {t["conf"]["output_uri"] for t in triggers} == {f"{out}/a.mp4", f"{out}/b.mov", f"{out}/sub/c.mkv"}
     assert all(t["conf"]["source_uris"] == [(folders["faces"] / "face.jpg").as_uri()] for t in triggers)
-    assert all(t["conf"]["options"] == {"processors": []} for t in triggers)
+    assert all(t["conf"]["options"] == {"processors": []} for t in triggers)  # the options that differ from defaults
+    assert {t["trigger_dag_id"] for t in triggers} == {"facefusion_swap_batch"}
     # The ledger lives under the output prefix by default and holds one claim per video.
-    claims = sorted((folders["out"] / ".facefusion-ledger" / "videos").glob("*/attempt-001.json"))
+    claims = sorted((folders["out"] / ".facefusion-ledger" / "jobs").glob("*/attempt-001.json"))
     assert len(claims) == 3
     # The runs exist now (queued): the next scan finds them in flight and starts nothing.
     ti_later = FakeTaskInstance({t["trigger_run_id"]: "running" for t in triggers}, run_id="manual__2")
     assert scan(folders, ti_later) == []
-    assert {v["kind"] for v in ti_later.xcom["report"]["videos"]} == {"in_flight"}
+    assert {v["kind"] for v in ti_later.xcom["report"]["jobs"]} == {"in_flight"}
     # Once they succeeded, their outcomes are recorded and they stay done; one more upload starts exactly one.
     new = upload(folders, "d.mp4")
     ti_done = FakeTaskInstance({t["trigger_run_id"]: "success" for t in triggers}, run_id="manual__3")
     assert [t["conf"]["target_uri"] for t in scan(folders, ti_done)] == [new]
-    assert len(list((folders["out"] / ".facefusion-ledger" / "videos").glob("*/attempt-001.success.json"))) == 3
+    assert len(list((folders["out"] / ".facefusion-ledger" / "jobs").glob("*/attempt-001.success.json"))) == 3
 
 
 def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: dict[str, Path]) -> None:
@@ -121,7 +123,9 @@ def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: di
     (retry,) = scan(folders, ti)
     assert retry["conf"]["target_uri"] == bad and retry["trigger_run_id"].endswith("__2")
     report = IngestReportOperator(task_id="report")
-    with pytest.raises(AirflowFailException, match=r"bad\.mp4 \(attempt 1 of 2 failed in run facefusion_swap/ingest__"):
+    with pytest.raises(
+        AirflowFailException, match=r"bad\.mp4 \(attempt 1 of 2 failed in run facefusion_swap_batch/ingest__"
+    ):
         report.execute({"ti": ti})  # type: ignore[arg-type]
     # The second attempt fails too: given up, reported once more, and never started again.
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__3")
@@ -130,7 +134,7 @@ def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: di
         report.execute({"ti": ti})  # type: ignore[arg-type]
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__4")
     assert scan(folders, ti) == []
-    assert report.execute({"ti": ti})["videos"][0]["kind"] == "given_up"  # type: ignore[arg-type,index]
+    assert report.execute({"ti": ti})["jobs"][0]["kind"] == "given_up"  # type: ignore[arg-type,index]
     assert ti.lookups == []  # finished attempts are never looked up again
 
 
@@ -163,12 +167,14 @@ def test_a_scan_that_lost_the_claim_starts_nothing_for_that_video(folders: dict[
         {
             "input_prefix": folders["in"].as_uri(),
             "output_prefix": folders["out"].as_uri(),
-            "source_uris": ["file:///face.jpg"],
+            "source_uris": [(folders["faces"] / "face.jpg").as_uri()],
+            "processors": [],
         }
     )
     hook = IngestLedgerHook()
     # Run A plans while run B claims first (the listing and the claim are not one step).
-    plan_a = ingest.plan_ingest(hook.list_videos(cfg.input_prefix), {}, {}, cfg, now=datetime.now(UTC), ingest_run="A")
+    found = ingest.find_jobs(hook.list_files(cfg.input_prefix), cfg, now=0, read=hook.read)
+    plan_a = ingest.plan_ingest(found.jobs, {}, {}, cfg, now=datetime.now(UTC), ingest_run="A")
     assert len(scan(folders, FakeTaskInstance({}, run_id="B"))) == 1
     assert not hook.claim(cfg.ledger_prefix, plan_a.starts[0].claim)
 
@@ -183,9 +189,40 @@ def test_a_retried_scan_resumes_its_own_claims_with_the_same_run_ids(folders: di
     assert scan(folders, FakeTaskInstance({}, run_id="manual__2")) == []
 
 
+def test_a_run_that_failed_on_bad_input_is_rejected_and_never_retried(folders: dict[str, Path]) -> None:
+    upload(folders, "a.mp4")
+    (first,) = scan(folders, FakeTaskInstance({}))
+    ti = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__2")
+    ti.failures[(first["trigger_run_id"], "validate")] = {
+        "failure_class": "input_missing",
+        "message": "target_uri: gone",
+    }
+    assert scan(folders, ti) == []
+    with pytest.raises(AirflowFailException, match=r"attempt 1 of 2 rejected .*: target_uri: gone; not retried \(bad"):
+        IngestReportOperator(task_id="report").execute({"ti": ti})  # type: ignore[arg-type]
+    later = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__3")
+    assert scan(folders, later) == [] and later.xcom["report"]["jobs"][0]["kind"] == "rejected"
+
+
+def test_an_unconfigured_scan_skips_saying_so_and_fails_nothing(folders: dict[str, Path]) -> None:
+    with pytest.raises(AirflowSkipException, match="Not configured: set input_prefix and output_prefix"):
+        scan(folders, FakeTaskInstance({}), input_prefix=None)
+
+
 def test_bad_params_fail_the_scan_without_retries(folders: dict[str, Path]) -> None:
     with pytest.raises(AirflowFailException, match="input_prefix"):
-        scan(folders, FakeTaskInstance({}), input_prefix=None)
+        scan(folders, FakeTaskInstance({}), input_prefix="bucket-without-scheme")
+
+
+def test_the_faces_mode_swaps_each_new_face_into_the_standard_videos(folders: dict[str, Path]) -> None:
+    faces = [upload(folders, name, b"jpeg") for name in ("alice.jpg", "bob.png")]
+    triggers = scan(folders, FakeTaskInstance({}), mode="faces", source_uris=[], target_uris=["s3://std/intro.mp4"])
+    assert sorted(t["conf"]["source_uris"][0] for t in triggers) == sorted(faces)
+    out = folders["out"].as_uri()
+    assert sorted(t["conf"]["output_uri"] for t in triggers) == [f"{out}/alice.mp4", f"{out}/bob.mp4"]
+    assert (
+        scan(folders, FakeTaskInstance({}, run_id="manual__2"), mode="faces", target_uris=["s3://std/intro.mp4"]) == []
+    )
 
 
 def test_schedule_and_param_defaults_come_from_the_variable() -> None:
@@ -198,13 +235,19 @@ def test_schedule_and_param_defaults_come_from_the_variable() -> None:
         "max_attempts": 5,
     }
     assert ingest_schedule(settings) == "0 * * * *"
-    assert ingest_schedule({}) == "*/15 * * * *"
+    assert ingest_schedule({"input_prefix": "s3://v/in/"}) == "*/15 * * * *"
+    assert ingest_schedule({}) is None  # not configured: no schedule, nothing runs on its own
     assert ingest_schedule({"schedule": "none"}) is None
     params = ingest_params(settings)
     assert params["input_prefix"].value == "s3://v/in/"
-    assert params["options"].value["face_swapper_blend"] == 90
+    assert params["face_swapper_blend"].value == 90
+    assert params["face_swapper_blend"].schema["section"] == "Swap options (every run)"
     assert params["max_attempts"].value == 5
-    assert params["max_videos_per_run"].value == 10
+    assert params["max_runs_per_scan"].value == 10
     assert params["ledger_prefix"].value is None
+    assert all(param.schema.get("title") for param in params.values())
+    form = ingest_params({})
+    required = {name for name, param in form.items() if not param.has_value and "null" not in param.schema["type"]}
+    assert required == {"input_prefix", "output_prefix"}  # the form blocks the trigger until they are filled
     with pytest.raises(ValueError, match="unknown keys"):
         ingest_params({"input_prefx": "s3://v/in/"})

@@ -1,202 +1,231 @@
-"""Which videos an ingestion run starts, retries, resumes or leaves alone: the pure decisions of ``ingest.py``."""
+"""Ingestion planning, pure: the jobs each mode finds under the prefix, which to start, retry or leave, and the ledger."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from facefusion_provider import ingest
 from facefusion_provider.exceptions import InvalidOptionError
 
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-RUN = "facefusion_s3_ingest/scheduled__2026-01-01T12:00:00"
+IN, OUT = "s3://bucket/in/", "s3://bucket/out/"
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
 
-def config(**overrides: object) -> ingest.IngestConfig:
-    values: dict[str, object] = {
-        "input_prefix": "s3://videos/in",
-        "output_prefix": "s3://videos/out/",
-        "ledger_prefix": "s3://videos/out/.facefusion-ledger/",
-        "source_uris": ["s3://videos/faces/a.jpg"],
-        "options": {"processors": []},
+def config(**overrides: Any) -> ingest.IngestConfig:
+    values: dict[str, Any] = {
+        "input_prefix": IN,
+        "output_prefix": OUT,
+        "ledger_prefix": OUT + ".facefusion-ledger/",
+        "source_uris": ["s3://bucket/faces/me.jpg"],
+        "options": {"face_swapper_blend": 90},
+        "max_attempts": 2,
     }
-    values.update(overrides)
-    return ingest.parse_ingest_config(values)
+    return ingest.parse_ingest_config({**values, **overrides})
 
 
 def listed(name: str, *, version: str = "etag1", size: int = 1000, modified: float = 0.0) -> ingest.Listed:
-    return ingest.Listed(uri=f"s3://videos/in/{name}", version=version, size=size, modified=modified)
+    return ingest.Listed(uri=IN + name, version=version, size=size, modified=modified)
 
 
-def history(*names: str, pending: ingest.Claim | None = None) -> ingest.VideoHistory:
-    """A video's history from ledger object names such as ``attempt-001.json`` and ``attempt-001.failed.json``."""
-    histories = ingest.histories_from_listing(f"s3://l/videos/{'0' * 24}/{name}" for name in names)
-    result = histories["0" * 24]
-    result.pending = pending
-    return result
+def find(
+    items: list[ingest.Listed], cfg: ingest.IngestConfig, manifests: dict[str, str] | None = None
+) -> ingest.FoundJobs:
+    return ingest.find_jobs(items, cfg, now=1e9, read=lambda uri: (manifests or {})[uri].encode())
 
 
 def plan(
-    items: list[ingest.Listed],
-    histories: dict[str, ingest.VideoHistory] | None = None,
-    states: dict[str, ingest.RunState] | None = None,
+    jobs: list[ingest.Job],
+    histories: dict[str, ingest.JobHistory] | None = None,
     cfg: ingest.IngestConfig | None = None,
-    *,
-    ingest_run: str = RUN,
 ) -> ingest.IngestPlan:
-    return ingest.plan_ingest(items, histories or {}, states or {}, cfg or config(), now=NOW, ingest_run=ingest_run)
+    return ingest.plan_ingest(jobs, histories or {}, {}, cfg or config(), now=NOW, ingest_run="ingest/run1")
 
 
-def kinds(result: ingest.IngestPlan) -> dict[str, str]:
-    return {report.uri.rsplit("/", 1)[1]: report.kind for report in result.reports}
-
-
-def test_new_videos_start_oldest_first_with_their_output_under_the_output_prefix() -> None:
-    result = plan([listed("b.mp4", modified=2), listed("sub/a.MOV", modified=1), listed("notes.txt")])
-    assert [s.claim.target_uri for s in result.starts] == ["s3://videos/in/sub/a.MOV", "s3://videos/in/b.mp4"]
-    first = result.starts[0].claim
-    assert first.output_uri == "s3://videos/out/sub/a.MOV"
-    assert first.attempt == 1 and not result.starts[0].resume
-    assert first.run_id == ingest.swap_run_id(ingest.video_id(first.target_uri, "etag1"), 1)
-    assert first.claimed_by == RUN and first.claimed_at == NOW
-    assert kinds(result) == {"a.MOV": "start", "b.mp4": "start"}  # notes.txt is no video: not even reported
-
-
-def test_the_swap_conf_carries_the_fixed_source_and_options() -> None:
-    cfg = config(options={"processors": [], "chunk_size": 8})
-    claim = plan([listed("a.mp4")], cfg=cfg).starts[0].claim
-    assert ingest.swap_conf(claim, cfg) == {
-        "source_uris": ["s3://videos/faces/a.jpg"],
-        "target_uri": "s3://videos/in/a.mp4",
-        "output_uri": "s3://videos/out/a.mp4",
-        "options": {"processors": [], "chunk_size": 8},
+def test_videos_mode_swaps_each_new_video_with_the_fixed_faces() -> None:
+    found = find(
+        [listed("b.mov", modified=2), listed("a.mp4", modified=1), listed("sub/c.mkv"), listed("x.txt")], config()
+    )
+    confs = {
+        job.label: ingest.swap_conf(
+            ingest.Claim(
+                job_id=job.job_id, label=job.label, conf=job.conf, attempt=1, run_id="r", claimed_at=NOW, claimed_by="i"
+            )
+        )
+        for job in found.jobs
     }
-
-
-def test_a_video_is_its_key_and_etag_so_a_reupload_is_new() -> None:
-    done = ingest.video_id("s3://videos/in/a.mp4", "etag1")
-    histories = {done: history("attempt-001.json", "attempt-001.success.json")}
-    assert kinds(plan([listed("a.mp4")], histories)) == {"a.mp4": "done"}
-    result = plan([listed("a.mp4", version="etag2")], histories)
-    assert kinds(result) == {"a.mp4": "start"}
-    assert result.starts[0].claim.attempt == 1
-
-
-def test_failed_videos_are_retried_up_to_max_attempts_then_given_up() -> None:
-    vid = ingest.video_id("s3://videos/in/a.mp4", "etag1")
-    once = {vid: history("attempt-001.json", "attempt-001.failed.json")}
-    retry = plan([listed("a.mp4")], once, cfg=config(max_attempts=2))
-    assert [(s.claim.attempt, s.claim.run_id) for s in retry.starts] == [(2, ingest.swap_run_id(vid, 2))]
-    assert retry.reports[0].kind == "retry" and "attempt 1 of 2 failed" in retry.reports[0].detail
-    twice = {vid: history("attempt-001.json", "attempt-001.failed.json", "attempt-002.json", "attempt-002.failed.json")}
-    given_up = plan([listed("a.mp4")], twice, cfg=config(max_attempts=2))
-    assert given_up.starts == []
-    assert given_up.reports[0].kind == "given_up"
-    assert "failed 2 of 2 attempts" in given_up.reports[0].detail
-
-
-def test_a_running_or_queued_attempt_is_left_alone() -> None:
-    vid = ingest.video_id("s3://videos/in/a.mp4", "etag1")
-    claim = plan([listed("a.mp4")]).starts[0].claim
-    histories = {vid: history("attempt-001.json", pending=claim)}
-    for state in ("queued", "running"):
-        result = plan([listed("a.mp4")], histories, {claim.run_id: state}, ingest_run="another run")
-        assert result.starts == []
-        assert result.reports[0].kind == "in_flight" and state in result.reports[0].detail
-
-
-def test_a_claim_without_a_run_is_resumed_by_its_own_run_or_once_it_is_orphaned() -> None:
-    vid = ingest.video_id("s3://videos/in/a.mp4", "etag1")
-    claim = plan([listed("a.mp4")]).starts[0].claim
-    histories = {vid: history("attempt-001.json", pending=claim)}
-    # Another ingestion run, soon after the claim: the claiming run may still trigger it.
-    assert plan([listed("a.mp4")], histories, ingest_run="another run").starts == []
-    # The claiming run itself, retried: it resumes the same attempt (same run id: Airflow refuses a duplicate).
-    own = plan([listed("a.mp4")], histories)
-    assert [(s.claim, s.resume) for s in own.starts] == [(claim, True)]
-    # Long after the claim, with no run: the claiming run died between claim and trigger.
-    orphaned = ingest.plan_ingest(
-        [listed("a.mp4")], histories, {}, config(), now=NOW + timedelta(minutes=31), ingest_run="later run"
-    )
-    assert [(s.claim.run_id, s.resume) for s in orphaned.starts] == [(claim.run_id, True)]
-    assert orphaned.reports[0].kind == "resume"
-
-
-def test_at_most_max_videos_per_run_start_and_the_rest_are_deferred() -> None:
-    items = [listed(f"{i}.mp4", modified=i) for i in range(5)]
-    result = plan(items, cfg=config(max_videos_per_run=2))
-    assert [s.claim.target_uri.rsplit("/", 1)[1] for s in result.starts] == ["0.mp4", "1.mp4"]
-    assert kinds(result) == {
-        "0.mp4": "start",
-        "1.mp4": "start",
-        "2.mp4": "deferred",
-        "3.mp4": "deferred",
-        "4.mp4": "deferred",
+    assert set(confs) == {IN + "a.mp4", IN + "b.mov", IN + "sub/c.mkv"}
+    assert confs[IN + "sub/c.mkv"] == {
+        "source_uris": ["s3://bucket/faces/me.jpg"],
+        "target_uri": IN + "sub/c.mkv",
+        "output_uri": OUT + "sub/c.mkv",
+        "options": {"face_swapper_blend": 90},
     }
+    starts = plan(found.jobs).starts
+    assert [s.claim.label for s in starts] == [IN + "sub/c.mkv", IN + "a.mp4", IN + "b.mov"]  # oldest first
 
 
-def test_size_limits_skip_and_report_files() -> None:
-    result = plan(
-        [listed("empty.mp4", size=0), listed("huge.mp4", size=10_000), listed("ok.mp4", size=500)],
-        cfg=config(min_size_bytes=1, max_size_bytes=5000),
+def test_a_reuploaded_video_is_a_new_job_and_the_same_bytes_are_the_same_job() -> None:
+    first = find([listed("a.mp4", version="e1")], config()).jobs[0]
+    again = find([listed("a.mp4", version="e1")], config()).jobs[0]
+    changed = find([listed("a.mp4", version="e2")], config()).jobs[0]
+    assert first.job_id == again.job_id != changed.job_id
+
+
+def test_faces_mode_makes_one_identity_per_image_or_folder_times_every_target() -> None:
+    cfg = config(mode="faces", target_uris=["s3://std/intro.mp4", "s3://std/action.mp4"], source_uris=[])
+    items = [listed("alice.jpg"), listed("bob/1.png"), listed("bob/2.jpg"), listed("notes.txt")]
+    found = find(items, cfg)
+    by_label = {job.label: job.conf for job in found.jobs}
+    assert set(by_label) == {"alice x intro.mp4", "alice x action.mp4", "bob x intro.mp4", "bob x action.mp4"}
+    assert by_label["bob x action.mp4"]["source_uris"] == [IN + "bob/1.png", IN + "bob/2.jpg"]
+    assert by_label["bob x action.mp4"]["output_uri"] == OUT + "bob/action.mp4"
+    one_target = find(items, config(mode="faces", target_uris=["s3://std/intro.mp4"], source_uris=[]))
+    assert {job.conf["output_uri"] for job in one_target.jobs} == {OUT + "alice.mp4", OUT + "bob.mp4"}
+
+
+def test_a_folder_still_receiving_images_waits_until_it_settles() -> None:
+    cfg = config(mode="faces", target_uris=["s3://std/intro.mp4"], source_uris=[], settle_minutes=2)
+    fresh = ingest.find_jobs([listed("carol/1.jpg", modified=1e9 - 30)], cfg, now=1e9, read=lambda uri: b"")
+    assert fresh.jobs == [] and [(r.label, r.kind) for r in fresh.reports] == [("carol", "settling")]
+    settled = ingest.find_jobs([listed("carol/1.jpg", modified=1e9 - 300)], cfg, now=1e9, read=lambda uri: b"")
+    assert [job.label for job in settled.jobs] == ["carol x intro.mp4"]
+
+
+GOOD_LINE = {"source_uris": ["s3://f/a.jpg"], "target_uri": "s3://v/a.mp4", "output_uri": "s3://o/a.mp4"}
+
+
+def test_manifests_start_each_good_line_and_report_bad_lines_by_number() -> None:
+    lines = [
+        json.dumps(GOOD_LINE),
+        "",
+        json.dumps({**GOOD_LINE, "output_uri": "s3://o/b.mp4", "options": {"face_swapper_blend": 70}}),
+        json.dumps({**GOOD_LINE, "output_uri": "s3://o/c.mp4", "options": {"face_swapper_blend": 170}}),
+        "{not json",
+        json.dumps({**GOOD_LINE, "target_uri": "in.mp4"}),
+    ]
+    found = find(
+        [listed("jobs.jsonl")], config(mode="manifests", source_uris=[]), {IN + "jobs.jsonl": "\n".join(lines)}
     )
-    assert kinds(result) == {"empty.mp4": "too_small", "huge.mp4": "too_large", "ok.mp4": "start"}
-    assert "10000 bytes" in result.reports[1].detail
+    assert [job.label for job in found.jobs] == ["jobs.jsonl line 1", "jobs.jsonl line 3"]
+    assert found.jobs[1].conf["options"] == {"face_swapper_blend": 70}
+    bad = {report.label: report.detail for report in found.reports if report.kind == "invalid"}
+    assert set(bad) == {"jobs.jsonl line 4", "jobs.jsonl line 5", "jobs.jsonl line 6"}
+    assert "options.face_swapper_blend" in bad["jobs.jsonl line 4"]
+    assert "not a JSON object" in bad["jobs.jsonl line 5"]
+    assert "target_uri: 'in.mp4' is a relative path" in bad["jobs.jsonl line 6"]
 
 
-def test_outputs_and_the_ledger_under_the_input_prefix_are_never_ingested() -> None:
-    cfg = config(output_prefix="s3://videos/in/swapped/", ledger_prefix="s3://videos/in/swapped/.ledger/")
-    items = [listed("a.mp4"), listed("swapped/a.mp4"), listed("swapped/.ledger/x.mp4"), listed("folder/")]
-    result = plan(items, cfg=cfg)
-    assert [s.claim.target_uri for s in result.starts] == ["s3://videos/in/a.mp4"]
-    assert result.starts[0].claim.output_uri == "s3://videos/in/swapped/a.mp4"
-
-
-def test_histories_come_from_ledger_names_alone() -> None:
-    a, b = "a" * 24, "b" * 24
-    histories = ingest.histories_from_listing(
-        [
-            f"s3://l/videos/{a}/attempt-001.json",
-            f"s3://l/videos/{a}/attempt-001.failed.json",
-            f"s3://l/videos/{a}/attempt-002.json",
-            f"s3://l/videos/{b}/attempt-001.json",
-            f"s3://l/videos/{b}/attempt-001.success.json",
-            "s3://l/videos/README.txt",
-        ]
+def test_csv_manifests_with_several_sources_and_options() -> None:
+    text = (
+        "source_uris,target_uri,output_uri,options\n"
+        's3://f/a.jpg;s3://f/a2.jpg,s3://v/a.mp4,s3://o/a.mp4,"{""face_swapper_blend"": 60}"\n'
+        "s3://f/b.jpg,s3://v/b.mp4,s3://o/b.avi,\n"
     )
-    assert histories[a].attempts == {1, 2} and histories[a].outcomes == {1: "failed"}
-    assert histories[a].unfinished and not histories[b].unfinished
-    assert ingest.unfinished_attempts(histories) == [(a, 2)]
-    ledger = "s3://l/"
-    assert ingest.claim_uri(ledger, a, 2) == f"s3://l/videos/{a}/attempt-002.json"
-    assert ingest.outcome_uri(ledger, a, 2, "failed") == f"s3://l/videos/{a}/attempt-002.failed.json"
+    found = find([listed("jobs.csv")], config(mode="manifests", source_uris=[]), {IN + "jobs.csv": text})
+    assert [(job.label, job.conf["source_uris"]) for job in found.jobs] == [
+        ("jobs.csv line 2", ["s3://f/a.jpg", "s3://f/a2.jpg"])
+    ]
+    assert found.jobs[0].conf["options"] == {"face_swapper_blend": 60}
+    (bad,) = found.reports
+    assert bad.label == "jobs.csv line 3" and "output_uri: s3://o/b.avi has extension '.avi'" in bad.detail
 
 
-def test_only_finished_runs_become_outcomes() -> None:
-    vid = "c" * 24
-    assert ingest.outcome_for(vid, 1, "running", NOW) is None
-    assert ingest.outcome_for(vid, 1, "missing", NOW) is None
-    outcome = ingest.outcome_for(vid, 3, "failed", NOW)
-    assert outcome is not None and outcome.state == "failed" and outcome.run_id == ingest.swap_run_id(vid, 3)
+def test_the_same_line_in_another_manifest_is_the_same_job() -> None:
+    cfg = config(mode="manifests", source_uris=[])
+    first = find([listed("a.jsonl")], cfg, {IN + "a.jsonl": json.dumps(GOOD_LINE)}).jobs[0]
+    second = find([listed("b.jsonl")], cfg, {IN + "b.jsonl": json.dumps(GOOD_LINE)}).jobs[0]
+    assert first.job_id == second.job_id
+
+
+def test_failed_jobs_are_retried_up_to_max_attempts_and_bad_input_never() -> None:
+    job = find([listed("a.mp4")], config()).jobs[0]
+    history = ingest.histories_from_listing(
+        [f"{ledger(job.job_id)}/attempt-001.json", f"{ledger(job.job_id)}/attempt-001.failed.json"]
+    )
+    result = plan([job], history)
+    assert [(r.kind, r.attempt) for r in result.reports] == [("retry", 2)]
+    history[job.job_id].attempts.add(2)
+    history[job.job_id].outcomes[2] = "failed"
+    assert plan([job], history).reports[0].kind == "given_up"
+    rejected = ingest.histories_from_listing(
+        [f"{ledger(job.job_id)}/attempt-001.json", f"{ledger(job.job_id)}/attempt-001.rejected.json"]
+    )
+    assert [(r.kind, r.attempt) for r in plan([job], rejected).reports] == [("rejected", 1)]
+    assert plan([job], rejected).starts == []
+
+
+def ledger(job: str) -> str:
+    return f"{OUT}.facefusion-ledger/jobs/{job}"
+
+
+def test_only_finished_runs_become_outcomes_and_bad_input_is_rejected() -> None:
+    assert ingest.outcome_for("j" * 24, 1, "running", NOW) is None
+    assert ingest.outcome_for("j" * 24, 1, "success", NOW).state == "success"  # type: ignore[union-attr]
+    assert ingest.outcome_for("j" * 24, 1, "failed", NOW).state == "failed"  # type: ignore[union-attr]
+    rejected = ingest.outcome_for("j" * 24, 1, "failed", NOW, bad_input="target_uri: no such file")
+    assert rejected is not None and (rejected.state, rejected.detail) == ("rejected", "target_uri: no such file")
+
+
+def test_a_claim_without_a_run_is_resumed_by_its_own_scan_or_once_orphaned() -> None:
+    job = find([listed("a.mp4")], config()).jobs[0]
+    claim = ingest.Claim(
+        job_id=job.job_id,
+        label=job.label,
+        conf=job.conf,
+        attempt=1,
+        run_id=ingest.swap_run_id(job.job_id, 1),
+        claimed_at=NOW - timedelta(minutes=5),
+        claimed_by="ingest/other",
+    )
+    history = {job.job_id: ingest.JobHistory(attempts={1}, pending=claim)}
+    assert plan([job], history).reports[0].kind == "in_flight"
+    own = {job.job_id: ingest.JobHistory(attempts={1}, pending=claim.model_copy(update={"claimed_by": "ingest/run1"}))}
+    assert plan([job], own).reports[0].kind == "resume"
+    old = {
+        job.job_id: ingest.JobHistory(
+            attempts={1}, pending=claim.model_copy(update={"claimed_at": NOW - timedelta(hours=1)})
+        )
+    }
+    assert plan([job], old).reports[0].kind == "resume"
+
+
+def test_at_most_max_runs_per_scan_start_and_the_rest_are_deferred() -> None:
+    found = find([listed(f"{i}.mp4", modified=i) for i in range(5)], config(max_runs_per_scan=2))
+    result = plan(found.jobs, cfg=config(max_runs_per_scan=2))
+    assert [r.kind for r in result.reports] == ["start", "start", "deferred", "deferred", "deferred"]
+
+
+def test_size_limits_and_our_own_outputs_are_skipped() -> None:
+    cfg = config(input_prefix="s3://bucket/", output_prefix="s3://bucket/out/", min_size_bytes=10, max_size_bytes=100)
+    items = [
+        ingest.Listed(uri="s3://bucket/small.mp4", version="e", size=5, modified=0),
+        ingest.Listed(uri="s3://bucket/big.mp4", version="e", size=500, modified=0),
+        ingest.Listed(uri="s3://bucket/out/done.mp4", version="e", size=50, modified=0),
+        ingest.Listed(uri="s3://bucket/ok.mp4", version="e", size=50, modified=0),
+    ]
+    found = ingest.find_jobs(items, cfg, now=0, read=lambda uri: b"")
+    assert [job.label for job in found.jobs] == ["s3://bucket/ok.mp4"]
+    assert {(r.label, r.kind) for r in found.reports} == {
+        ("s3://bucket/small.mp4", "too_small"),
+        ("s3://bucket/big.mp4", "too_large"),
+    }
 
 
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        ({"input_prefix": "videos/in"}, "input_prefix"),
-        ({"output_prefix": "s3://videos/in/"}, "output_prefix must differ"),
-        ({"source_uris": []}, "source_uris"),
-        ({"max_videos_per_run": 0}, "max_videos_per_run"),
-        ({"min_size_bytes": 10, "max_size_bytes": 5}, "max_size_bytes"),
+        ({"input_prefix": "bucket/in"}, "input_prefix"),
+        ({"output_prefix": IN}, "output_prefix must differ"),
+        ({"source_uris": []}, "source_uris: the videos mode needs"),
+        ({"mode": "faces", "target_uris": []}, "target_uris: the faces mode needs"),
+        ({"mode": "everything"}, "mode"),
+        ({"max_attempts": 0}, "max_attempts"),
     ],
 )
-def test_bad_params_name_the_param(overrides: dict[str, object], field: str) -> None:
+def test_bad_params_name_the_param(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidOptionError, match=field):
         config(**overrides)
-
-
-def test_prefixes_end_with_a_slash_and_extensions_are_normalised() -> None:
-    cfg = config(extensions=["MP4", ".mov"])
-    assert cfg.input_prefix == "s3://videos/in/"
-    assert cfg.extensions == [".mov", ".mp4"]
