@@ -60,7 +60,7 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             output_uri=output_uri,
             worker_args=validate.ticket("prepare_args"),
         )
-        plan = PlanSpansOperator(task_id="plan", work_uri=work_uri)
+        plan = PlanSpansOperator(task_id="plan", work_uri=work_uri, output_uri=output_uri)
         swap_span = swap_span_operator(
             task_id="swap_span",
             work_uri=work_uri,

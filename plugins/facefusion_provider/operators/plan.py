@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.plan import plan_spans
 from facefusion_provider.job.records import JobSpec
 from facefusion_provider.operators.commands import fail_on_bad_input
@@ -20,26 +21,37 @@ def span_list(job: JobSpec, wave: int) -> list[dict[str, Any]]:
     return [{**span.model_dump(), "label": span.label} for span in plan_spans(job.segments, wave)]
 
 
+# The one span of a run whose output is published already (a repeat, or a clear after cleanup removed the work).
+PUBLISHED_SPAN: dict[str, Any] = {"index": 0, "first": 0, "last": 0, "start": 0, "end": 0, "label": "output published"}
+
+
 class PlanSpansOperator(BaseOperator):
     """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
-    ``max_active_spans_per_run``), each a run of consecutive segments.
+    ``max_active_spans_per_run``), each a run of consecutive segments. When this run's output already carries the
+    work's marker there is nothing to plan (the work may be gone): one span that has nothing to do.
 
     :param work_uri: the shared work folder, from ``validate``.
+    :param output_uri: this run's output, from ``validate``.
     :param wave: spans per run; default from the settings.
     """
 
-    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri")
+    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_uri")
 
-    def __init__(self, *, work_uri: str, wave: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, work_uri: str, output_uri: str, wave: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.work_uri = work_uri
+        self.output_uri = output_uri
         self.wave = wave
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         settings = load_settings()
         wave = self.wave or settings.span_wave or settings.max_active_spans_per_run
+        hook = FaceFusionStorageHook()
+        if hook.output_done(self.output_uri, WorkLayout(self.work_uri).work_id) is not None:
+            self.log.info("%s already holds this work's output: nothing to plan", self.output_uri)
+            return [PUBLISHED_SPAN]
         with fail_on_bad_input(context):
-            job = FaceFusionStorageHook().read_job(self.work_uri)
+            job = hook.read_job(self.work_uri)
         spans = span_list(job, wave)
         self.log.info(
             "Work %s: %d frames in %d segments, %d spans",

@@ -23,16 +23,15 @@ def dagbag():  # type: ignore[no-untyped-def]
 
 def test_dag_imports_without_errors(dagbag) -> None:  # type: ignore[no-untyped-def]
     assert dagbag.import_errors == {}
-    dag = dagbag.dags["facefusion_swap"]
-    assert dag is not None
-    assert [t.task_id for t in dag.topological_sort()] == [
-        "validate",
-        "prepare",
-        "plan",
-        "swap_chunk",
-        "merge",
-        "cleanup",
-    ]
+    for dag_id in ("facefusion_swap", "facefusion_swap_batch"):
+        assert [t.task_id for t in dagbag.dags[dag_id].topological_sort()] == [
+            "validate",
+            "prepare",
+            "plan",
+            "swap_span",
+            "merge",
+            "cleanup",
+        ]
 
 
 def test_dag_parses_fast(dagbag) -> None:  # type: ignore[no-untyped-def]
@@ -51,26 +50,30 @@ def test_importing_a_dag_loads_no_heavy_module(dag_file: str) -> None:
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
 
 
-def test_chunk_tasks_are_mapped_pooled_and_retried_with_backoff(dagbag) -> None:  # type: ignore[no-untyped-def]
+def test_span_tasks_are_mapped_pooled_prioritised_and_retried_with_backoff(dagbag) -> None:  # type: ignore[no-untyped-def]
     dag = dagbag.dags["facefusion_swap"]
-    swap_chunk = dag.get_task("swap_chunk")
+    swap_span = dag.get_task("swap_span")
 
-    assert swap_chunk.map_index_template == "{{ task.chunk['label'] }}"
-    assert swap_chunk.partial_kwargs["pool"] == "facefusion_gpu"
-    assert swap_chunk.partial_kwargs["max_active_tis_per_dagrun"] == 16
-    for task in (swap_chunk, dag.get_task("prepare"), dag.get_task("merge")):
-        retries = task.partial_kwargs["retries"] if task is swap_chunk else task.retries
+    assert swap_span.map_index_template == "{{ task.span['label'] }}"
+    assert swap_span.partial_kwargs["pool"] == "default_pool"  # a fresh Airflow has it: no run waits on a missing pool
+    assert swap_span.partial_kwargs["max_active_tis_per_dagrun"] == 4
+    for task in (swap_span, dag.get_task("prepare"), dag.get_task("merge")):
+        retries = task.partial_kwargs["retries"] if task is swap_span else task.retries
         assert retries == 3
+    assert dag.get_task("validate").retries == 0  # bad conf stays bad
     assert dag.get_task("merge").retry_exponential_backoff == 2.0
     assert dag.render_template_as_native_obj
+    batch = dagbag.dags["facefusion_swap_batch"].get_task("swap_span")
+    assert swap_span.partial_kwargs["priority_weight"] > batch.partial_kwargs["priority_weight"]  # interactive first
 
 
-def test_params_carry_the_options_schema(dagbag) -> None:  # type: ignore[no-untyped-def]
+def test_params_are_one_field_per_option(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from facefusion_provider.options import Options
+
     dag = dagbag.dags["facefusion_swap"]
-    options = dag.params.get_param("options").schema
 
-    assert options["properties"]["face_swapper_blend"]["maximum"] == 100
-    assert {"source_uris", "target_uri", "output_uri", "options"} == set(dag.params.keys())
+    assert dag.params.get_param("face_swapper_blend").schema["maximum"] == 100
+    assert {"source_uris", "target_uri", "output_uri", *Options.model_fields} == set(dag.params.keys())
 
 
 def test_dag_serializes_for_the_scheduler(dagbag) -> None:  # type: ignore[no-untyped-def]

@@ -64,7 +64,7 @@ def test_dag_swaps_the_face_in_every_frame(dags_test_env: dict[str, str], tmp_pa
     source.write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), codec="png"))
     output = tmp_path / "out" / "swapped.mp4"
 
-    result = dags_test(conf([source], target, output, chunk_size=40), dags_test_env, timeout=600)
+    result = dags_test(conf([source], target, output, segment_size=40), dags_test_env, timeout=600)
 
     assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
     assert count_frames(output) == count_frames(target) == 120

@@ -13,13 +13,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from facefusion_provider.job import leases
 from facefusion_provider.job.records import RunLease
 from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator, lease_is_live
-from facefusion_provider.operators.plan import PlanSpansOperator
+from facefusion_provider.operators.plan import PUBLISHED_SPAN, PlanSpansOperator
 
 
 def test_plan_returns_the_spans_with_their_labels(tmp_path: Path, write_job: Callable[..., Any]) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
 
-    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, wave=2).execute({})  # type: ignore[arg-type]
+    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute({})  # type: ignore[arg-type]
 
     assert spans[0] == {"index": 0, "first": 0, "last": 2, "start": 0, "end": 16, "label": "frames 0-15 (2 segments)"}
     assert [s["label"] for s in spans] == ["frames 0-15 (2 segments)", "frames 16-39 (3 segments)"]
@@ -30,14 +30,26 @@ def test_plan_makes_one_wave_of_the_configured_width(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=400, segment_size=8)
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "8")
-    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute({})) == 8  # type: ignore[arg-type]
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute({})) == 8  # type: ignore[arg-type]
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "0")
     monkeypatch.setenv("AIRFLOW__FACEFUSION__MAX_ACTIVE_SPANS_PER_RUN", "3")
-    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute({})) == 3  # type: ignore[arg-type]
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute({})) == 3  # type: ignore[arg-type]
+
+
+def test_plan_of_a_published_output_needs_no_work(
+    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    commit_output(job)
+    (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
+    operator = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri)
+    assert operator.execute({}) == [PUBLISHED_SPAN]  # type: ignore[arg-type]
 
 
 def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
-    operator = PlanSpansOperator(task_id="plan", work_uri=(tmp_path / "work" / "none").as_uri())
+    operator = PlanSpansOperator(
+        task_id="plan", work_uri=(tmp_path / "work" / "none").as_uri(), output_uri=(tmp_path / "o.mp4").as_uri()
+    )
 
     with pytest.raises(AirflowFailException, match=r"no job\.json"):
         operator.execute({"ti": SimpleNamespace(xcom_push=lambda **kwargs: None)})  # type: ignore[arg-type]
