@@ -112,16 +112,28 @@ def _has_env(pid: int, wanted: bytes) -> bool:
     return False
 
 
-def find_processes(sessions: Collection[int], env_name: str, env_value: str) -> list[int]:
-    """Live processes in one of ``sessions``, or with ``env_name=env_value`` in their environment, and all their
+def find_processes(sessions: Collection[int], env: tuple[str, str] | None = None) -> list[int]:
+    """Live processes in one of ``sessions``, or with ``env`` (name, value) in their environment, and all their
     descendants. The session survives re-parenting and setproctitle (which blanks ``/proc/PID/environ``: the executor's
     workers, the task runner, the API server); the environment survives a new session (the local backend's workers)."""
     table = _live_processes()
-    wanted = f"{env_name}={env_value}".encode()
-    found = {pid for pid, info in table.items() if info.session in sessions or _has_env(pid, wanted)}
+    wanted = f"{env[0]}={env[1]}".encode() if env else None
+    found = {
+        pid for pid, info in table.items() if info.session in sessions or (wanted is not None and _has_env(pid, wanted))
+    }
     while more := {pid for pid, info in table.items() if info.ppid in found} - found:
         found |= more
     return sorted(found)
+
+
+def kill_session(session: int, timeout: float = 10) -> list[int]:
+    """SIGKILL every process of the session and their descendants, as a cgroup kill would; those still alive (none)."""
+    deadline = time.monotonic() + timeout
+    while (left := find_processes([session])) and time.monotonic() < deadline:
+        for pid in left:
+            signal_pid(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    return left
 
 
 def signal_group(group: int, sig: signal.Signals) -> None:
@@ -356,7 +368,7 @@ class StandaloneAirflow(AirflowRestClient):
 
     def processes(self) -> list[int]:
         """Every process of this server, workers in their own sessions included (found by their AIRFLOW_HOME)."""
-        return find_processes([self.process.pid] if self.process else [], "AIRFLOW_HOME", self.env["AIRFLOW_HOME"])
+        return find_processes([self.process.pid] if self.process else [], ("AIRFLOW_HOME", self.env["AIRFLOW_HOME"]))
 
     def stop(self, timeout: float = 60) -> list[int]:
         """SIGTERM to the whole process group, then SIGKILL after ``timeout`` to every process of the server, worker

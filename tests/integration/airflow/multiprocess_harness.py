@@ -29,6 +29,7 @@ from airflow_harness import (
     AirflowRestClient,
     find_processes,
     free_port,
+    kill_session,
     signal_group,
     signal_pid,
     stop_processes,
@@ -298,18 +299,24 @@ class AirflowCluster(AirflowRestClient):
             component.process.wait(timeout=30)
         return pid
 
-    def restart_component(self, name: str, timeout: float = 120) -> None:
-        """Start the component again (killing what is left of it first) and wait until it is healthy."""
+    def restart_component(self, name: str, timeout: float = 120, *, keep_orphans: bool = False) -> None:
+        """Start the component again and wait until it is healthy. Like a supervisor (systemd's default
+        ``KillMode=control-group``, a container restart), it first kills what is left of the old one: its process,
+        and every process of its session, such as the executor's workers of a killed scheduler. ``keep_orphans``
+        leaves those running (they hold the killed scheduler's database connections, and with them its row locks)."""
         old = self.components.get(name)
         if old is not None and old.process.poll() is None:
             self.kill_component(name)
+        if old is not None and not keep_orphans:
+            left = kill_session(old.process.pid)
+            assert not left, f"processes of the old {name} survived SIGKILL: {left}"
         self.start_component(name)
         self.wait_healthy(time.monotonic() + timeout, components=[name])
 
     def processes(self) -> list[int]:
         """Every live process this cluster started: components, executor workers, task and worker subprocesses."""
         sessions = [process.pid for process in self.started]  # each component leads its own session
-        return find_processes(sessions, "AIRFLOW_HOME", self.env["AIRFLOW_HOME"])
+        return find_processes(sessions, ("AIRFLOW_HOME", self.env["AIRFLOW_HOME"]))
 
     def stop(self, timeout: float = 20) -> list[int]:
         """SIGTERM to every component's process group; once they exit (or after ``timeout``) SIGKILL to every process
