@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
-from multiprocess_harness import AirflowCluster, PostgresCluster
+from multiprocess_harness import AirflowCluster, PostgresCluster, postgres_bin
 
 from facefusion_provider.demo_airflow import airflow_env, init_home
 
@@ -54,6 +54,10 @@ _DATABASE_NUMBERS = itertools.count(1)
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[PostgresCluster]:
     """One private Postgres server for the session; each Airflow cluster gets a database of its own in it."""
+    try:
+        postgres_bin()
+    except RuntimeError as missing:
+        pytest.skip(str(missing))
     cluster = PostgresCluster()
     try:
         cluster.start()

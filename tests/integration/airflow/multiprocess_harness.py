@@ -57,7 +57,7 @@ def postgres_bin() -> Path:
         return Path(found).resolve().parent
     versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parent.parent.name))
     if not versions:
-        raise RuntimeError("Postgres is not installed: apt-get install postgresql (see .ci/run)")
+        raise RuntimeError("Postgres is missing (no pg_ctl): apt-get install postgresql (.ci/run does it as root)")
     return versions[-1].parent
 
 
