@@ -207,8 +207,14 @@ class AirflowRestClient:
     def log_tail(self, chars: int = 6000) -> str:
         return ""
 
-    def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.client.request(method, path, **kwargs)
+    def api(self, method: str, path: str, *, retry_seconds: float = 20, **kwargs: Any) -> Any:
+        """One REST call; its JSON body. A database error is retried for ``retry_seconds``: on SQLite (standalone) a
+        write fails with "database is locked" while another component writes, and was rolled back."""
+        deadline = time.monotonic() + retry_seconds
+        while (response := self.client.request(method, path, **kwargs)).status_code == 500 and (
+            "Database error" in response.text and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
         if response.status_code >= 400:
             raise AssertionError(f"{method} {path}: {response.status_code} {response.text}")
         return response.json() if response.content else None
@@ -221,13 +227,7 @@ class AirflowRestClient:
                 errors = self.client.get("/api/v2/importErrors").text
                 raise RuntimeError(f"{dag_id} was not parsed: {errors}\n{self.log_tail()}")
             time.sleep(0.5)
-        # SQLite has one writer: while the dag-processor writes the new DAG, the API server may get a database error.
-        while (response := self.client.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False})).status_code >= 500:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"unpausing {dag_id}: {response.status_code} {response.text}\n{self.log_tail()}")
-            time.sleep(1)
-        if response.status_code >= 400:
-            raise AssertionError(f"unpausing {dag_id}: {response.status_code} {response.text}")
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
 
     def ensure_pool(self, name: str, slots: int) -> None:
         """Create the pool, or set its slots when it exists (``default_pool`` always does)."""

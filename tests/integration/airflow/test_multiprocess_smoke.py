@@ -54,7 +54,8 @@ def test_a_pass_through_run_succeeds(cluster: AirflowCluster, media: Path) -> No
     run_id = cluster.trigger(_pass_through(media, "clip0.mp4", "clip0.mp4"))
 
     assert cluster.wait(run_id) == "success", cluster.task_states(run_id)
-    assert _swap_states(cluster, run_id) == {0: "success", 1: "success", 2: "success"}
+    swaps = _swap_states(cluster, run_id)
+    assert swaps and set(swaps.values()) == {"success"}, swaps  # how many depends on the plan, not on this harness
     assert count_frames(media / "out" / "clip0.mp4") == 3 * CHUNK_FRAMES
 
 
