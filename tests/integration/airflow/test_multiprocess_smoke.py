@@ -57,6 +57,10 @@ def test_a_pass_through_run_succeeds(cluster: AirflowCluster, media: Path) -> No
     swaps = _swap_states(cluster, run_id)
     assert swaps and set(swaps.values()) == {"success"}, swaps  # how many depends on the plan, not on this harness
     assert count_frames(media / "out" / "clip0.mp4") == 3 * CHUNK_FRAMES
+    would_clear = cluster.clear_task_instances(
+        run_id, task_ids=[SWAP_TASKS.swap], map_indexes=[1], include_downstream=False, dry_run=True
+    )
+    assert [(ti["task_id"], ti["map_index"]) for ti in would_clear] == [(SWAP_TASKS.swap, 1)]
 
 
 def test_two_runs_triggered_at_once_both_succeed(cluster: AirflowCluster, media: Path) -> None:
