@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))
 
 import json
 import re
+import shutil
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -123,8 +124,9 @@ def browser_page(chromium: Any, browser_airflow: StandaloneAirflow, browser_arti
 def ui(
     browser_page: Any, browser_airflow: StandaloneAirflow, browser_artifacts: Path, request: pytest.FixtureRequest
 ) -> Iterator[AirflowUI]:
-    """The module's logged-in page for one test; screenshots in a folder named after the test."""
+    """The module's logged-in page for one test; screenshots in a folder named after the test (emptied first)."""
     folder = browser_artifacts / re.sub(r"[^\w.-]+", "_", request.node.nodeid.split("::", 1)[-1])
+    shutil.rmtree(folder, ignore_errors=True)  # a kept artifacts folder shows the last run only
     ui = AirflowUI(browser_page, browser_airflow.base_url, folder)
     yield ui
     report = getattr(request.node, "report_call", None)
