@@ -1,5 +1,6 @@
-"""Real Airflow for the DAG's end-to-end tests: an isolated home for ``airflow dags test``, and ``airflow standalone``
-started at most once per module. The helpers live in ``airflow_harness.py``."""
+"""Real Airflow for the DAG's end-to-end tests: an isolated home for ``airflow dags test``, ``airflow standalone``
+started at most once per module, and a multi-process Airflow on a private Postgres (one Postgres per session, one
+Airflow per module). The helpers live in ``airflow_harness.py`` and ``multiprocess_harness.py``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import tempfile
 # Airflow reads AIRFLOW_HOME once, at import: point it at a throwaway folder before any test imports Airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-tests-"))
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
+from multiprocess_harness import AirflowCluster, PostgresCluster, postgres_bin
 
 from facefusion_provider.demo_airflow import airflow_env, init_home
 
@@ -41,3 +45,45 @@ def standalone_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cal
     yield start
     for server in started:
         server.stop()
+
+
+# Database names of the session's Postgres, unique across modules.
+_DATABASE_NUMBERS = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """One private Postgres server for the session; each Airflow cluster gets a database of its own in it."""
+    try:
+        postgres_bin()
+    except RuntimeError as missing:
+        pytest.skip(str(missing))
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.processes() == [], "Postgres processes outlived the cluster"
+
+
+@pytest.fixture(scope="module")
+def airflow_cluster_factory(
+    postgres_cluster: PostgresCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., AirflowCluster]]:
+    """Start a multi-process Airflow on a new database: ``factory(settings, extra_env=None)``. Share one per module
+    (startup is about 25 s on 2 cores). At the end each is stopped and must leave no process behind."""
+    started: list[AirflowCluster] = []
+
+    def start(settings: Mapping[str, str], extra_env: Mapping[str, str] | None = None) -> AirflowCluster:
+        home: Path = tmp_path_factory.mktemp("airflow_cluster")
+        database = postgres_cluster.create_database(f"airflow_{next(_DATABASE_NUMBERS)}")
+        cluster = AirflowCluster(home, database, {**TEST_SETTINGS, **settings}, extra_env)
+        started.append(cluster)
+        seconds = cluster.start()
+        print(f"airflow cluster healthy in {seconds:.1f} s: {cluster.base_url}, logs in {home}")
+        return cluster
+
+    yield start
+    leftovers = {cluster.home: cluster.stop() for cluster in started}
+    assert not any(leftovers.values()), f"processes outlived their Airflow cluster: {leftovers}"
