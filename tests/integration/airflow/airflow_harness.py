@@ -32,21 +32,19 @@ DAG_ID = "facefusion_swap"
 @dataclass(frozen=True)
 class SwapTasks:
     """The task ids of ``facefusion_swap`` and the worker command of its mapped task, named once for every harness and
-    smoke test: the DAG's rewrite renames ``swap_chunk`` to ``swap_span`` (worker command ``swap-span``)."""
+    test."""
 
     validate: str = "validate"
     prepare: str = "prepare"
     plan: str = "plan"
-    swap: str = "swap_chunk"
+    swap: str = "swap_span"
     merge: str = "merge"
     cleanup: str = "cleanup"
-    swap_command: str = "swap-chunk"
+    swap_command: str = "swap-span"
 
 
 SWAP_TASKS = SwapTasks()
-# The pool the swap tasks ask for: the setting's default, so the harness follows it when it becomes default_pool.
-SWAP_POOL = next(spec.default for spec in SETTINGS if spec.name == "pool")
-# Fast retries so a retried chunk does not hold a test for long.
+# Fast retries so a retried span does not hold a test for long.
 TEST_SETTINGS = {"retry_delay_seconds": "1", "retry_exponential_backoff": "2", "max_retry_delay_seconds": "4"}
 
 
