@@ -22,7 +22,6 @@ import httpx
 from facefusion_provider.demo_airflow import airflow_env
 from facefusion_provider.media.images import encode_image
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
-from facefusion_provider.settings import SETTINGS
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"
