@@ -29,7 +29,11 @@ PROGRAM = "facefusion-worker"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises InvalidOptionError (exit code EXIT_INVALID_OPTION) instead of exiting with 2."""
+    """argparse that raises InvalidOptionError (exit code EXIT_INVALID_OPTION) instead of exiting with 2, and takes
+    no abbreviated flags (``--output`` must never be read as ``--output-video-quality``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         raise InvalidOptionError(f"{self.prog}: {message}")

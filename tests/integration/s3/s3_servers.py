@@ -136,6 +136,7 @@ class Exchange:
     injected: bool
     body_bytes: int = 0  # of the answer from S3 (what a ranged read fetched)
     request_range: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # of the request as the client sent it, lowercase names
 
 
 class Link:
@@ -164,6 +165,7 @@ class _ProxyState:
     downlink: Link = field(default_factory=lambda: Link(None))  # answers, from S3
     faults: list[Fault] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
+    conditions_ignored: bool = False  # answer a refused If-None-Match PUT with 200, as a store without them would
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -188,10 +190,18 @@ class FaultyProxy:
             self.state.faults.extend(faults)
 
     def clear(self) -> None:
-        """Forget the faults still pending and the exchanges seen so far."""
+        """Forget the faults still pending and the exchanges seen so far; honour conditional writes again."""
         with self.state.lock:
+            self.state.conditions_ignored = False
             self.state.faults.clear()
             self.state.exchanges.clear()
+
+    def ignore_conditional_writes(self) -> None:
+        """Act as an S3-compatible store without conditional PUTs: a create that S3 refuses (412) succeeds.
+
+        The header itself stays: it is signed, so dropping it would fail the request's signature instead."""
+        with self.state.lock:
+            self.state.conditions_ignored = True
 
     def forget_exchanges(self) -> None:
         with self.state.lock:
@@ -236,6 +246,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             response = upstream.getresponse()
             payload = response.read()
             self.state.downlink.carry(len(payload))
+            if response.status == 412 and self.state.conditions_ignored and "If-None-Match" in self.headers:
+                self._record(200, injected=True)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self._record(response.status, injected=fault is not None, body_bytes=len(payload))
             if fault is not None:  # "lost": S3 did the work, the client never hears of it
                 self._reset()
@@ -273,7 +289,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.connection.close()
 
     def _record(self, status: int | str, *, injected: bool, body_bytes: int = 0) -> None:
-        exchange = Exchange(self.command, self.path, status, injected, body_bytes, self.headers.get("Range"))
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        exchange = Exchange(self.command, self.path, status, injected, body_bytes, self.headers.get("Range"), headers)
         with self.state.lock:
             self.state.exchanges.append(exchange)
 
