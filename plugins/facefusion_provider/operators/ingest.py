@@ -91,7 +91,8 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
         nullable = "null" in schema["type"]
         return Param(**schema) if default is None and not nullable else Param(default, **schema)
 
-    uri_list: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    # Not starred as required in the form: each mode needs only one of them (scan names the one missing).
+    uri_list: dict[str, Any] = {"type": ["null", "array"], "items": {"type": "string", "minLength": 1}}
     params = {
         "mode": param(
             "mode",
