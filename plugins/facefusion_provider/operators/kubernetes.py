@@ -32,6 +32,7 @@ from facefusion_provider.operators.commands import (
     worker_argv,
     worker_env,
 )
+from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import SwapSpanMixin
 from facefusion_provider.settings import KubernetesSettings, load_settings
 
@@ -62,6 +63,7 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "work_uri", "output_uri", "worker_args")
     ui_color = "#e4f0e8"
+    operator_extra_links = (*KubernetesPodOperator.operator_extra_links, *OUTPUT_LINKS)
 
     def __init__(
         self,

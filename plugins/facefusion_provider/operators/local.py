@@ -23,6 +23,7 @@ from facefusion_provider.operators.commands import (
     worker_argv,
     worker_env,
 )
+from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import SwapSpanMixin
 from facefusion_provider.settings import load_settings
 
@@ -42,6 +43,7 @@ class LocalWorkerOperator(BaseOperator):
 
     template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_uri", "worker_args")
     ui_color = "#d7ecff"
+    operator_extra_links = OUTPUT_LINKS
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ from facefusion_provider.job.inputs import CONF_FIELDS, check_output_format, che
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.records import RunLease
 from facefusion_provider.operators.commands import fail_on_bad_input, merge_worker_args, prepare_worker_args
-from facefusion_provider.operators.params import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
+from facefusion_provider.operators.params import CONF_INPUT_FIELDS, EMPTY_LIST_OPTIONS, NESTED_OPTIONS_KEY
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
@@ -50,7 +50,10 @@ def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
                 f"options.{name}: given twice, as {name} ({conf[name]!r}) and as options.{name} ({value!r}); give it once"
             )
     flat = {name: params[name] for name in Options.model_fields if name in params}
-    return parse_options({**flat, **nested}, where="options")
+    values = {**flat, **nested}
+    for name in EMPTY_LIST_OPTIONS & {name for name, value in values.items() if value is None}:
+        values[name] = []  # the form's emptied multi-select
+    return parse_options(values, where="options")
 
 
 def _unknown_key(key: str) -> str:

@@ -14,21 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import SWAP_POOL, SWAP_TASKS, conf, count_frames, make_clip, make_image
+from airflow_harness import SWAP_TASKS, conf, count_frames, make_clip, make_image
 from multiprocess_harness import AirflowCluster
 
 pytestmark = pytest.mark.slow
 
 CHUNK_FRAMES = 8
-POOL_SLOTS = 2
 
 
 @pytest.fixture(scope="module")
 def cluster(airflow_cluster_factory: Callable[..., AirflowCluster], tmp_path_factory: pytest.TempPathFactory) -> Any:
     work = tmp_path_factory.mktemp("work")
-    cluster = airflow_cluster_factory({"work_root": work.as_uri()})
-    cluster.ensure_pool(SWAP_POOL, POOL_SLOTS)  # the rewrite's default_pool exists already: then this sets its slots
-    return cluster
+    return airflow_cluster_factory({"work_root": work.as_uri()})  # no pool created: spans run in default_pool
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +38,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _pass_through(media: Path, clip: str, output: str) -> dict[str, Any]:
-    return conf([media / "face.png"], media / clip, media / "out" / output, chunk_size=CHUNK_FRAMES, processors=[])
+    return conf([media / "face.png"], media / clip, media / "out" / output, segment_size=CHUNK_FRAMES, processors=[])
 
 
 def _swap_states(cluster: AirflowCluster, run_id: str) -> dict[int, str | None]:
@@ -99,7 +96,7 @@ def test_a_killed_worker_subprocess_is_retried(cluster: AirflowCluster, media: P
     output = media / "out" / "worker_killed.mp4"
     run_id = cluster.trigger(_pass_through(media, "clip4.mp4", output.name))
 
-    killed = cluster.kill_worker(SWAP_TASKS.swap_command, "--index", "1")
+    killed = cluster.kill_worker(SWAP_TASKS.swap_command, "--span", "1")
 
     assert cluster.wait(run_id) == "success", cluster.task_states(run_id)
     assert cluster.task_states(run_id)[(SWAP_TASKS.swap, 1)] == ("success", 2), killed

@@ -82,6 +82,13 @@ def test_the_older_nested_options_give_the_same_work(tmp_path: Path, inputs: dic
         _validate({**inputs, "options": {"face_swapper_blend": 71}}, tmp_path)
 
 
+def test_an_emptied_processors_field_means_no_processors(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    assert _params({**inputs, "processors": None})["processors"] is None  # what the form sends
+    assert _validate({**inputs, "processors": None}, tmp_path)["options"]["processors"] == []
+    with pytest.raises(InvalidOptionError, match=r"options.face_mask_types: Input should be a valid list"):
+        _validate({**inputs, "face_mask_types": None}, tmp_path)
+
+
 def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, inputs: dict[str, Any]) -> None:
     first = _validate(inputs, tmp_path)["work_id"]
     assert _validate({**inputs, "execution_thread_count": 2}, tmp_path)["work_id"] == first
@@ -190,7 +197,8 @@ def test_params_reject_bad_values_naming_the_field_first(
 
 def test_every_option_is_its_own_typed_field() -> None:
     params = swap_params()
-    assert set(Options.model_fields) <= set(params)
+    assert set(Options.model_fields) - {"chunk_size"} <= set(params)
+    assert "chunk_size" not in params  # segment_size's former name: accepted in conf, not shown in the form
     blend = params["face_swapper_blend"]
     assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == (
         "integer",
@@ -207,5 +215,7 @@ def test_every_option_is_its_own_typed_field() -> None:
     segment = params["segment_size"]
     assert segment.schema["type"] == ["integer", "null"] and segment.value is None
     assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
+    assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
+    assert params["face_mask_types"].schema["type"] == "array"  # at least one: the form requires it
     assert params["face_enhancer_model"].schema["enum"] == ["gfpgan_1.4"]
     assert all(param.schema.get("title") for param in params.values())
