@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.plan import plan_spans
 from facefusion_provider.job.records import JobSpec
+from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import fail_on_bad_input
 from facefusion_provider.settings import load_settings
 
@@ -22,7 +23,8 @@ def span_list(job: JobSpec, wave: int) -> list[dict[str, Any]]:
 
 class PlanSpansOperator(BaseOperator):
     """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
-    ``max_active_spans_per_run``), each a run of consecutive segments.
+    ``max_active_spans_per_run``), each a run of consecutive segments. Reports how many segments this run finds
+    committed already (reused) and how many it has to compute (launched).
 
     :param work_uri: the shared work folder, from ``validate``.
     :param wave: spans per run; default from the settings.
@@ -38,14 +40,21 @@ class PlanSpansOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         settings = load_settings()
         wave = self.wave or settings.span_wave or settings.max_active_spans_per_run
+        hook = FaceFusionStorageHook()
         with fail_on_bad_input(context):
-            job = FaceFusionStorageHook().read_job(self.work_uri)
+            job = hook.read_job(self.work_uri)
         spans = span_list(job, wave)
+        committed = hook.committed_segments(self.work_uri)
+        reused = sum(segment.index in committed for segment in job.segments)
         self.log.info(
-            "Work %s: %d frames in %d segments, %d spans",
+            "Work %s: %d frames in %d segments (%d committed already), %d spans",
             job.work_id,
             job.frame_end - job.frame_start,
             len(job.segments),
+            reused,
             len(spans),
+        )
+        run_metrics.segments(
+            reused=reused, launched=len(job.segments) - reused, tags=run_metrics.run_tags(context["ti"])
         )
         return spans
