@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_OK, FaceFusionError, InvalidOptionError
 from facefusion_provider.options import add_option_arguments, options_from_namespace
+from facefusion_provider.worker.metrics import worker_metrics
 
 TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
 MODELS_DIR_VARIABLE = "FACEFUSION_MODELS_DIR"
@@ -162,6 +163,8 @@ def failure_report(error: BaseException) -> tuple[int, dict[str, Any]]:
 
 def _report(error: BaseException) -> int:
     code, report = failure_report(error)
+    # A no-op unless an exporter is configured; the exit hook pushes it with everything the command counted.
+    worker_metrics().failure(report["failure_class"], retryable=report["retryable"])
     line = json.dumps(report, sort_keys=True)
     print(line, file=sys.stderr)
     termination_log = os.environ.get(TERMINATION_LOG_VARIABLE)

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from airflow.sdk import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from recorded_stats import RecordedStats, Sent
 
+from facefusion_provider import metric_names as names
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
 from facefusion_provider.job import leases
@@ -150,6 +152,36 @@ def test_the_operator_fails_bad_conf_without_retries(tmp_path: Path, inputs: dic
     assert operator.retries == 0
     with pytest.raises(AirflowFailException, match=r"options\.face_swapper_blend"):
         operator.execute(_context({**inputs, "face_swapper_blend": -1}))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"face_swapper_blend": -1}, "options.face_swapper_blend"),
+        ({"options": {"face_swapper_blend": 101}}, "options.face_swapper_blend"),
+        ({"trim_frame_start": 9, "trim_frame_end": 3}, "options"),
+        ({"options": {"chunk_sise": 8}}, "options"),
+        ({"chunk_sise": 8}, "other"),  # a misspelt key: a fixed label, whatever people type
+        ({"source_uris": ["ftp://host/face.png"]}, "source_uris"),
+        ({"target_uri": "/nowhere/in.mp4"}, "target_uri"),
+        ({"output_uri": "/proc/x.mp4"}, "output_uri"),
+    ],
+)
+def test_the_operator_counts_bad_input_by_its_conf_field(
+    tmp_path: Path, inputs: dict[str, Any], stats_sent: RecordedStats, change: dict[str, Any], field: str
+) -> None:
+    operator = ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work"))
+
+    with pytest.raises(AirflowFailException):
+        operator.execute(_context({**inputs, **change}))
+
+    bad_input = names.stat_name(names.BAD_INPUT)
+    assert stats_sent.sent == [Sent("incr", bad_input, 1, {"dag_id": "facefusion_swap", "field": field})]
+
+
+def test_good_input_counts_nothing(tmp_path: Path, inputs: dict[str, Any], stats_sent: RecordedStats) -> None:
+    ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work")).execute(_context(inputs))
+    assert stats_sent.sent == []
 
 
 def test_the_operator_takes_this_runs_lease_on_the_work_under_the_configured_root(
