@@ -80,7 +80,8 @@ class SegmentCosts:
 
     store: str
     encoder_segment_cpu_s: float  # an encoder per segment: opening, the flush, the keyframe, the file's index
-    encoder_close_s: float  # the encode thread's wait in ``close`` (the flush) at each segment's end
+    encoder_close_s: float  # the encode thread's wait in ``close`` (the flush) at each segment's end, wall
+    encoder_close_cpu_s: float  # the same in CPU seconds (all of x264's threads): steady on a loaded machine
     segment_bytes_per_frame: float  # the output at the default options (what is hashed and uploaded)
     sha256_s_per_mb: float
     commit_s: float  # Committer: checksum, upload, marker (exclusive), claim release, for a 256-frame segment
@@ -96,6 +97,7 @@ class SeekCosts:
     """A seek to a segment start that is not the next frame: decoding from the keyframe before it."""
 
     seek_s: float  # wall time to the segment's first frame (mean over starts spread through the clip)
+    seek_cpu_s: float  # the same in CPU seconds (the decoder's threads counted): steady on a loaded machine
     preroll_frames: float  # frames decoded before it (mean)
     keyint: int
     analysis_load_s: float  # reading a segment's stored faces (npz) when the analysis is reused
@@ -219,6 +221,7 @@ def job_encoder_settings() -> Any:
 class EncodeRun:
     cpu_s: float
     close_s: float  # wall seconds in ``close`` (the flush), summed over the segments
+    close_cpu_s: float
     bytes: int
     files: list[Path]
 
@@ -229,7 +232,7 @@ def encode_segments(frames: list[av.VideoFrame], size: int, folder: Path) -> Enc
 
     settings = job_encoder_settings()
     folder.mkdir(parents=True, exist_ok=True)
-    files, close_s, started = [], 0.0, cpu_seconds()
+    files, close_s, close_cpu, started = [], 0.0, 0.0, cpu_seconds()
     for first in range(0, len(frames), size):
         path = folder / f"{first // size:05d}.mp4"
         encoder = VideoEncoder(
@@ -237,17 +240,20 @@ def encode_segments(frames: list[av.VideoFrame], size: int, folder: Path) -> Enc
         )
         for number, frame in enumerate(frames[first : first + size]):
             encoder.encode(frame, first + number)
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), cpu_seconds()
         encoder.close()
         close_s += time.perf_counter() - began
+        close_cpu += cpu_seconds() - began_cpu
         files.append(path)
     cpu = cpu_seconds() - started
-    return EncodeRun(cpu, close_s, sum(path.stat().st_size for path in files), files)
+    return EncodeRun(cpu, close_s, close_cpu, sum(path.stat().st_size for path in files), files)
 
 
-def encoder_costs(frames: list[av.VideoFrame], scratch: Path) -> tuple[float, float, float, float, list[Path]]:
-    """(CPU per frame in one long file, extra CPU per segment, flush wait per segment, bytes per frame, the
-    ``MEASURED_SEGMENT``-frame files): the same frames as one file and as 64-frame segments, in turn, twice."""
+def encoder_costs(
+    frames: list[av.VideoFrame], scratch: Path
+) -> tuple[float, tuple[float, float, float, float], list[Path]]:
+    """CPU per frame in one long file; per segment its extra CPU, the flush's wait (wall and CPU) and bytes per frame;
+    the ``MEASURED_SEGMENT``-frame files. The same frames as one file and as 64-frame segments, in turn, twice."""
     count = len(frames)
     small = 64
     whole, pieces = [], []
@@ -259,8 +265,8 @@ def encoder_costs(frames: list[av.VideoFrame], scratch: Path) -> tuple[float, fl
     per_frame = min(run.cpu_s for run in whole) / count
     per_segment = max(0.0, (min(run.cpu_s for run in pieces) - min(run.cpu_s for run in whole)) / extra)
     close_s = min(run.close_s for run in pieces) / (count // small)
-    bytes_per_frame = measured.bytes / count
-    return per_frame, per_segment, close_s, bytes_per_frame, measured.files
+    close_cpu = min(run.close_cpu_s for run in pieces) / (count // small)
+    return per_frame, (per_segment, close_s, close_cpu, measured.bytes / count), measured.files
 
 
 # --- the swap's CPU work beside inference ------------------------------------------------------------------------
@@ -465,6 +471,18 @@ def merge_cpu_seconds(folder: Path, clip: Path, work: str, repetitions: int = 3)
     return statistics.median(samples)
 
 
+def probe_cpu_seconds(clip: Path) -> float:
+    """Median CPU seconds of prepare's probe (every frame's timestamp from the MP4's index)."""
+    from facefusion_provider import storage
+    from facefusion_provider.media.probe import probe_video
+
+    def probe() -> None:
+        with storage.open_input(clip.as_uri()) as target:
+            probe_video(target, str(clip))
+
+    return median_seconds(probe, 5, cpu=True)
+
+
 def probe_bytes(clip: Path) -> int:
     """What prepare's probe reads of the target (counted through a file wrapper): the MP4 index, not the frames."""
     import io
@@ -485,9 +503,9 @@ def probe_bytes(clip: Path) -> int:
 
 
 def run_costs(scratch: Path, short: Path, long: Path, short_frames: int, long_frames: int) -> RunCosts:
-    """Pass-through runs: the short and the long clip in 64-frame segments (their difference per frame is each serial
-    step's per-frame cost; the merge's in CPU seconds, repeated, as its wall time is a fraction of a second), and the
-    long one in one segment (its difference is the cost of 7 more segments)."""
+    """Pass-through runs: the short and the long clip in 64-frame segments, and the long one in one segment (the
+    difference is the CPU of 7 more segments). The probe's and the merge's per-frame costs are the short and the long
+    clip's difference in CPU seconds, repeated: their wall times are fractions of a second, noise on a shared machine."""
     few = timed_run(scratch / "run-short", short, 64)
     many = timed_run(scratch / "run-long", long, 64)
     single = timed_run(scratch / "run-long-one", long, long_frames)
@@ -495,12 +513,9 @@ def run_costs(scratch: Path, short: Path, long: Path, short_frames: int, long_fr
     merge_short = merge_cpu_seconds(scratch / "run-short", short, few["work"])
     merge_long = merge_cpu_seconds(scratch / "run-long", long, many["work"])
 
-    def per_frame(step: str) -> float:
-        return max(1e-7, float(many[step] - few[step]) / extra)
-
     return RunCosts(
         worker_start_s=round(worker_start_seconds(scratch / "run-long", long, many["work"], many["segments"]), 3),
-        probe_s_per_frame=per_frame("prepare_s"),
+        probe_s_per_frame=max(0.0, probe_cpu_seconds(long) - probe_cpu_seconds(short)) / extra,
         probe_bytes_per_frame=round((probe_bytes(long) - probe_bytes(short)) / extra, 1),
         merge_s_per_frame=max(0.0, merge_long - merge_short) / extra,
         segment_cpu_s=max(0.0, (many["cpu_s"] - single["cpu_s"]) / (many["segments"] - single["segments"])),
@@ -592,7 +607,7 @@ def segment_costs(
     clip: Path,
     segment_file: Path,
     *,
-    encoder: tuple[float, float, float],
+    encoder: tuple[float, float, float, float],
     counter: RequestCounter,
 ) -> SegmentCosts:
     """A take, a commit of a real 256-frame segment file, a renewal and the listings, in a work of 400 segments of
@@ -647,7 +662,8 @@ def segment_costs(
         store=store,
         encoder_segment_cpu_s=encoder[0],
         encoder_close_s=encoder[1],
-        segment_bytes_per_frame=encoder[2],
+        encoder_close_cpu_s=encoder[2],
+        segment_bytes_per_frame=encoder[3],
         sha256_s_per_mb=median_seconds(lambda: storage.file_sha256(segment_file), 5, cpu=True) / (size / 1e6),
         commit_s=statistics.median(walls),
         commit_cpu_s=statistics.median(cpus),
@@ -701,9 +717,9 @@ def moto_s3() -> Iterator[RequestCounter | None]:
 # --- seeking, and reading a stored analysis ----------------------------------------------------------------------
 
 
-def seek_costs(clip: Path, segment: int = MEASURED_SEGMENT) -> tuple[float, float]:
-    """Mean wall seconds to the first frame of a segment start, and frames decoded to get there, over the segment
-    starts of the clip past its first keyframe (a resume or a stolen run starts there)."""
+def seek_costs(clip: Path, segment: int = MEASURED_SEGMENT) -> tuple[float, float, float]:
+    """Mean wall and CPU seconds to the first frame of a segment start, and frames decoded to get there, over
+    segment starts spread through the clip (a resume or a stolen run starts there)."""
     from facefusion_provider import storage
     from facefusion_provider.media.decode import DecodeStats, decode_frames
     from facefusion_provider.media.probe import probe_video
@@ -711,16 +727,17 @@ def seek_costs(clip: Path, segment: int = MEASURED_SEGMENT) -> tuple[float, floa
     with storage.open_input(clip.as_uri()) as target:
         probe = probe_video(target, str(clip))
         starts = list(range(segment // 4, probe.frame_count - 1, segment // 4))  # every phase against the keyframes
-        walls, decoded = [], []
+        walls, cpus, decoded = [], [], []
         for start in starts:
             stats = DecodeStats()
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), cpu_seconds()
             frames = decode_frames(target, probe, start, start + 1, str(clip), stats=stats)
             next(frames)
             walls.append(time.perf_counter() - began)
+            cpus.append(cpu_seconds() - began_cpu)
             frames.close()
             decoded.append(stats.decoded - 1)
-    return statistics.mean(walls), statistics.mean(decoded)
+    return statistics.mean(walls), statistics.mean(cpus), statistics.mean(decoded)
 
 
 def analysis_load_seconds(frames: int = MEASURED_SEGMENT) -> float:
@@ -755,11 +772,10 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
     write_clip_1080p(short, short_frames)
     write_clip_1080p(long, long_frames)
     frames = decoded_frames(long, long_frames)
-    encode_cpu, segment_cpu, close_s, bytes_per_frame, files = encoder_costs(frames, scratch / "encode")
+    encode_cpu, encoder, files = encoder_costs(frames, scratch / "encode")
     worker = worker_costs(long, frames, scratch, encode_cpu)
     del frames
     run = run_costs(scratch, short, long, short_frames, long_frames)
-    encoder = (segment_cpu, close_s, bytes_per_frame)
     stores = {
         "local": segment_costs(
             "local", (scratch / "store").as_uri(), long, files[0], encoder=encoder, counter=RequestCounter()
@@ -770,12 +786,18 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
             stores["s3 (moto)"] = segment_costs(
                 "s3 (moto)", "s3://work/bench", long, files[0], encoder=encoder, counter=counter
             )
-    seek_s, preroll = seek_costs(long)
+    seek_s, seek_cpu, preroll = seek_costs(long)
     return Measured(
         worker=worker,
         run=run,
         stores=stores,
-        seek=SeekCosts(seek_s=seek_s, preroll_frames=preroll, keyint=KEYINT, analysis_load_s=analysis_load_seconds()),
+        seek=SeekCosts(
+            seek_s=seek_s,
+            seek_cpu_s=seek_cpu,
+            preroll_frames=preroll,
+            keyint=KEYINT,
+            analysis_load_s=analysis_load_seconds(),
+        ),
         cpu_cores=os.cpu_count() or 1,
         clip=f"carphone scaled to 1920x1080, H.264 keyframe every {KEYINT} frames, {short_frames} and {long_frames} "
         f"frames; the swap's CPU work on its first frame's {worker.face}-pixel face",

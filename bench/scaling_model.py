@@ -135,8 +135,11 @@ class SegmentModel:
     commit_cpu_s: float
     take_s: float
     commit_latency_s: float
+    # The decoder's pre-roll before a seek's first frame, and the encode thread's wait in the encoder's flush at a
+    # segment's end: their measured CPU seconds over the pod's cores (its threads run on all of them; CPU time stays
+    # steady on a loaded machine, where wall time does not).
     seek_s: float
-    flush_s: float  # the encode thread's wait in the encoder's flush at each segment's end
+    flush_s: float
     scan_s: float
     slack_s: float  # the pipeline's queue: a wait on the decode thread shorter than this costs nothing
     cores: int
@@ -171,12 +174,14 @@ class SegmentModel:
             frames=frames,
             segments=segments,
             frame_s=frame_s,
-            encoder_cpu_s=costs.encoder_segment_cpu_s,
+            # A segment's own encoder is below this machine's noise (0-25 ms): the larger of it and one more
+            # segment's CPU end to end through worker.run.
+            encoder_cpu_s=max(costs.encoder_segment_cpu_s, measured.run.segment_cpu_s),
             commit_cpu_s=commit_cpu,
             take_s=take_s,
             commit_latency_s=latency,
-            seek_s=measured.seek.seek_s,
-            flush_s=costs.encoder_close_s,
+            seek_s=measured.seek.seek_cpu_s / stated.worker_cpu_cores,
+            flush_s=costs.encoder_close_cpu_s / stated.worker_cpu_cores,
             scan_s=scan_s,
             slack_s=PIPELINE_QUEUE_FRAMES * frame_s,
             cores=stated.worker_cpu_cores,

@@ -102,7 +102,8 @@ class Result:
     pods: int
     stolen: int
     seeks: int
-    analysed_segments: int
+    analysed_segments: int  # segments of a shared target whose faces were stored (each once)
+    cold_segments: int  # segments worked without a stored analysis (runs analysing one target at once repeat work)
 
     def busy_fraction(self, gpus: int, window: tuple[float, float] | None = None) -> float:
         start, end = window or (0.0, self.makespan_s)
@@ -130,7 +131,7 @@ class Simulation:
         self.last_span_end = 0.0
         self.first_pod: float | None = None
         self.busy = self.useful = self.lost = 0.0
-        self.pods = self.stolen = self.seeks = self.analysed_count = 0
+        self.pods = self.stolen = self.seeks = self.analysed_count = self.cold_count = 0
 
     def run(self) -> Result:
         for number, plan in enumerate(self.runs):
@@ -162,6 +163,7 @@ class Simulation:
             stolen=self.stolen,
             seeks=self.seeks,
             analysed_segments=self.analysed_count,
+            cold_segments=self.cold_count,
         )
 
     def _push(self, at: float, kind: str, payload: tuple[int, ...]) -> None:
@@ -300,6 +302,7 @@ class Simulation:
         self.holder[run][index] = worker
         analysed = self.analysed.setdefault(plan.target or str(run), set())
         worker.warm = plan.warm_work_s is not None and index in analysed
+        self.cold_count += plan.warm_work_s is not None and not worker.warm
         work = plan.warm_work_s[index] if worker.warm and plan.warm_work_s is not None else plan.work_s[index]
         seek = worker.previous is None or run != worker.work_run or index != worker.previous + 1
         self.seeks += seek
