@@ -313,6 +313,8 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "",
         "## Measured through Airflow (small scale)",
         "",
+        f"Command: `{measured.get('command', result['command'])}`.",
+        "",
         f"{measured['faces_run']} of {len(measured['faces'])} faces (each checked by the engine's source step), each "
         f"swapped into the demo clip ({measured['clip']}) by `airflow dags test facefusion_swap` with the default options "
         "(the classic swapper: its analysis is detection and the 468-point mesh). Cold: a fresh `[facefusion] work_root` "
@@ -472,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         faces = make_faces(args.work / "faces")
         rows = measure_runs(args.work, faces, min(args.faces, len(faces)))
         measured = {
+            "command": "python bench/bench_factory.py" + ("" if not argv else " " + " ".join(argv)),
             "faces": faces,
             "faces_run": min(args.faces, len(faces)),
             "clip": "facefusion_provider.demo: carphone at 352x288, 300 frames, one 300-frame segment",

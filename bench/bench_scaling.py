@@ -360,10 +360,11 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
         f"{1000 * worker['encoder_rgb_s_per_frame']:.1f} ms; the inswapper path's CPU work beside inference "
         f"{sum(worker['swap_cpu_parts_ms'].values()):.1f} ms per face ({parts} ms). Frames side by side, one thread "
         f"per core: each of a pod's frame threads counts {worker['side_by_side_efficiency']:.2f}.",
-        f"- Serial steps: a worker process that finds its span done {run['worker_start_s']:.2f} s (wall); prepare's "
+        f"- Serial steps: a worker process that finds its span done {run['worker_start_s']:.2f} s (its CPU); prepare's "
         f"probe {1e6 * run['probe_s_per_frame']:.1f} us and {run['probe_bytes_per_frame']:.0f} bytes per frame; merge "
         f"{1000 * run['merge_s_per_frame']:.3f} ms per frame; one more segment over the same frames, end to end "
-        f"through `worker.run`, {1000 * run['segment_cpu_s']:.0f} ms CPU.",
+        f"through `worker.run`, {1000 * run['segment_cpu_s']:.0f} ms CPU (a cross-check only: the difference of two "
+        "30-second runs, within this machine's noise; the model adds up the parts below).",
         f"- A seek to a segment start (keyframe every {seek['keyint']} frames): {1000 * seek['seek_s']:.0f} ms wall, "
         f"{1000 * seek['seek_cpu_s']:.0f} ms CPU (the model's figure), {seek['preroll_frames']:.0f} frames decoded "
         "before it on average; a segment's stored faces read in "

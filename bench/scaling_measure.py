@@ -66,7 +66,7 @@ class WorkerCosts:
 class RunCosts:
     """``facefusion-worker run`` pass-through on the clip: fixed costs and per-frame costs of the serial steps."""
 
-    worker_start_s: float  # a swap-span process that finds its span committed and exits: interpreter, imports, scan
+    worker_start_s: float  # CPU of a swap-span process that finds its span committed and exits (imports, a scan)
     probe_s_per_frame: float
     probe_bytes_per_frame: float
     merge_s_per_frame: float
@@ -452,10 +452,17 @@ def worker_start_seconds(folder: Path, clip: Path, work: str, segments: int) -> 
     command += ["--target", str(clip), "--segments", f"0:{segments}"]
     samples = []
     for _ in range(3):
-        started = time.perf_counter()
+        started = children_cpu_seconds()
         subprocess.run(command, check=True, capture_output=True)
-        samples.append(time.perf_counter() - started)
+        samples.append(children_cpu_seconds() - started)
     return statistics.median(samples)
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished children: a process start's cost, which wall time on a loaded machine
+    inflates (interpreter and imports are CPU work; on an idle pod they take about this long)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def merge_cpu_seconds(folder: Path, clip: Path, work: str, repetitions: int = 3) -> float:

@@ -174,9 +174,7 @@ class SegmentModel:
             frames=frames,
             segments=segments,
             frame_s=frame_s,
-            # A segment's own encoder is below this machine's noise (0-25 ms): the larger of it and one more
-            # segment's CPU end to end through worker.run.
-            encoder_cpu_s=max(costs.encoder_segment_cpu_s, measured.run.segment_cpu_s),
+            encoder_cpu_s=costs.encoder_segment_cpu_s,
             commit_cpu_s=commit_cpu,
             take_s=take_s,
             commit_latency_s=latency,
