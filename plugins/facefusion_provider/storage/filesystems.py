@@ -143,7 +143,8 @@ def _bucket_exists(fs: AbstractFileSystem, bucket: str) -> bool:
     return True
 
 
-def _error_code(error: BaseException) -> str:
+def error_code(error: BaseException) -> str:
+    """S3's error code (``NoSuchBucket``, ``PreconditionFailed``, ...) behind what s3fs raised; empty if none."""
     response = getattr(error.__cause__, "response", None)
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code") or "")
@@ -170,7 +171,7 @@ def storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is
     except FileNotFoundError as error:
         if urlparse(uri).scheme == "s3":
             bucket, key = bucket_and_key(uri)
-            if _error_code(error) == "NoSuchBucket" or (fs is not None and not _bucket_exists(fs, bucket)):
+            if error_code(error) == "NoSuchBucket" or (fs is not None and not _bucket_exists(fs, bucket)):
                 raise StorageDeniedError(
                     f"{uri}: bucket {bucket!r} does not exist (or these credentials cannot see it); key {key!r}"
                 ) from None
@@ -198,7 +199,7 @@ def _denied_message(uri: str, error: PermissionError) -> str:
     if urlparse(uri).scheme != "s3":
         return f"{uri}: permission denied: {error}"
     bucket, key = bucket_and_key(uri)
-    code = _error_code(error) or "AccessDenied"
+    code = error_code(error) or "AccessDenied"
     hint = {
         "InvalidAccessKeyId": "the access key id is not known: check the AWS connection or AWS_ACCESS_KEY_ID",
         "SignatureDoesNotMatch": "the secret key does not match the access key: check the credentials",

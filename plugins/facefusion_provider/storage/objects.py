@@ -13,6 +13,7 @@ import os
 import posixpath
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -21,12 +22,14 @@ from urllib.parse import urlparse
 from fsspec.spec import AbstractFileSystem
 
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
-from facefusion_provider.storage.filesystems import filesystem, is_local, storage_errors
+from facefusion_provider.storage.filesystems import error_code, filesystem, is_local, storage_errors
 from facefusion_provider.storage.uris import local_path
 
 _HASH_BLOCK = 8 * 1024 * 1024
 _FOLDER_ATTEMPTS = 20  # a folder emptied and removed by another process between our makedirs and our file, again
 _DOWNLOAD_BLOCK = 16 * 1024 * 1024
+_CONFLICT_ATTEMPTS = 4  # of a conditional create that S3 answered with 409 ConditionalRequestConflict
+_CONFLICT_BACKOFF_SECONDS = 0.2
 
 
 def exists(uri: str) -> bool:
@@ -81,11 +84,25 @@ def write_bytes_exclusive(uri: str, data: bytes) -> bool:
     with storage_errors(uri, fs, missing_is_input=False):
         if is_local(fs):
             return _write_local_exclusive(path, data)
+        return _write_s3_exclusive(fs, path, data)
+
+
+def _write_s3_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
+    for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
         try:
             fs.pipe_file(path, data, mode="create")
+            return True
         except FileExistsError:
             return False
-    return True
+        except OSError as error:
+            code = error_code(error)
+            if code == "PreconditionFailed":  # a store that names no condition in its answer (MinIO): it exists
+                return False
+            if code != "ConditionalRequestConflict" or attempt == _CONFLICT_ATTEMPTS:
+                raise
+            # S3 answers 409 while another conditional write to the key is in flight: ask again, as AWS advises.
+            time.sleep(_CONFLICT_BACKOFF_SECONDS * attempt)
+    raise AssertionError("unreachable")
 
 
 def _write_local_exclusive(path: str, data: bytes) -> bool:

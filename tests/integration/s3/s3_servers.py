@@ -37,6 +37,11 @@ server.stop()
 _S3_ERRORS = {
     500: ("InternalError", "We encountered an internal error. Please try again."),
     503: ("SlowDown", "Please reduce your request rate."),
+    409: (
+        "ConditionalRequestConflict",
+        "A conflicting operation occurred. If using PutObject you can retry the request.",
+    ),
+    412: ("PreconditionFailed", "At least one of the pre-conditions you specified did not hold"),  # no <Condition>
 }
 
 

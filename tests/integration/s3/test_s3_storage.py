@@ -140,6 +140,16 @@ def test_exclusive_writes_let_exactly_one_writer_win(s3: S3Stack) -> None:
     assert [e.status for e in s3.proxy.exchanges() if e.method == "PUT"] == [200, 412]
 
 
+def test_an_exclusive_write_asks_again_after_a_conflict_and_reads_a_bare_412_as_taken(s3: S3Stack) -> None:
+    uri = "s3://work/t/claims/conflict.json"
+    s3.proxy.inject(Fault("PUT", r"/conflict\.json", 409))  # another conditional write to the key was in flight
+    assert storage.write_bytes_exclusive(uri, b"first")
+    assert [(e.status, e.injected) for e in s3.proxy.exchanges() if e.method == "PUT"] == [(409, True), (200, False)]
+    s3.proxy.inject(Fault("PUT", r"/conflict\.json", 412))  # a store whose 412 names no condition
+    assert not storage.write_bytes_exclusive(uri, b"second")
+    assert storage.read_bytes(uri) == b"first"
+
+
 def test_a_claim_whose_answer_was_lost_is_still_this_runs(s3: S3Stack, tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
