@@ -85,6 +85,7 @@ class SegmentClaims:
         self.lease = lease if lease is not None else lease_seconds()
         self._clock = clock
         self._held: dict[int, int] = {}  # segment index -> generation
+        self._owners: dict[tuple[int, int], str] = {}  # (index, generation) -> owner: a claim's owner never changes
         self._lock = threading.Lock()
 
     def is_free(self, index: int, state: WorkState) -> bool:
@@ -181,11 +182,18 @@ class SegmentClaims:
         return self._clock() - claim.written_at > self.lease
 
     def _previous_try(self, claim: ClaimState) -> bool:
-        try:
-            record = Claim.model_validate_json(storage.read_bytes(self.layout.claim(claim.index, claim.generation)))
-        except (FaceFusionError, ValueError):
+        if self.owner == self.holder:  # outside Airflow: no task, so no previous try
             return False
-        return record.owner == self.owner and record.holder != self.holder
+        key = (claim.index, claim.generation)
+        if key not in self._owners:  # read each claim once: balancing asks about the same claims again and again
+            try:
+                record = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
+            except (FaceFusionError, ValueError):
+                return False
+            if record.holder == self.holder:
+                return False
+            self._owners[key] = record.owner
+        return self._owners[key] == self.owner
 
 
 def check_conditional_writes(layout: WorkLayout) -> None:
