@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import re
 import shlex
@@ -148,6 +149,7 @@ def measure(
 ) -> dict[str, Any]:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    load_before = os.getloadavg()[0]
     run_output, dag_output = folder / "run.mp4", folder / "dag.mp4"
 
     worker = [sys.executable, "-m", "facefusion_provider.worker", "run", "--source", str(source)]
@@ -171,6 +173,7 @@ def measure(
     if not run_succeeded(result):
         raise RuntimeError(f"{label}: the DAG run failed; see {folder / 'dags_test.log'}")
 
+    load_after = os.getloadavg()[0]
     tasks, run_duration, state = parse_dag_log(result.stdout + result.stderr)
     spans = [task for task in tasks if task.task == SPAN_TASK]
     workers = [task for task in spans if task.launched is not None]
@@ -202,6 +205,7 @@ def measure(
         "dag_state": state,
         "ratio": round(dag_wall / run_wall, 3),
         "ratio_run_only": round(run_duration / run_wall, 3),
+        "load_average_1min": {"before": round(load_before, 2), "after": round(load_after, 2)},
         "overhead_s": {
             "airflow_command_start": round(dag_wall - run_duration, 2),
             "airflow_first_task": round(first.seconds - first.worker_seconds, 2),
@@ -249,15 +253,16 @@ def markdown(results: list[dict[str, Any]], command: str, seconds: int, segment_
         *(["", note] if note else []),
         "",
         "| job | segments | spans (workers started) | frames | worker run s | dags test s | ratio | goal | "
-        "DAG run s (no CLI start) | identical output |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "DAG run s (no CLI start) | identical output | load average before, after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         verdict = "met" if r["ratio"] <= GOAL else "missed"
         lines.append(
             f"| {r['label']} | {r['segments']} | {r['spans']} ({r['span_workers']}) | {r['frames']} | "
             f"{r['worker_run_s']} | {r['dags_test_s']} | {r['ratio']} | {verdict} (<= {GOAL}) | {r['dag_run_s']} "
-            f"({r['ratio_run_only']}x) | {'yes' if r['outputs_identical'] else 'no'} |"
+            f"({r['ratio_run_only']}x) | {'yes' if r['outputs_identical'] else 'no'} | "
+            f"{r['load_average_1min']['before']}, {r['load_average_1min']['after']} |"
         )
     lines += ["", "Where the extra time goes (seconds, whole run):", "", "| job | " + " | ".join(_PARTS) + " |"]
     lines.append("| --- |" + " --- |" * len(_PARTS))
@@ -297,8 +302,6 @@ _PARTS = (
 
 
 def _cores() -> int:
-    import os
-
     return len(os.sched_getaffinity(0))
 
 
