@@ -136,6 +136,7 @@ class Exchange:
     injected: bool
     body_bytes: int = 0  # of the answer from S3 (what a ranged read fetched)
     request_range: str | None = None
+    conditional: bool = False  # the request carried ``If-None-Match`` (an exclusive create), as the client sent it
 
 
 class Link:
@@ -164,6 +165,7 @@ class _ProxyState:
     downlink: Link = field(default_factory=lambda: Link(None))  # answers, from S3
     faults: list[Fault] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
+    stripped: list[tuple[str, str]] = field(default_factory=list)  # (header, path pattern) never passed on to S3
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -187,10 +189,17 @@ class FaultyProxy:
         with self.state.lock:
             self.state.faults.extend(faults)
 
+    def strip_header(self, name: str, path: str = "") -> None:
+        """Drop header ``name`` from requests whose path matches ``path`` before they reach S3: ``If-None-Match``
+        makes a store that ignores conditional writes (every exclusive create then succeeds)."""
+        with self.state.lock:
+            self.state.stripped.append((name.lower(), path))
+
     def clear(self) -> None:
-        """Forget the faults still pending and the exchanges seen so far."""
+        """Forget the faults still pending, the headers stripped and the exchanges seen so far."""
         with self.state.lock:
             self.state.faults.clear()
+            self.state.stripped.clear()
             self.state.exchanges.clear()
 
     def forget_exchanges(self) -> None:
@@ -231,7 +240,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         upstream = http.client.HTTPConnection("127.0.0.1", self.state.upstream_port, timeout=60)
         try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "expect")}
+            with self.state.lock:
+                stripped = {name for name, path in self.state.stripped if re.search(path, self.path)}
+            dropped = {"connection", "expect", *stripped}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
             upstream.request(self.command, self.path, body=body, headers=headers)
             response = upstream.getresponse()
             payload = response.read()
@@ -273,7 +285,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.connection.close()
 
     def _record(self, status: int | str, *, injected: bool, body_bytes: int = 0) -> None:
-        exchange = Exchange(self.command, self.path, status, injected, body_bytes, self.headers.get("Range"))
+        exchange = Exchange(
+            self.command,
+            self.path,
+            status,
+            injected,
+            body_bytes,
+            self.headers.get("Range"),
+            "If-None-Match" in self.headers,
+        )
         with self.state.lock:
             self.state.exchanges.append(exchange)
 
