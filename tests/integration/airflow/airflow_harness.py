@@ -300,14 +300,22 @@ class AirflowRestClient:
     def task_log_lines(
         self, run_id: str, task_id: str, try_number: int, map_index: int = -1, dag_id: str | None = None
     ) -> list[str]:
-        """The task log's messages, one per line logged (the local operator logs every worker line as one)."""
+        """The task log's messages, one per line logged (the local operator logs every worker line as one), and the
+        message of each exception it shows (a failed task's error)."""
         body = self.api(
             "GET",
             f"{self._run_path(run_id, dag_id)}/taskInstances/{task_id}/logs/{try_number}",
             params={"map_index": map_index, "full_content": True},
             headers={"Accept": "application/json"},
         )
-        return [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in body["content"]]
+        lines = []
+        for item in body["content"]:
+            if not isinstance(item, dict):
+                lines.append(str(item))
+                continue
+            lines.append(str(item.get("event", "")))
+            lines += [str(error.get("exc_value", "")) for error in item.get("error_detail") or []]
+        return lines
 
     def worker_summary(
         self, run_id: str, task_id: str, try_number: int, map_index: int = -1, dag_id: str | None = None
