@@ -42,6 +42,10 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["facefusion_provider.hooks.storage", "facefusion_provider.hooks.ledger"],
             }
         ],
+        "extra-links": [
+            "facefusion_provider.operators.links.OutputVideoLink",
+            "facefusion_provider.operators.links.OutputPreviewLink",
+        ],
         "connection-types": [],
         "config": {
             SECTION: {

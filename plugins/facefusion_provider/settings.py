@@ -183,7 +183,8 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "string",
         "",
         "Airflow pool of the swap_span tasks. Empty: Airflow's default_pool, so a fresh Airflow runs with no setup. In "
-        "production name a pool sized to the GPUs (`airflow pools set facefusion_gpu 8 'GPUs'`); it must exist.",
+        "production name a pool sized to the GPUs (`airflow pools set facefusion_gpu 8 'GPUs'`): a run whose pool does "
+        "not exist fails as it starts, naming it.",
         "facefusion_gpu",
     ),
     SettingSpec(

@@ -79,7 +79,7 @@ def commit_segment(job: Written, index: int) -> Path:
     return Path(storage.local_path(job.layout.segment_marker(index)) or "")
 
 
-def commit_output(job: Written, *, work_id: str | None = None) -> None:
+def commit_output(job: Written, *, work_id: str | None = None, timings: dict[str, float] | None = None) -> None:
     """Write the output and its marker the way ``merge`` does (optionally naming another work)."""
     storage.write_bytes_atomic(job.output_uri, b"video")
     marker = OutputMarker(
@@ -88,5 +88,6 @@ def commit_output(job: Written, *, work_id: str | None = None) -> None:
         frame_count=job.spec.probe.frame_count,
         sha256="1" * 64,
         size=5,
+        timings=timings or {},
     )
     storage.write_bytes_atomic(output_marker_uri(job.output_uri), marker.model_dump_json().encode())

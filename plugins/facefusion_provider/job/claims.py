@@ -109,7 +109,8 @@ class SegmentClaims:
             host=socket.gethostname(),
             pid=os.getpid(),
         )
-        if not storage.write_bytes_exclusive(self.layout.claim(index, generation), record.model_dump_json().encode()):
+        uri = self.layout.claim(index, generation)
+        if not storage.write_bytes_exclusive(uri, record.model_dump_json().encode()) and not self._is_ours(uri):
             return False
         with self._lock:
             self._held[index] = generation
@@ -118,6 +119,13 @@ class SegmentClaims:
                 "segment %d: took over claim generation %d (its holder stopped renewing)", index, latest.generation
             )
         return True
+
+    def _is_ours(self, uri: str) -> bool:
+        """A conditional PUT whose answer was lost is retried and then finds its own claim: ours all the same."""
+        try:
+            return Claim.model_validate_json(storage.read_bytes(uri)).holder == self.holder
+        except (FaceFusionError, ValueError):
+            return False
 
     def release(self, index: int) -> None:
         """Stop renewing ``index`` (it is committed, or given up); the file stays so generations never repeat."""

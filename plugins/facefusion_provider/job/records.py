@@ -91,13 +91,16 @@ class SegmentMarker(_Record):
 
 
 class OutputMarker(_Record):
-    """Written beside the output by its run's merge: which work made the file, so a repeat run can stop early."""
+    """Written beside the output by its run's merge: which work made the file, so a repeat run can stop early, and
+    how long the merge took (``timings["total_s"]``, read by ``cleanup`` for the run's metrics)."""
 
     work_id: str
     output_uri: str
     frame_count: int
     sha256: str
     size: int
+    # Optional, so the markers of earlier merges still read: the work a marker names is unchanged, so no format bump.
+    timings: dict[str, float] = Field(default_factory=dict)
 
 
 class Claim(_Record):

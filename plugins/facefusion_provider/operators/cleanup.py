@@ -13,7 +13,8 @@ from pydantic import JsonValue
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import RunLease
+from facefusion_provider.job.records import OutputMarker, RunLease
+from facefusion_provider.operators import run_metrics
 from facefusion_provider.settings import load_settings
 
 # One asset for every output of the DAG; each event's extra names the file (output_uri) and the work that made it.
@@ -33,7 +34,8 @@ def lease_is_live(lease: RunLease, state: str | None, now: datetime, keep_failed
 class CleanupJobOperator(BaseOperator):
     """Once this run's output carries its marker: release the run's lease on ``work_uri``, remove the work unless a
     live run holds a lease (or a run failed within ``[facefusion] keep_failed_work_hours``), then record an event on
-    each outlet asset with ``{"output_uri", "work_id", "frame_count", "sha256"}`` as its extra.
+    each outlet asset with ``{"output_uri", "work_id", "frame_count", "sha256"}`` as its extra. Reports the run's
+    merge seconds, output bytes and fps (its frames over the seconds since the run started).
 
     A cleanup repeated after the work is gone succeeds from the output's marker alone.
 
@@ -75,6 +77,7 @@ class CleanupJobOperator(BaseOperator):
         else:
             self.log.info("Removed %s (no other run uses it)", self.work_uri)
         self.log.info("Output %s: %d frames, sha256 %s", self.output_uri, marker.frame_count, marker.sha256)
+        _report_run(marker, context, now)
         extra: dict[str, JsonValue] = {
             "output_uri": self.output_uri,
             "work_id": work_id,
@@ -93,3 +96,14 @@ class CleanupJobOperator(BaseOperator):
             return None
         raw = ti.get_dagrun_state(dag_id=lease.dag_id, run_id=lease.run_id)
         return str(getattr(raw, "value", raw))  # the Task SDK's enum prints as "DagRunState.SUCCESS"
+
+
+def _report_run(marker: OutputMarker, context: Context, now: datetime) -> None:
+    """The run's figures from its output's marker; fps counts from the run's start, queueing and reuse included."""
+    tags = run_metrics.run_tags(context["ti"])
+    if "total_s" in marker.timings:  # a marker from before merges recorded their time has none
+        run_metrics.merge_seconds(marker.timings["total_s"], tags=tags)
+    run_metrics.output_bytes(marker.size, tags=tags)
+    started = context["dag_run"].start_date
+    if started is not None:
+        run_metrics.run_fps(marker.frame_count, (now - started).total_seconds(), tags=tags)

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from facefusion_provider.exceptions import NON_RETRYABLE_EXIT_CODES, NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.operators.run_metrics import worker_metric_environment
 from facefusion_provider.options import Options, options_to_argv
 from facefusion_provider.settings import load_settings
 from facefusion_provider.storage.uris import ALLOWED_INPUT_PREFIXES_VARIABLE, ALLOWED_OUTPUT_PREFIXES_VARIABLE
@@ -72,6 +73,14 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") ->
     if faults := environ.get(FAULTS_VARIABLE):
         env[FAULTS_VARIABLE] = faults
     return env
+
+
+def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], work_uri: str) -> dict[str, str]:
+    """Everything a worker command gets from its running task, on every backend: ``worker_env`` and the variables of
+    its metrics (where to push them, and the labels that name this task; the job is the work)."""
+    ti = context["ti"]
+    metric_env = worker_metric_environment(ti, environ, job_id=WorkLayout(work_uri).work_id)
+    return {**worker_env(int(ti.try_number), environ, key=task_key(context)), **metric_env}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook
 from facefusion_provider.operators.commands import FAILURE_XCOM_KEY, fail_on_bad_input
-from facefusion_provider.operators.params import option_params, title_of
+from facefusion_provider.operators.params import FORM_HIDDEN_OPTIONS, option_params, title_of
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
@@ -48,7 +48,7 @@ INPUT_FIELDS = (
     "settle_minutes",
     "swap_dag_id",
 )
-CONFIG_FIELDS = (*INPUT_FIELDS, *Options.model_fields)
+CONFIG_FIELDS = (*INPUT_FIELDS, *(name for name in Options.model_fields if name not in FORM_HIDDEN_OPTIONS))
 
 
 def ingest_settings() -> dict[str, Any]:
@@ -91,7 +91,8 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
         nullable = "null" in schema["type"]
         return Param(**schema) if default is None and not nullable else Param(default, **schema)
 
-    uri_list: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    # Not starred as required in the form: each mode needs only one of them (scan names the one missing).
+    uri_list: dict[str, Any] = {"type": ["null", "array"], "items": {"type": "string", "minLength": 1}}
     params = {
         "mode": param(
             "mode",

@@ -18,6 +18,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client import models as k8s
 
+from facefusion_provider import metric_names
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.operators.commands import (
@@ -28,10 +29,11 @@ from facefusion_provider.operators.commands import (
     failure_exception,
     parse_failure_report,
     record_failure,
-    task_key,
+    task_worker_env,
     worker_argv,
     worker_env,
 )
+from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import SwapSpanMixin
 from facefusion_provider.settings import KubernetesSettings, load_settings
 
@@ -62,6 +64,7 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "work_uri", "output_uri", "worker_args")
     ui_color = "#e4f0e8"
+    operator_extra_links = (*KubernetesPodOperator.operator_extra_links, *OUTPUT_LINKS)
 
     def __init__(
         self,
@@ -130,16 +133,17 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
         """The parent's pod, with the worker argv, its environment, and labels naming the work and span."""
         self.arguments = worker_argv(self.command, self.work_uri, self.worker_arguments())
-        try_number = int(context["ti"].try_number) if context else 1
-        key = task_key(context) if context else ""
-        self.env_vars = [k8s.V1EnvVar(name=k, value=v) for k, v in self.worker_environment(try_number, key)]
+        plain = [k8s.V1EnvVar(name=k, value=v) for k, v in self.worker_environment(context)]
+        self.env_vars = [*plain, node_name_variable()]
         self.labels = {**self.labels, **self.job_labels()}
         self.annotations = {**self.annotations, **self.job_annotations()}
         return super().build_pod_request_obj(context, dry_run=dry_run)
 
-    def worker_environment(self, try_number: int, key: str = "") -> list[tuple[str, str]]:
-        """Plain variables only: the storage credentials come from ``env_from`` references, never from here."""
-        env = {**worker_env(try_number, os.environ, key=key), TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
+    def worker_environment(self, context: Context | None = None) -> list[tuple[str, str]]:
+        """Plain variables only: the storage credentials come from ``env_from`` references, never from here. Without
+        a task (a dry run) there is no try, task key or metric label to give."""
+        task_env = task_worker_env(context, os.environ, self.work_uri) if context else worker_env(1, os.environ)
+        env = {**task_env, TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
         if self.pod_settings.models_volume_claim:
             env["FACEFUSION_MODELS_DIR"] = MODELS_PATH
         if self.pod_settings.models_uri:
@@ -216,6 +220,12 @@ def pod_failure(pod: k8s.V1Pod | None, container_name: str) -> WorkerFailure | N
     if terminated is None:
         return None
     return parse_failure_report(terminated.exit_code, terminated.message)
+
+
+def node_name_variable() -> k8s.V1EnvVar:
+    """The node the pod runs on, from the downward API: the worker's metrics carry it as their ``node`` label."""
+    node = k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="spec.nodeName"))
+    return k8s.V1EnvVar(name=metric_names.NODE_VARIABLE, value_from=node)
 
 
 def pod_resources(settings: KubernetesSettings, *, gpu: bool) -> k8s.V1ResourceRequirements:

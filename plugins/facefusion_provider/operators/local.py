@@ -19,10 +19,10 @@ from facefusion_provider.operators.commands import (
     fail_on_bad_input,
     parse_failure_report,
     raise_for_failure,
-    task_key,
+    task_worker_env,
     worker_argv,
-    worker_env,
 )
+from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import SwapSpanMixin
 from facefusion_provider.settings import load_settings
 
@@ -42,6 +42,7 @@ class LocalWorkerOperator(BaseOperator):
 
     template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_uri", "worker_args")
     ui_color = "#d7ecff"
+    operator_extra_links = OUTPUT_LINKS
 
     def __init__(
         self,
@@ -85,7 +86,7 @@ class LocalWorkerOperator(BaseOperator):
             return
         argv = worker_argv(self.command, self.work_uri, self.worker_arguments())
         program = list(self.worker_command or load_settings().worker_command)
-        env = worker_env(context["ti"].try_number, os.environ, key=task_key(context))
+        env = task_worker_env(context, os.environ, self.work_uri)
         # The AWS connection's credentials travel in the child's environment only: never argv, conf, XCom or logs.
         self._run_worker([*program, *argv], context, {**env, **hook.worker_environment()})
 

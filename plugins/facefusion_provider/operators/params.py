@@ -1,7 +1,7 @@
 """The trigger form of ``facefusion_swap``: one typed ``Param`` per option, generated from the options model.
 
 Each option becomes its own field: title, description, type, a dropdown for an enum, a multi-select for a list of
-choices, minimum and maximum, default. The everyday options sit in the form's open first section; the rest are
+choices, minimum and maximum, default (a deprecated spelling of another option is left out of the form). The everyday options sit in the form's open first section; the rest are
 grouped by their ``section`` into sections the form shows collapsed. The conf these fields make is flat
 (``{"source_uris": [...], "target_uri": ..., "face_swapper_blend": 90}``): the canonical shape. The older shape with
 the options nested under ``"options"`` is accepted too (``validate`` merges both).
@@ -17,6 +17,10 @@ from facefusion_provider.options import Options, options_json_schema
 
 CONF_INPUT_FIELDS = ("source_uris", "target_uri", "output_uri")
 NESTED_OPTIONS_KEY = "options"  # the older conf shape: every option under this key
+# Options the conf still accepts but the form does not show (a deprecated spelling of another option).
+FORM_HIDDEN_OPTIONS = frozenset({"chunk_size"})
+# List options where an empty list is a real choice: the form sends an emptied multi-select as null, which means [].
+EMPTY_LIST_OPTIONS = frozenset({"processors"})
 _ACRONYMS = {"uris": "URIs", "uri": "URI"}
 
 
@@ -54,6 +58,8 @@ def option_params(*, section: str | None = None, defaults: Options | None = None
     values = (defaults or Options()).model_dump(mode="json")
     params = {}
     for name in Options.model_fields:
+        if name in FORM_HIDDEN_OPTIONS:
+            continue
         schema = {**param_schema(name, properties[name]), "default": values[name]}
         if section:
             schema["section"] = section
@@ -63,7 +69,8 @@ def option_params(*, section: str | None = None, defaults: Options | None = None
 
 def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
     """A field's JSON schema as the trigger form reads it: ``anyOf`` with null becomes a nullable type, a tuple an
-    array of items, a list of choices a multi-select (``examples``); title in sentence case."""
+    array of items (a JSON list editor), a list of choices a multi-select (``examples``), nullable where none selected
+    is a choice; title in sentence case. Nothing else: Airflow prints this schema in every error about the field."""
     schema = {key: value for key, value in prop.items() if key not in ("anyOf", "prefixItems", "title")}
     variants = [variant for variant in prop.get("anyOf", []) if variant.get("type") != "null"]
     if len(variants) == 1:
@@ -76,6 +83,8 @@ def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
     items = schema.get("items", {})
     if schema.get("type") == "array" and "enum" in items:
         schema["examples"] = list(items["enum"])
+    if name in EMPTY_LIST_OPTIONS:  # not required in the form: none selected is a choice
+        schema["type"] = [schema["type"], "null"]
     default = schema.pop("default", None)
     schema["title"] = title_of(name)
     return {"default": default, **schema}

@@ -11,6 +11,7 @@ from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.plan import plan_spans
 from facefusion_provider.job.records import JobSpec
+from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import fail_on_bad_input
 from facefusion_provider.settings import load_settings
 
@@ -28,7 +29,8 @@ PUBLISHED_SPAN: dict[str, Any] = {"index": 0, "first": 0, "last": 0, "start": 0,
 class PlanSpansOperator(BaseOperator):
     """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
     ``max_active_spans_per_run``), each a run of consecutive segments. When this run's output already carries the
-    work's marker there is nothing to plan (the work may be gone): one span that has nothing to do.
+    work's marker there is nothing to plan (the work may be gone): one span that has nothing to do. Reports how many
+    segments this run finds committed already (reused) and how many it has to compute (launched).
 
     :param work_uri: the shared work folder, from ``validate``.
     :param output_uri: this run's output, from ``validate``.
@@ -53,11 +55,17 @@ class PlanSpansOperator(BaseOperator):
         with fail_on_bad_input(context):
             job = hook.read_job(self.work_uri)
         spans = span_list(job, wave)
+        committed = hook.committed_segments(self.work_uri)
+        reused = sum(segment.index in committed for segment in job.segments)
         self.log.info(
-            "Work %s: %d frames in %d segments, %d spans",
+            "Work %s: %d frames in %d segments (%d committed already), %d spans",
             job.work_id,
             job.frame_end - job.frame_start,
             len(job.segments),
+            reused,
             len(spans),
+        )
+        run_metrics.segments(
+            reused=reused, launched=len(job.segments) - reused, tags=run_metrics.run_tags(context["ti"])
         )
         return spans

@@ -7,22 +7,25 @@ here, naming the field, before any worker runs. Nothing is ever written at the o
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from facefusion_provider.exceptions import InputMissingError, InvalidOptionError
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.ids import run_key, work_id
 from facefusion_provider.job.inputs import CONF_FIELDS, check_output_format, check_sources, run_uris
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.records import RunLease
+from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import fail_on_bad_input, merge_worker_args, prepare_worker_args
-from facefusion_provider.operators.params import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
+from facefusion_provider.operators.params import CONF_INPUT_FIELDS, EMPTY_LIST_OPTIONS, NESTED_OPTIONS_KEY
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
@@ -50,7 +53,10 @@ def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
                 f"options.{name}: given twice, as {name} ({conf[name]!r}) and as options.{name} ({value!r}); give it once"
             )
     flat = {name: params[name] for name in Options.model_fields if name in params}
-    return parse_options({**flat, **nested}, where="options")
+    values = {**flat, **nested}
+    for name in EMPTY_LIST_OPTIONS & {name for name, value in values.items() if value is None}:
+        values[name] = []  # the form's emptied multi-select
+    return parse_options(values, where="options")
 
 
 def _unknown_key(key: str) -> str:
@@ -103,6 +109,35 @@ def validate_conf(
     }
 
 
+# "target_uri: ...", "source_uris[1]: ...", "invalid options: options.face_swapper_blend: ...": the field comes first.
+_FIELD_FIRST = re.compile(r"^(?:invalid options: )?([\w.()]+?)(?:\[\d+\])?: ")
+OTHER_FIELD = "other"
+
+
+def bad_input_field(message: str) -> str:
+    """The conf field a bad-input message names first, as a metric label: a conf input, ``options.<option>``,
+    ``options`` for an options problem that names no one option, else ``other`` (a misspelt conf key: the label's
+    values stay a fixed set whatever people send)."""
+    match = _FIELD_FIRST.match(message)
+    field = match.group(1) if match else ""
+    if field in (*CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY):
+        return field
+    option = field.removeprefix(f"{NESTED_OPTIONS_KEY}.")
+    if option != field:
+        return field if option in Options.model_fields else NESTED_OPTIONS_KEY
+    return OTHER_FIELD
+
+
+@contextlib.contextmanager
+def counted_bad_input(dag_id: str) -> Iterator[None]:
+    """Bad input raised inside is counted by its field (``run_metrics.bad_input``) and raised on."""
+    try:
+        yield
+    except NonRetryableError as error:
+        run_metrics.bad_input(bad_input_field(str(error)), dag_id=dag_id)
+        raise
+
+
 def _content_id(checks: StorageChecks, uri: str, field: str) -> str:
     try:
         return checks.content_id(uri)
@@ -136,7 +171,7 @@ class ValidateSwapConfOperator(BaseOperator):
         hook = FaceFusionStorageHook()
         settings = load_settings()
         dag_run = context["dag_run"]
-        with fail_on_bad_input(context):
+        with fail_on_bad_input(context), counted_bad_input(dag_run.dag_id):
             ticket = validate_conf(
                 context["params"],
                 dag_run.conf or {},

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_OK, FaceFusionError, InvalidOptionError
 from facefusion_provider.options import add_option_arguments, options_from_namespace
+from facefusion_provider.worker.metrics import worker_metrics
 
 TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
 MODELS_DIR_VARIABLE = "FACEFUSION_MODELS_DIR"
@@ -29,7 +30,11 @@ PROGRAM = "facefusion-worker"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises InvalidOptionError (exit code EXIT_INVALID_OPTION) instead of exiting with 2."""
+    """argparse that raises InvalidOptionError (exit code EXIT_INVALID_OPTION) instead of exiting with 2, and takes
+    no abbreviated flags (``--output`` must never be read as ``--output-video-quality``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         raise InvalidOptionError(f"{self.prog}: {message}")
@@ -158,6 +163,8 @@ def failure_report(error: BaseException) -> tuple[int, dict[str, Any]]:
 
 def _report(error: BaseException) -> int:
     code, report = failure_report(error)
+    # A no-op unless an exporter is configured; the exit hook pushes it with everything the command counted.
+    worker_metrics().failure(report["failure_class"], retryable=report["retryable"])
     line = json.dumps(report, sort_keys=True)
     print(line, file=sys.stderr)
     termination_log = os.environ.get(TERMINATION_LOG_VARIABLE)

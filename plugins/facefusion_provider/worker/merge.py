@@ -117,8 +117,6 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         publisher.publish()
     published = time.perf_counter()
     storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
-    marker = OutputMarker(work_id=spec.work_id, output_uri=output_uri, frame_count=expected, sha256=digest, size=size)
-    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
     finished = time.perf_counter()
     timings = {
         "markers_s": markers_read - began,
@@ -128,8 +126,13 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         "verify_s": verified - remuxed,  # the moov moved in front, the frame times checked, the checksum
         "publish_s": published - verified,
         "preview_s": finished - published,
-        "total_s": finished - began,
+        "total_s": finished - began,  # all but the marker's own write, which comes last: it says the output is done
     }
+    rounded = {key: round(value, 3) for key, value in timings.items()}
+    marker = OutputMarker(
+        work_id=spec.work_id, output_uri=output_uri, frame_count=expected, sha256=digest, size=size, timings=rounded
+    )
+    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
     logger.info(
         "merged %d frames from %d segments into %s (%.1f MB) in %.2f s; preview %s",
         expected,
@@ -139,9 +142,7 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         finished - began,
         preview_uri,
     )
-    return MergeResult(
-        output_uri, preview_uri, expected, skipped=False, timings={k: round(v, 3) for k, v in timings.items()}
-    )
+    return MergeResult(output_uri, preview_uri, expected, skipped=False, timings=rounded)
 
 
 @contextlib.contextmanager

@@ -236,6 +236,7 @@ class Committer:
                 timings={"encode_s": round(encode_s, 3), "upload_s": round(upload_s, 3)},
             )
             won = storage.write_bytes_exclusive(self.layout.segment_marker(segment.index), marker_bytes(marker))
+            won = won or self._stored_is_ours(segment, marker)
         finally:
             os.unlink(path)
         self.claims.release(segment.index)
@@ -253,6 +254,14 @@ class Committer:
             logger.info(
                 "segment %d: another worker committed it first; this worker's file was discarded", segment.index
             )
+
+    def _stored_is_ours(self, segment: Segment, marker: SegmentMarker) -> bool:
+        """A conditional PUT whose answer was lost is retried and then finds its own marker: ours all the same."""
+        try:
+            stored = SegmentMarker.model_validate_json(storage.read_bytes(self.layout.segment_marker(segment.index)))
+        except ValueError:
+            return False
+        return stored.writer == marker.writer and stored.file == marker.file
 
 
 def marker_bytes(marker: SegmentMarker) -> bytes:

@@ -66,14 +66,34 @@ class TriggerForm:
         """Section names in order ("Run Parameters", ..., "Advanced Options")."""
         return [name.strip() for name in self.dialog.locator("button[aria-expanded]").all_inner_texts()]
 
+    def expanded_sections(self) -> list[str]:
+        """The sections shown open."""
+        buttons = self.dialog.locator('button[aria-expanded="true"]')
+        return [name.strip() for name in buttons.all_inner_texts()]
+
+    def labels(self, section: str) -> list[str]:
+        """The field labels of a section in order, as shown ("Target video *" for a required one); opens it."""
+        region = self.open_section(section)
+        labels = region.get_by_role("group").locator('label[data-scope="field"]')  # not a switch's own <label>
+        return [" ".join(text.split()) for text in labels.all_inner_texts()]
+
+    def dropdown_options(self, group: Locator) -> list[str]:
+        """The shown options of a field's dropdown (opened, read, closed again)."""
+        group.get_by_role("combobox").click()
+        options = self.page.get_by_role("option")
+        options.first.wait_for()
+        shown = [text.strip() for text in options.all_inner_texts()]
+        group.locator("label").click()  # the menu closes on blur (Escape would close the whole dialog)
+        options.first.wait_for(state="detached")
+        return shown
+
     def open_section(self, name: str) -> Locator:
         """Expand the section (closing the one open before) and return its region."""
         button = self.dialog.get_by_role("button", name=name, exact=True)
         if button.get_attribute("aria-expanded") != "true":
             button.click()
-        region = self.dialog.get_by_role("region", name=name)
-        if name == DEFAULT_SECTION and not region.count():
-            region = self.dialog.get_by_role("region").first  # the default section's region carries no name
+        # By the id the button controls: a section name with spaces breaks the region's aria-labelledby (an id list).
+        region = self.dialog.locator(f'[id="{button.get_attribute("aria-controls")}"]')
         region.wait_for()
         return region
 
@@ -93,7 +113,8 @@ class TriggerForm:
 
     def fill(self, label: str, value: Any, section: str | None = None) -> None:
         """Set a field the way its type renders it: text and number inputs, a list as one line per item, a dropdown
-        by its shown text (a list for several), a switch by bool, an object as JSON in the code editor."""
+        by its shown text (a multi-select by a list of them, ``[]`` for none), a switch by bool, an object or a list
+        of numbers as JSON in the code editor."""
         group = self.field(label, section)
         if group.get_by_role("code").count():
             self._fill_code(group, value if isinstance(value, str) else json.dumps(value))
@@ -122,6 +143,11 @@ class TriggerForm:
         keyboard.press("Delete")
 
     def _choose(self, group: Locator, shown: Sequence[str]) -> None:
+        """A dropdown by its shown text; a multi-select is emptied first (each chip's "Remove ..." button), so ``[]``
+        leaves none selected."""
+        removes = group.locator('[aria-label^="Remove "] [role="button"]')
+        while removes.count():
+            removes.first.click()
         for text in shown:
             group.get_by_role("combobox").click()
             self.page.get_by_role("option", name=text, exact=True).click()
@@ -194,6 +220,19 @@ class AirflowUI:
         self.artifacts.mkdir(parents=True, exist_ok=True)
         path = self.artifacts / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def screenshot_element(self, element: Locator, name: str, height: int = 2400) -> Path:
+        """``<artifacts>/<name>.png`` of one element whole (a dialog scrolls inside the page: the viewport is made
+        ``height`` tall for the shot, then restored)."""
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        path = self.artifacts / f"{name}.png"
+        size = self.page.viewport_size or {"width": 1400, "height": 1000}
+        self.page.set_viewport_size({"width": size["width"], "height": height})
+        try:
+            element.screenshot(path=str(path))
+        finally:
+            self.page.set_viewport_size(size)
         return path
 
     def login(self, username: str, password: str) -> None:
@@ -293,6 +332,22 @@ class AirflowUI:
     def open_task_instance(self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> None:
         self.goto(task_path(dag_id, run_id, task_id, map_index))
         self.page.get_by_role("heading", name=re.compile(rf"^{re.escape(task_id)}\b")).first.wait_for()
+
+    def extra_links(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None, names: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """``{name: href}`` of the task instance's extra links as its Details tab shows them, once ``names`` are there
+        (Airflow's UI shows only http(s), mailto and same-origin links; a link without a URL is not shown)."""
+        self.goto(task_path(dag_id, run_id, task_id, map_index) + "/details")
+        heading = self.page.get_by_role("heading", name="Extra Links", exact=True)
+        heading.wait_for()
+        links = heading.locator("xpath=..").get_by_role("link")
+
+        def shown() -> dict[str, str]:
+            return {link.inner_text().strip(): str(link.get_attribute("href")) for link in links.all()}
+
+        _wait_for(lambda: set(names) <= set(shown()), f"extra links {list(names)}, shown {list(shown())}")
+        return shown()
 
     def clear_task_instance(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None, *, downstream: bool = True

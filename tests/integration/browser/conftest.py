@@ -1,8 +1,8 @@
 """Browser tests: Airflow's own UI in Debian's Chromium, driven by Playwright (sync API), against ``airflow standalone``.
 
-One Chromium per session; per module one standalone Airflow in a fresh home (no pool created, no example DAGs; the
-ingestion DAG's schedule is off unless a module overrides ``browser_airflow_env``) and one page logged in through
-the real login page. ``ui`` hands each test that page as an ``AirflowUI`` whose screenshots go to
+One Chromium per session; per module one standalone Airflow in a fresh home (no pool created, no Variable, no example
+DAGs; a module overrides ``browser_airflow_env`` to configure more) and one page logged in through the real login
+page. ``ui`` hands each test that page as an ``AirflowUI`` whose screenshots go to
 ``$FACEFUSION_TEST_ARTIFACTS/browser/<test>/`` (or a temporary folder, printed at the end of the session); a failing
 test leaves ``failure.png`` there.
 """
@@ -19,7 +19,6 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-tests-"))
 # The Airflow harness of tests/integration/airflow (standalone server, REST client, media) is reused here.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))
 
-import json
 import re
 import shutil
 from collections.abc import Generator, Iterator
@@ -85,16 +84,17 @@ def chromium() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def browser_airflow_env() -> dict[str, str]:
-    """Extra environment of the module's Airflow; override it in a module to configure the server differently."""
-    return {"AIRFLOW_VAR_FACEFUSION_INGEST": json.dumps({"schedule": "none"})}  # no scheduled ingestion run failing
+    """Extra environment of the module's Airflow (none: a fresh home as a user gets it); override it in a module to
+    configure the server differently."""
+    return {}
 
 
 @pytest.fixture(scope="module")
 def browser_airflow(
     chromium: Any, browser_airflow_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StandaloneAirflow]:
-    """``airflow standalone`` in a fresh home for the module, with no pool created. Stopped at the end, with every
-    process it started."""
+    """``airflow standalone`` in a fresh home for the module, with nothing created (no pool, no Variable). Stopped at
+    the end, with every process it started."""
     work = tmp_path_factory.mktemp("browser_work")
     server = StandaloneAirflow(
         tmp_path_factory.mktemp("browser_airflow"), {**TEST_SETTINGS, "work_root": work.as_uri()}, browser_airflow_env

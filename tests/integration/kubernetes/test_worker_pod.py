@@ -1,5 +1,5 @@
-"""One chunk of a real job, run as the kubernetes backend's pod in the worker image (podman kube play), with storage on
-an S3 server: the committed chunk must be the one the local backend commits for the same chunk."""
+"""One span of a real work, run as the kubernetes backend's pod in the worker image (podman kube play), with storage on
+an S3 server: the segment the pod commits must be the one the local backend commits for the same span."""
 
 from __future__ import annotations
 
@@ -24,18 +24,21 @@ from kubernetes.client import ApiClient
 from moto.server import ThreadedMotoServer
 
 from facefusion_provider import storage
-from facefusion_provider.operators.kubernetes import KubernetesSwapChunkOperator
-from facefusion_provider.operators.local import LocalSwapChunkOperator, LocalWorkerOperator
-from facefusion_provider.operators.validate import validate_conf
+from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import SegmentMarker
+from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator
+from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
+from facefusion_provider.operators.plan import span_list
+from facefusion_provider.operators.validate import StorageChecks, validate_conf
 from facefusion_provider.settings import FaceFusionSettings
-from facefusion_provider.types import ChunkMarker, JobSpec
 
 pytestmark = pytest.mark.slow
 
 BUCKET = "facefusion-itest"
 REGION = "us-east-1"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "itest-access-key", "AWS_SECRET_ACCESS_KEY": "itest-secret-key"}
-CHUNK_INDEX = 1
+SPAN_INDEX = 1  # of three spans of one segment each: frames 8-15
 KUBE_CONN_ID = "kubernetes_itest"
 NO_CLUSTER = {
     "apiVersion": "v1",
@@ -102,7 +105,17 @@ def _podman_secret_data(secret: dict[str, Any]) -> str:
     return json.dumps({key: base64.b64encode(value.encode()).decode() for key, value in secret["stringData"].items()})
 
 
-def test_chunk_pod_commits_the_same_chunk_as_the_local_backend(
+def _context(task_id: str) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="facefusion_swap", run_id="itest", task_id=task_id, map_index=-1, try_number=1)
+    return {"ti": ti}
+
+
+def _committed(layout: WorkLayout, index: int) -> tuple[SegmentMarker, bytes]:
+    marker = SegmentMarker.model_validate(storage.read_json(layout.segment_marker(index)))
+    return marker, storage.read_bytes(layout.segment_file(marker.file))
+
+
+def test_span_pod_commits_the_same_segment_as_the_local_backend(
     podman: Any, worker_image: str, s3_endpoint: str, tmp_path: Path
 ) -> None:
     s3 = _s3(s3_endpoint)
@@ -110,27 +123,43 @@ def test_chunk_pod_commits_the_same_chunk_as_the_local_backend(
     face, video = _real_inputs()
     s3.upload_file(str(face), BUCKET, "in/face.jpg")
     s3.upload_file(str(video), BUCKET, "in/carphone.mp4")
+    hook = FaceFusionStorageHook()
+    inputs = {
+        "source_uris": [f"s3://{BUCKET}/in/face.jpg"],
+        "target_uri": f"s3://{BUCKET}/in/carphone.mp4",
+        "output_uri": f"s3://{BUCKET}/out/carphone.mp4",
+    }
     ticket = validate_conf(
-        [f"s3://{BUCKET}/in/face.jpg"],
-        f"s3://{BUCKET}/in/carphone.mp4",
-        f"s3://{BUCKET}/out/carphone.mp4",
-        {"trim_frame_end": 24, "chunk_size": 8},
+        inputs,
+        {**inputs, "trim_frame_end": 24, "segment_size": 8},
         work_root=f"s3://{BUCKET}/work",
+        checks=StorageChecks(content_id=hook.content_id, check_writable=lambda uri: None),
     )
-    job_uri = ticket["job_uri"]
+    work_uri, output_uri, target_uri = ticket["work_uri"], ticket["output_uri"], ticket["target_uri"]
     LocalWorkerOperator(
-        task_id="prepare", command="prepare", job_uri=job_uri, worker_args=ticket["prepare_args"]
-    ).execute({"ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
-    job = JobSpec.model_validate(storage.read_json(storage.JobLayout(job_uri).job_json))
-    assert len(job.chunks) == 3 and job.options.processors == ["face_swapper"]  # a real swap, not a pass-through
-    chunk = job.chunks[CHUNK_INDEX].model_dump()
+        task_id="prepare",
+        command="prepare",
+        work_uri=work_uri,
+        output_uri=output_uri,
+        worker_args=ticket["prepare_args"],
+    ).execute(_context("prepare"))  # type: ignore[arg-type]
+    job = hook.read_job(work_uri)
+    assert len(job.segments) == 3 and job.options.processors == ["face_swapper"]  # a real swap, not a pass-through
+    span = span_list(job, wave=3)[SPAN_INDEX]
+    assert (span["first"], span["last"], span["start"], span["end"]) == (1, 2, 8, 16)
 
     secret_name = f"facefusion-storage-{uuid.uuid4().hex[:8]}"
     settings = FaceFusionSettings.from_values(
         {"worker_image": worker_image, "storage_secret": secret_name}, airflow_home=str(tmp_path)
     ).kubernetes
-    operator = KubernetesSwapChunkOperator(
-        task_id="swap_chunk", job_uri=job_uri, chunk=chunk, pod_settings=settings, kubernetes_conn_id=KUBE_CONN_ID
+    operator = KubernetesSwapSpanOperator(
+        task_id="swap_span",
+        work_uri=work_uri,
+        output_uri=output_uri,
+        target_uri=target_uri,
+        span=span,
+        pod_settings=settings,
+        kubernetes_conn_id=KUBE_CONN_ID,
     )
     pod = ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))
     kubernetes_validate.validate(pod, "1.32", strict=True)
@@ -156,22 +185,23 @@ def test_chunk_pod_commits_the_same_chunk_as_the_local_backend(
         if created:
             podman.run("volume", "rm", "--force", *sorted(created), check=False)
 
-    layout = storage.JobLayout(job_uri)
-    pod_marker = ChunkMarker.model_validate(storage.read_json(layout.chunk_marker(CHUNK_INDEX)))
-    pod_chunk = storage.read_bytes(layout.chunk_video(CHUNK_INDEX))
-    for uri in (layout.chunk_marker(CHUNK_INDEX), layout.chunk_video(CHUNK_INDEX)):
-        storage.filesystem(uri)[0].rm(storage.filesystem(uri)[1])
-    assert not storage.exists(layout.chunk_marker(CHUNK_INDEX))
+    layout = WorkLayout(work_uri)
+    assert sorted(hook.committed_segments(work_uri)) == [SPAN_INDEX]  # the pod did its own span, nothing else
+    pod_marker, pod_segment = _committed(layout, SPAN_INDEX)
+    # Forget the pod's commit and claim; its stored face analysis stays, so the local run reads what the pod wrote.
+    for stored in storage.list_files(layout.segments_dir) + storage.list_files(layout.claims_dir):
+        storage.delete(stored.uri)
+    assert not hook.committed_segments(work_uri)
 
-    LocalSwapChunkOperator(task_id="swap_chunk", job_uri=job_uri, chunk=chunk).execute(
-        {"ti": SimpleNamespace(try_number=1)}  # type: ignore[arg-type]
-    )
-    local_marker = ChunkMarker.model_validate(storage.read_json(layout.chunk_marker(CHUNK_INDEX)))
-    local_chunk = storage.read_bytes(layout.chunk_video(CHUNK_INDEX))
+    LocalSwapSpanOperator(
+        task_id="swap_span", work_uri=work_uri, output_uri=output_uri, target_uri=target_uri, span=span
+    ).execute(_context("swap_span"))  # type: ignore[arg-type]
+    local_marker, local_segment = _committed(layout, SPAN_INDEX)
 
     assert (pod_marker.start, pod_marker.end, pod_marker.frame_count) == (8, 16, 8)
     assert (local_marker.start, local_marker.end, local_marker.frame_count) == (8, 16, 8)
-    pod_frames, local_frames = _decoded_frames(pod_chunk), _decoded_frames(local_chunk)
+    assert pod_marker.writer != local_marker.writer
+    pod_frames, local_frames = _decoded_frames(pod_segment), _decoded_frames(local_segment)
     assert len(pod_frames) == len(local_frames) == 8
     for index, (from_pod, from_local) in enumerate(zip(pod_frames, local_frames, strict=True)):
         assert np.array_equal(from_pod, from_local), f"frame {8 + index} differs between the pod and the local backend"

@@ -1,5 +1,6 @@
 """A real Prometheus (Debian's package, 2.42: no OTLP receiver, so its remote-write receiver) answers PromQL with the
-exact frame total a worker pushed through the worker's remote-write exporter, under the catalogue's Prometheus names."""
+exact frame total a worker pushed through the worker's remote-write exporter, under the catalogue's Prometheus names:
+a simulated frame loop's, and a real ``facefusion-worker run`` swapping a face in a short clip."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
 import pytest
+from demo_clip import short_demo_clip
 from otlp_receiver import child_environment
 from test_worker_export import TASK_ENVIRONMENT, WORKER
 
@@ -67,6 +70,11 @@ def prometheus(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+def count_frames(path: Path) -> int:
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
 def query(base: str, promql: str) -> list[dict[str, object]]:
     with urllib.request.urlopen(
         f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}", timeout=10
@@ -111,3 +119,29 @@ def test_prometheus_answers_with_the_exact_frame_total(prometheus: str) -> None:
     assert faces["value"][1] == "100"  # type: ignore[index]
     present = {entry["metric"]["__name__"] for entry in query(prometheus, '{__name__=~"facefusion_.+"}')}  # type: ignore[index]
     assert present == {spec.prometheus for spec in names.WORKER_METRICS}
+
+
+def test_prometheus_answers_with_a_real_worker_runs_frame_total(prometheus: str, tmp_path: Path) -> None:
+    source, target = short_demo_clip(tmp_path, 24)
+    frames = count_frames(target)
+    env = child_environment(FACEFUSION_METRICS_REMOTE_WRITE_URL=f"{prometheus}/api/v1/write")
+    command = ["run", "--source", source, "--target", str(target), "--output", str(tmp_path / "out.mp4")]
+    worker = subprocess.run(
+        [sys.executable, "-m", "facefusion_provider.worker.cli", *command, "--segment-size", "8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert "remote write" not in worker.stderr  # no failed push
+
+    job = f'job_id="{json.loads(worker.stdout)["work_id"]}"'
+    for stage in ("decode", "swap", "encode"):
+        (total,) = query(prometheus, f'sum({names.FRAMES.prometheus}{{stage="{stage}", {job}}})')
+        assert total["value"][1] == str(frames) == "24", stage  # type: ignore[index]
+    (segments,) = query(prometheus, f"sum({names.SEGMENTS_COMMITTED.prometheus}{{{job}}})")
+    assert segments["value"][1] == "3"  # type: ignore[index]
+    (swapped,) = query(prometheus, f'sum({names.FACES.prometheus}{{kind="swapped", {job}}})')
+    assert 0 < int(swapped["value"][1]) <= frames  # type: ignore[index]  # one face per frame at most

@@ -3,6 +3,7 @@ totals are the truth, every point carries the task's attributes, a commit pushes
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
+from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_RETRYABLE
 from facefusion_provider.worker import metrics as worker_metrics_module
 
 WORKER = Path(__file__).with_name("simulated_worker.py")
@@ -136,3 +138,43 @@ def test_an_endpoint_that_refuses_neither_fails_nor_holds_up_the_worker() -> Non
     assert "counted 50" in worker.stdout
     # Pushes run in the background and the last one gives up after the exit budget, not the SDK's 10 s and retries.
     assert time.monotonic() - started < worker_metrics_module.EXIT_FLUSH_TIMEOUT_S * 2 + 3
+
+
+@pytest.mark.parametrize(
+    ("retryable", "failure_class", "exit_code"),
+    [(False, "invalid_media", EXIT_INVALID_MEDIA), (True, "retryable", EXIT_RETRYABLE)],
+)
+def test_a_failed_worker_command_is_counted_by_its_class(
+    otlp_receiver: OtlpReceiver, tmp_path: Path, retryable: bool, failure_class: str, exit_code: int
+) -> None:
+    fault = [{"command": "swap-span", "indexes": [3], "retryable": retryable}]
+    env = child_environment(
+        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=otlp_receiver.endpoint,
+        FACEFUSION_TEST_FAULTS=json.dumps(fault),
+        FACEFUSION_METRIC_JOB_ID="5f0c2a9be41d",
+        **TASK_ENVIRONMENT,
+    )
+    work_uri = (tmp_path / "work" / "5f0c2a9be41d").as_uri()
+    command = ["swap-span", "--work-uri", work_uri, "--target", str(tmp_path / "in.mp4"), "--segments", "12:16"]
+    worker = subprocess.run(
+        [sys.executable, "-m", "facefusion_provider.worker.cli", *command, "--span", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert worker.returncode == exit_code, worker.stderr
+    (point,) = otlp_receiver.latest(names.FAILURES.name)
+    assert point.value == 1
+    assert (
+        point.attributes.items()
+        >= {
+            "failure_class": failure_class,
+            "retryable": str(retryable).lower(),
+            "job_id": "5f0c2a9be41d",
+            "task_id": "swap_span",
+            "map_index": "3",
+        }.items()
+    )

@@ -136,7 +136,7 @@ class Exchange:
     injected: bool
     body_bytes: int = 0  # of the answer from S3 (what a ranged read fetched)
     request_range: str | None = None
-    conditional: bool = False  # the request carried ``If-None-Match`` (an exclusive create), as the client sent it
+    headers: dict[str, str] = field(default_factory=dict)  # of the request as the client sent it, lowercase names
 
 
 class Link:
@@ -165,7 +165,7 @@ class _ProxyState:
     downlink: Link = field(default_factory=lambda: Link(None))  # answers, from S3
     faults: list[Fault] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
-    stripped: list[tuple[str, str]] = field(default_factory=list)  # (header, path pattern) never passed on to S3
+    conditions_ignored: bool = False  # answer a refused If-None-Match PUT with 200, as a store without them would
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -189,18 +189,19 @@ class FaultyProxy:
         with self.state.lock:
             self.state.faults.extend(faults)
 
-    def strip_header(self, name: str, path: str = "") -> None:
-        """Drop header ``name`` from requests whose path matches ``path`` before they reach S3: ``If-None-Match``
-        makes a store that ignores conditional writes (every exclusive create then succeeds)."""
-        with self.state.lock:
-            self.state.stripped.append((name.lower(), path))
-
     def clear(self) -> None:
-        """Forget the faults still pending, the headers stripped and the exchanges seen so far."""
+        """Forget the faults still pending and the exchanges seen so far; honour conditional writes again."""
         with self.state.lock:
+            self.state.conditions_ignored = False
             self.state.faults.clear()
-            self.state.stripped.clear()
             self.state.exchanges.clear()
+
+    def ignore_conditional_writes(self) -> None:
+        """Act as an S3-compatible store without conditional PUTs: a create that S3 refuses (412) succeeds.
+
+        The header itself stays: it is signed, so dropping it would fail the request's signature instead."""
+        with self.state.lock:
+            self.state.conditions_ignored = True
 
     def forget_exchanges(self) -> None:
         with self.state.lock:
@@ -240,14 +241,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         upstream = http.client.HTTPConnection("127.0.0.1", self.state.upstream_port, timeout=60)
         try:
-            with self.state.lock:
-                stripped = {name for name, path in self.state.stripped if re.search(path, self.path)}
-            dropped = {"connection", "expect", *stripped}
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "expect")}
             upstream.request(self.command, self.path, body=body, headers=headers)
             response = upstream.getresponse()
             payload = response.read()
             self.state.downlink.carry(len(payload))
+            if response.status == 412 and self.state.conditions_ignored and "If-None-Match" in self.headers:
+                self._record(200, injected=True)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self._record(response.status, injected=fault is not None, body_bytes=len(payload))
             if fault is not None:  # "lost": S3 did the work, the client never hears of it
                 self._reset()
@@ -285,15 +289,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.connection.close()
 
     def _record(self, status: int | str, *, injected: bool, body_bytes: int = 0) -> None:
-        exchange = Exchange(
-            self.command,
-            self.path,
-            status,
-            injected,
-            body_bytes,
-            self.headers.get("Range"),
-            "If-None-Match" in self.headers,
-        )
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        exchange = Exchange(self.command, self.path, status, injected, body_bytes, self.headers.get("Range"), headers)
         with self.state.lock:
             self.state.exchanges.append(exchange)
 

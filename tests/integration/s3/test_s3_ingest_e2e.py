@@ -1,10 +1,14 @@
 """``facefusion_s3_ingest`` end to end: ``airflow standalone`` (scheduler, executor, API), S3 on the moto server, and
 credentials only from an Airflow AWS connection (the server's environment has no AWS variables at all).
 
-One server and one story for the module, in order: three uploads -> one ingestion run -> three swap runs and three
-correct outputs; a second ingestion run starts nothing; one more upload, a corrupt one, starts exactly one swap run,
-which fails with a clear error while the others stay done; the next ingestion run reports the failure by key (failing,
-so alerts fire) and retries it. (The retry limit and racing runs are covered in unit/s3 against the same ledger code.)
+One server for the module and its three modes, each a story in order:
+
+- videos: uploads -> one ingestion run -> one swap run each and correct outputs; a second ingestion run starts
+  nothing; a corrupt upload fails its run as bad input, which the next ingestion run reports (failing, so alerts
+  fire) and never retries. (The retry limit and racing runs are covered in unit/s3 against the same ledger code.)
+- faces, the content factory: five selfies of five people -> five runs against one standard video, each output nearer
+  its own face than the others' (dlib's judge), one stored analysis of the target, no duplicates on a second scan.
+- manifests: three good lines and one bad -> three runs, and a report naming the bad line and its field.
 """
 
 from __future__ import annotations
@@ -16,16 +20,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import av
+import numpy as np
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
 from conftest import S3Stack
+from judge import identity_judge
+from people import carphone, people
 
+from facefusion_provider.media.images import encode_image
 from facefusion_provider.media.readback import frame_digests
 
 pytestmark = pytest.mark.slow
 
 INGEST = "facefusion_s3_ingest"
-SWAP = "facefusion_swap"
+SWAP = "facefusion_swap_batch"
 CONN_ID = "facefusion_s3"
 INGEST_SETTINGS = {
     "schedule": "none",  # manual runs only: a cron would also start the latest missed run when the DAG is unpaused
@@ -43,8 +52,10 @@ class Ingestion:
     def __init__(self, server: StandaloneAirflow) -> None:
         self.server = server
 
-    def trigger(self) -> str:
-        body = self.server.api("POST", f"/api/v2/dags/{INGEST}/dagRuns", json={"logical_date": None, "conf": {}})
+    def trigger(self, conf: dict[str, Any] | None = None) -> str:
+        body = self.server.api(
+            "POST", f"/api/v2/dags/{INGEST}/dagRuns", json={"logical_date": None, "conf": conf or {}}
+        )
         return str(body["dag_run_id"])
 
     def wait(self, dag_id: str, run_id: str, timeout: float = 240) -> str:
@@ -57,17 +68,17 @@ class Ingestion:
                 raise AssertionError(f"{dag_id} run {run_id} still {state} after {timeout} s")
             time.sleep(1)
 
-    def ingest(self) -> tuple[str, str]:
+    def ingest(self, conf: dict[str, Any] | None = None) -> tuple[str, str]:
         """One ingestion run, to its end: (run id, final state)."""
-        run_id = self.trigger()
+        run_id = self.trigger(conf)
         return run_id, self.wait(INGEST, run_id)
 
     def swap_runs(self) -> dict[str, dict[str, Any]]:
         body = self.server.api("GET", f"/api/v2/dags/{SWAP}/dagRuns", params={"limit": 100})
         return {run["dag_run_id"]: run for run in body["dag_runs"]}
 
-    def wait_for_swaps(self, run_ids: set[str]) -> dict[str, str]:
-        return {run_id: self.wait(SWAP, run_id) for run_id in sorted(run_ids)}
+    def wait_for_swaps(self, run_ids: set[str], timeout: float = 240) -> dict[str, str]:
+        return {run_id: self.wait(SWAP, run_id, timeout) for run_id in sorted(run_ids)}
 
     def report(self, run_id: str) -> dict[str, Any]:
         path = f"/api/v2/dags/{INGEST}/dagRuns/{run_id}/taskInstances/scan/xcomEntries/report"
@@ -97,7 +108,6 @@ def ingestion(s3_stack: S3Stack, tmp_path_factory: pytest.TempPathFactory) -> It
             del server.env[name]
     try:
         server.start()
-        server.api("POST", "/api/v2/pools", json={"name": "facefusion_gpu", "slots": 3})
         deadline = time.monotonic() + 120
         while server.client.get(f"/api/v2/dags/{INGEST}").status_code != 200:
             assert time.monotonic() < deadline, server.api("GET", "/api/v2/importErrors")
@@ -118,34 +128,34 @@ def output_frames(s3: S3Stack, key: str, folder: Path) -> list[str]:
     return [digest.md5 for digest in frame_digests(str(local))]
 
 
-def test_ingestion_starts_each_new_video_once_and_retries_failures(
+def test_videos_mode_starts_each_new_video_once_and_never_retries_bad_input(
     ingestion: Ingestion, s3_stack: S3Stack, media: Path, tmp_path: Path
 ) -> None:
     s3 = s3_stack
     assert ingestion.server.api("GET", f"/api/v2/dags/{INGEST}")["timetable_summary"] is None  # the Variable's "none"
     upload(s3, media / "face.png", "faces/face.png")
-    clips = {"a.mp4": "clip0", "b.mp4": "clip1", "sub/c.mp4": "clip2"}
+    clips = {"a.mp4": "clip0", "sub/c.mp4": "clip2"}
     for name, clip in clips.items():
         upload(s3, media / f"{clip}.mp4", f"incoming/{name}")
 
-    # Three uploads, one ingestion run: three swap runs, three correct outputs under the output prefix.
+    # Two uploads, one ingestion run: a swap run each, correct outputs under the output prefix.
     run_id, state = ingestion.ingest()
     assert state == "success", ingestion.task_states(INGEST, run_id)
     first = set(ingestion.swap_runs())
-    assert len(first) == 3 and all(run.startswith("ingest__") for run in first)
+    assert len(first) == 2 and all(run.startswith("ingest__") for run in first)
     assert set(ingestion.wait_for_swaps(first).values()) == {"success"}
     for name, clip in clips.items():
         expected = [digest.md5 for digest in frame_digests(str(media / f"{clip}.mp4"))]
         assert output_frames(s3, f"swapped/{name}", tmp_path) == expected, name
-    assert s3.keys("work", "airflow/jobs/") == []  # cleanup removed every job folder from the S3 work root
+    assert s3.keys("work", "airflow/work/") == []  # cleanup removed the shared work from the S3 work root
 
     # A second ingestion run starts nothing.
     run_id, state = ingestion.ingest()
     assert state == "success"
     assert set(ingestion.swap_runs()) == first
-    assert {video["kind"] for video in ingestion.report(run_id)["videos"]} == {"done"}
+    assert {job["kind"] for job in ingestion.report(run_id)["jobs"]} == {"done"}
 
-    # One more upload starts exactly one run; a corrupt video fails it with a clear error, the others stay done.
+    # A corrupt upload starts exactly one run, which fails as bad input while the others stay done.
     upload(s3, media / "corrupt.mp4", "incoming/corrupt.mp4")
     run_id, state = ingestion.ingest()
     assert state == "success"
@@ -157,16 +167,16 @@ def test_ingestion_starts_each_new_video_once_and_retries_failures(
     log = ingestion.task_log(SWAP, corrupt_run, failed_task)
     assert "s3://videos/incoming/corrupt.mp4" in log and "invalid_media" in log
     assert not [key for key in s3.keys("videos", "swapped/") if "corrupt" in key]
-    assert {ingestion.swap_runs()[run]["state"] for run in first} == {"success"}
 
-    # The next ingestion run reports the failure by key (and fails, so alerts fire) and retries it once more.
+    # The next ingestion run reports it (and fails, so alerts fire), and never retries bad input.
     run_id, state = ingestion.ingest()
     assert state == "failed"
     assert ingestion.task_states(INGEST, run_id)[("report", -1)] == "failed"
-    assert "s3://videos/incoming/corrupt.mp4 (attempt 1 of 2 failed" in ingestion.task_log(INGEST, run_id, "report")
-    (retry,) = set(ingestion.swap_runs()) - first - {corrupt_run}
-    assert retry.endswith("__2")
-    assert ingestion.wait_for_swaps({retry}) == {retry: "failed"}
+    report_log = ingestion.task_log(INGEST, run_id, "report")
+    assert "s3://videos/incoming/corrupt.mp4 (attempt 1 of 2 rejected" in report_log and "not retried" in report_log
+    assert set(ingestion.swap_runs()) == first | {corrupt_run}
+    run_id, state = ingestion.ingest()
+    assert state == "success" and set(ingestion.swap_runs()) == first | {corrupt_run}
 
     # The connection's secret never reached conf, XCom or any log; the server had no AWS variables to leak.
     secret = s3.secret_key
@@ -175,3 +185,76 @@ def test_ingestion_starts_each_new_video_once_and_retries_failures(
     for root, _, files in os.walk(ingestion.server.home / "logs"):
         for name in files:
             assert secret not in (Path(root) / name).read_text(errors="replace"), name
+
+
+FACTORY = {
+    "mode": "faces",
+    "input_prefix": "s3://videos/selfies/",
+    "output_prefix": "s3://videos/factory/",
+    "target_uris": ["s3://videos/standard/carphone.mp4"],
+    "processors": ["face_swapper"],
+    "output_video_quality": 90,
+}
+
+
+def test_faces_mode_swaps_each_new_face_into_the_standard_video_once(
+    ingestion: Ingestion, s3_stack: S3Stack, tmp_path: Path
+) -> None:
+    s3 = s3_stack
+    faces = people()
+    for name, image in faces.items():
+        s3.client().put_object(Bucket="videos", Key=f"selfies/{name}.png", Body=encode_image(image, "png"))
+    upload(s3, carphone(tmp_path / "carphone.mp4", frames=8), "standard/carphone.mp4")
+    before = set(ingestion.swap_runs())
+
+    run_id, state = ingestion.ingest(FACTORY)
+    assert state == "success", ingestion.task_states(INGEST, run_id)
+    runs = set(ingestion.swap_runs()) - before
+    assert len(runs) == len(faces)
+    assert set(ingestion.wait_for_swaps(runs, timeout=600).values()) == {"success"}
+
+    judge = identity_judge()
+    sources = {name: judge.descriptor(image) for name, image in faces.items()}
+    for name in faces:
+        local = tmp_path / f"{name}.mp4"
+        s3.client().download_file("videos", f"factory/{name}.mp4", str(local))
+        with av.open(str(local)) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        found = [judge.descriptor(frame, where) for frame in frames if (where := judge.locate(frame)) is not None]
+        mean = np.mean(found, axis=0)
+        nearest = min(sources, key=lambda other: judge.distance(mean, sources[other]))
+        assert nearest == name, {other: judge.distance(mean, value) for other, value in sources.items()}
+    assert len({key.split("/")[2] for key in s3.keys("work", "airflow/analysis/")}) == 1  # one analysis of the target
+
+    run_id, state = ingestion.ingest(FACTORY)
+    assert state == "success" and set(ingestion.swap_runs()) - before == runs  # no duplicates on a second scan
+
+
+def test_a_manifest_starts_its_good_lines_and_names_the_bad_one(
+    ingestion: Ingestion, s3_stack: S3Stack, media: Path
+) -> None:
+    s3 = s3_stack
+    upload(s3, media / "face.png", "faces/face.png")
+    upload(s3, media / "clip3.mp4", "library/clip3.mp4")
+    line = {"source_uris": ["s3://videos/faces/face.png"], "target_uri": "s3://videos/library/clip3.mp4"}
+    options = {"processors": []}
+    lines = [
+        {**line, "output_uri": f"s3://videos/manifested/{name}.mp4", "options": options}
+        for name in ("one", "two", "three")
+    ]
+    lines.insert(2, {**line, "output_uri": "s3://videos/manifested/bad.mp4", "options": {"face_swapper_blend": 150}})
+    body = "\n".join(json.dumps(entry) for entry in lines)
+    s3.client().put_object(Bucket="videos", Key="manifests/batch.jsonl", Body=body.encode())
+    before = set(ingestion.swap_runs())
+    conf = {"mode": "manifests", "input_prefix": "s3://videos/manifests/", "output_prefix": "s3://videos/manifested/"}
+
+    run_id, state = ingestion.ingest(conf)
+    assert state == "success"
+    runs = set(ingestion.swap_runs()) - before
+    assert len(runs) == 3
+    assert set(ingestion.wait_for_swaps(runs).values()) == {"success"}
+    outputs = [key for key in s3.keys("videos", "manifested/") if key.endswith(".mp4") and "/." not in key]
+    assert outputs == [f"manifested/{name}.mp4" for name in ("one", "three", "two")]
+    (bad,) = [job for job in ingestion.report(run_id)["jobs"] if job["kind"] == "invalid"]
+    assert bad["label"] == "batch.jsonl line 3" and "options.face_swapper_blend" in bad["detail"]
+    assert "INVALID batch.jsonl line 3" in ingestion.task_log(INGEST, run_id, "scan")

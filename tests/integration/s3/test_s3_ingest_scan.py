@@ -11,7 +11,7 @@ import s3fs
 from airflow.sdk.exceptions import AirflowFailException
 from conftest import S3Stack
 
-from facefusion_provider.operators.ingest import ScanForNewVideosOperator
+from facefusion_provider.operators.ingest import ScanForNewJobsOperator, ingest_params
 
 CONN_ID = "facefusion_s3"
 
@@ -43,14 +43,15 @@ def connection_only(s3: S3Stack, monkeypatch: pytest.MonkeyPatch) -> S3Stack:
 
 
 def scan(prefix: str, ti: RunStates) -> list[dict[str, Any]]:
-    operator = ScanForNewVideosOperator(
-        task_id="scan",
-        aws_conn_id=CONN_ID,
-        input_prefix=f"s3://videos/{prefix}/in/",
-        output_prefix=f"s3://videos/{prefix}/out/",
-        source_uris=["s3://videos/faces/face.png"],
-        options={"processors": []},
-    )
+    form = {name: param.value if param.has_value else None for name, param in ingest_params({}).items()}
+    values = {
+        **form,
+        "input_prefix": f"s3://videos/{prefix}/in/",
+        "output_prefix": f"s3://videos/{prefix}/out/",
+        "source_uris": ["s3://videos/faces/face.png"],
+        "processors": [],
+    }
+    operator = ScanForNewJobsOperator(task_id="scan", aws_conn_id=CONN_ID, **values)
     return operator.execute({"ti": ti})  # type: ignore[arg-type]
 
 
@@ -63,7 +64,7 @@ def test_new_videos_are_claimed_once_in_a_ledger_on_s3(connection_only: S3Stack,
         "s3://videos/scan/out/a.mp4",
         "s3://videos/scan/out/b/c.mp4",
     ]
-    claims = s3.keys("videos", "scan/out/.facefusion-ledger/videos/")
+    claims = s3.keys("videos", "scan/out/.facefusion-ledger/jobs/")
     assert len(claims) == 2 and all(key.endswith("/attempt-001.json") for key in claims)
     conditional = [e for e in s3.proxy.exchanges() if e.method == "PUT" and "attempt-001" in e.path]
     assert [e.status for e in conditional] == [200, 200]

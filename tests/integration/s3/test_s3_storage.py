@@ -146,13 +146,11 @@ def test_a_claim_whose_answer_was_lost_is_still_this_runs(s3: S3Stack, tmp_path:
     from facefusion_provider import ingest
 
     claim = ingest.Claim(
-        video_id="a" * 24,
-        target_uri="s3://videos/in/a.mp4",
-        version="etag",
-        size=1,
+        job_id="a" * 24,
+        label="s3://videos/in/a.mp4",
+        conf={"target_uri": "s3://videos/in/a.mp4", "output_uri": "s3://videos/out/a.mp4"},
         attempt=1,
         run_id=ingest.swap_run_id("a" * 24, 1),
-        output_uri="s3://videos/out/a.mp4",
         claimed_at=datetime.now(UTC),
         claimed_by="ingest/run-1",
     )

@@ -1,13 +1,15 @@
-"""The worker CLI on S3: real processes, real HTTP failures injected while chunks and the output are uploaded.
+"""The worker CLI on S3: real processes, real HTTP failures injected while segments and the output are uploaded, and
+the claims and markers as real conditional PUTs.
 
 Lossless passthrough (``processors`` empty, quality 100) makes "no loss" exact: every output frame must equal the
-input's. Each test uses its own job folder and output key.
+input's. Each test uses its own work root and output key.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,14 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed import work_uri_for
 from conftest import S3Stack, make_clip
 from s3_servers import Fault
 
+from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
+from facefusion_provider.job.claims import SegmentClaims, scan_work
+from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 LOSSLESS = ["--processors", "--output-video-quality", "100"]
+LOSSLESS_OPTIONS: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 
 
 def worker(s3: S3Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -45,12 +52,19 @@ def upload(s3: S3Stack, local: Path, key: str) -> str:
     return f"s3://videos/{key}"
 
 
-def prepare(s3: S3Stack, media: Path, job: str, target: str, output: str, chunk_size: int = 8) -> list[dict[str, int]]:
+def prepare(s3: S3Stack, media: Path, root: str, target: str, segment_size: int = 8) -> tuple[str, int]:
+    """The work folder of these inputs under ``root``, prepared: ``(work URI, segments)``."""
     face = upload(s3, media / "face.png", "faces/face.png")
-    args = ["--job-uri", job, "--source", face, "--target", target, "--output", output, "--chunk-size", str(chunk_size)]
+    work = work_uri_for(root, [face], target, segment_size=segment_size, **LOSSLESS_OPTIONS)
+    args = ["--work-uri", work, "--source", face, "--target", target, "--segment-size", str(segment_size)]
     result = worker(s3, "prepare", *args, *LOSSLESS)
     assert result.returncode == 0, result.stderr
-    return list(json.loads(result.stdout.strip().splitlines()[-1])["chunks"])
+    return work, int(json.loads(result.stdout.strip().splitlines()[-1])["segments"])
+
+
+def key_of(work: str) -> str:
+    """The work folder's key prefix in its bucket (``work/{root}/work/{id}``)."""
+    return work.removeprefix("s3://")
 
 
 def download(s3: S3Stack, key: str, local: Path) -> Path:
@@ -58,27 +72,28 @@ def download(s3: S3Stack, key: str, local: Path) -> Path:
     return local
 
 
-def test_transient_failures_during_chunk_upload_and_merge_lose_nothing(
+def test_transient_failures_during_segment_upload_and_merge_lose_nothing(
     s3: S3Stack, media: Path, tmp_path: Path
 ) -> None:
     target = upload(s3, media / "clip0.mp4", "in/flaky.mp4")
-    job = "s3://work/jobs/flaky"
-    chunks = prepare(s3, media, job, target, "s3://videos/out/flaky.mp4")
-    assert len(chunks) == 3
+    work, segments = prepare(s3, media, "s3://work/flaky", target)
+    assert segments == 3
+    folder = re.escape(key_of(work))
     faults = [
-        Fault("PUT", r"/work/jobs/flaky/chunks/00000\.mp4", 503, times=2),
-        Fault("PUT", r"/work/jobs/flaky/chunks/00001\.mp4", "reset"),
-        Fault("PUT", r"/work/jobs/flaky/chunks/00002\.json", "lost"),  # stored, but the worker never hears so
-        Fault("GET", r"/work/jobs/flaky/chunks/00001\.mp4", 500),  # merge fetching a chunk
+        Fault("PUT", rf"/{folder}/segments/00000\.\w+\.mp4", 503, times=2),
+        Fault("PUT", rf"/{folder}/segments/00001\.\w+\.mp4", "reset"),
+        Fault("PUT", rf"/{folder}/segments/00002\.json", "lost"),  # stored, but the worker never hears so
+        Fault("PUT", rf"/{folder}/claims/00001\.0001\.json", "lost"),  # the same for a claim
+        Fault("GET", rf"/{folder}/segments/00001\.\w+\.mp4", 500),  # merge fetching a segment
         # merge publishing the output: a multipart upload (a part, then the completion)
         Fault("PUT", r"/videos/out/flaky\.mp4\?.*partNumber=1\b", 503),
         Fault("POST", r"/videos/out/flaky\.mp4\?uploadId=", "reset"),
     ]
     s3.proxy.inject(*faults)
-    for chunk in chunks:
-        result = worker(s3, "swap-chunk", "--job-uri", job, "--index", str(chunk["index"]))
-        assert result.returncode == 0, result.stderr
-    result = worker(s3, "merge", "--job-uri", job)
+    result = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["committed"] == 3  # the lost answers were its own
+    result = worker(s3, "merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/flaky.mp4")
     assert result.returncode == 0, result.stderr
     assert [fault.hits for fault in faults] == [fault.times for fault in faults]  # every failure really happened
     output = download(s3, "out/flaky.mp4", tmp_path / "out.mp4")
@@ -87,14 +102,33 @@ def test_transient_failures_during_chunk_upload_and_merge_lose_nothing(
     assert "out/.flaky.mp4.facefusion.json" in s3.keys("videos", "out/")
 
 
+def test_claims_and_markers_are_conditional_puts_and_a_store_ignoring_them_is_refused(s3: S3Stack, media: Path) -> None:
+    target = upload(s3, media / "clip3.mp4", "in/claimed.mp4")
+    work, _ = prepare(s3, media, "s3://work/claimed", target)
+    s3.proxy.forget_exchanges()
+    result = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    assert result.returncode == 0, result.stderr
+    creates = [e for e in s3.proxy.exchanges() if e.method == "PUT" and e.headers.get("if-none-match") == "*"]
+    paths = {e.path.split("?")[0].rsplit("/", 2)[-2] + "/" + e.path.split("?")[0].rsplit("/", 1)[-1] for e in creates}
+    assert {f"segments/0000{i}.json" for i in range(3)} | {f"claims/0000{i}.0001.json" for i in range(3)} <= paths
+
+    other, _ = prepare(s3, media, "s3://work/unconditional", target, segment_size=12)
+    s3.proxy.ignore_conditional_writes()
+    result = worker(s3, "swap-span", "--work-uri", other, "--target", target, "--segments", "0:2")
+    assert result.returncode == EXIT_STORAGE_DENIED, result.stderr
+    assert "ignores conditional writes" in failure_report(result)["message"]
+    assert not [key for key in s3.keys("work", key_of(other).removeprefix("work/")) if "/segments/" in key]
+
+
 def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, media: Path, tmp_path: Path) -> None:
     target = upload(s3, media / "clip1.mp4", "in/stuck.mp4")
-    job = "s3://work/jobs/stuck"
-    for chunk in prepare(s3, media, job, target, "s3://videos/out/stuck.mp4", chunk_size=24):
-        assert worker(s3, "swap-chunk", "--job-uri", job, "--index", str(chunk["index"])).returncode == 0
+    work, segments = prepare(s3, media, "s3://work/stuck", target, segment_size=24)
+    span = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", f"0:{segments}")
+    assert span.returncode == 0, span.stderr
     s3.proxy.inject(Fault("PUT", r"/videos/out/stuck\.mp4\?.*partNumber=", 503, times=1000))  # every part
     started = time.monotonic()
-    result = worker(s3, "merge", "--job-uri", job, FACEFUSION_S3_MAX_ATTEMPTS="2")
+    merge = ["merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/stuck.mp4"]
+    result = worker(s3, *merge, FACEFUSION_S3_MAX_ATTEMPTS="2")
     assert result.returncode == EXIT_RETRYABLE, result.stderr
     report = failure_report(result)
     assert report["retryable"] is True and "s3://videos/out/stuck.mp4" in report["message"]
@@ -102,7 +136,7 @@ def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, 
     assert [k for k in s3.keys("videos", "out/") if "stuck" in k] == []  # neither output nor marker nor preview
     assert s3.client().list_multipart_uploads(Bucket="videos", Prefix="out/stuck").get("Uploads", []) == []
     s3.proxy.clear()
-    assert worker(s3, "merge", "--job-uri", job).returncode == 0
+    assert worker(s3, *merge).returncode == 0
     output = download(s3, "out/stuck.mp4", tmp_path / "stuck.mp4")
     assert len(frame_digests(str(output))) == 24
 
@@ -115,14 +149,12 @@ def test_wrong_credentials_fail_at_once_and_clearly(s3: S3Stack, media: Path) ->
     result = worker(
         s3,
         "prepare",
-        "--job-uri",
-        "s3://work/jobs/denied",
+        "--work-uri",
+        "s3://work/denied/work/0123456789abcdef01234567",
         "--source",
         face,
         "--target",
         target,
-        "--output",
-        "s3://videos/out/denied.mp4",
         AWS_SECRET_ACCESS_KEY="not-the-secret",
     )
     assert result.returncode == EXIT_STORAGE_DENIED, result.stderr
@@ -134,25 +166,41 @@ def test_wrong_credentials_fail_at_once_and_clearly(s3: S3Stack, media: Path) ->
     assert "not-the-secret" not in result.stderr + result.stdout
 
 
-def test_a_chunk_reads_its_range_of_the_target_not_the_whole_file(
+def test_a_span_reads_its_range_of_the_target_not_the_whole_file(
     s3: S3Stack, media: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clip = make_clip(tmp_path / "long.mp4", 96, seed=5, gop=8)  # a keyframe at every chunk's start
+    # A keyframe at every segment's start; long enough that the header and the decoder's probe (about 48 KiB of this
+    # 64x48 clip) are a small part of it.
+    clip = make_clip(tmp_path / "long.mp4", 192, seed=5, gop=8)
     size = clip.stat().st_size
     target = upload(s3, clip, "in/long.mp4")
-    job = "s3://work/jobs/long"
+    work, segments = prepare(s3, media, "s3://work/long", target)
     block = "16384"
-    chunks = prepare(s3, media, job, target, "s3://videos/out/long.mp4")
-    assert len(chunks) == 12
+    assert segments == 24
 
-    def target_bytes(index: int, **env: str) -> int:
+    def target_bytes(segment: int, **env: str) -> int:
         s3.proxy.forget_exchanges()
-        result = worker(s3, "swap-chunk", "--job-uri", job, "--index", str(index), **env)
+        span = ["swap-span", "--work-uri", work, "--target", target, "--segments", f"{segment}:{segment + 1}"]
+        # Balancing off for the measure: the other segments are claimed by a live holder (this test).
+        result = worker(s3, *span, **env)
         assert result.returncode == 0, result.stderr
         return sum(e.body_bytes for e in s3.proxy.exchanges() if e.method == "GET" and "/in/long.mp4" in e.path)
 
-    ranged = target_bytes(11, FACEFUSION_S3_READ_BLOCK_BYTES=block)
+    hold_all_but(work, segments, free=23)
+    ranged = target_bytes(23, FACEFUSION_S3_READ_BLOCK_BYTES=block)
     assert 0 < ranged < size / 2, (ranged, size)
     cache = str(tmp_path / "cache")
-    assert target_bytes(10, FACEFUSION_INPUT_CACHE_DIR=cache) == size  # one download for the node
-    assert target_bytes(9, FACEFUSION_INPUT_CACHE_DIR=cache) == 0  # the next chunk on the node reads the copy
+    storage.delete(WorkLayout(work).claim(22, 1))
+    assert target_bytes(22, FACEFUSION_INPUT_CACHE_DIR=cache) == size  # one download for the node
+    storage.delete(WorkLayout(work).claim(21, 1))
+    assert target_bytes(21, FACEFUSION_INPUT_CACHE_DIR=cache) == 0  # the next segment on the node reads the copy
+
+
+def hold_all_but(work: str, segments: int, free: int) -> None:
+    """Claim every other segment as a live worker would, so the swap-span below works its own segment alone."""
+    layout = WorkLayout(work)
+    claims = SegmentClaims(layout, owner="this-test", lease=3600)
+    state = scan_work(layout)
+    for index in range(segments):
+        if index != free:
+            assert claims.take(index, state)

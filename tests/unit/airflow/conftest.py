@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from recorded_stats import RecordedStats, recorded_stats
 from written import Written, commit_output, commit_segment, write_job
 
 
@@ -38,3 +39,10 @@ def commit_segment_fixture() -> Callable[[Written, int], Path]:
 @pytest.fixture(name="commit_output")
 def commit_output_fixture() -> Callable[..., None]:
     return commit_output
+
+
+@pytest.fixture
+def stats_sent() -> Iterator[RecordedStats]:
+    """What the operators send through Airflow's stats while the test runs."""
+    with recorded_stats() as recorder:
+        yield recorder

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from facefusion_provider.operators.commands import (
     prepare_worker_args,
     raise_for_failure,
     span_worker_args,
+    task_worker_env,
     worker_argv,
     worker_env,
 )
@@ -58,6 +60,26 @@ def test_env_carries_try_number_task_and_allow_lists_and_faults_only_when_set(mo
     }
     faults = '[{"command": "swap-span", "indexes": [1]}]'
     assert worker_env(1, {"FACEFUSION_TEST_FAULTS": faults})["FACEFUSION_TEST_FAULTS"] == faults
+
+
+def test_a_tasks_env_adds_its_metric_labels_the_work_as_job_and_where_to_push() -> None:
+    ti = SimpleNamespace(dag_id="facefusion_swap", run_id="manual__1", task_id="swap_span", map_index=2, try_number=3)
+    airflow_side = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer secret",
+    }
+
+    env = task_worker_env({"ti": ti}, airflow_side, "s3://work/work/5f0c2a9be41d")
+
+    assert env == {
+        **worker_env(3, airflow_side, key="facefusion_swap/manual__1/swap_span/2"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",  # never the headers: they may hold keys
+        "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
+        "FACEFUSION_METRIC_RUN_ID": "manual__1",
+        "FACEFUSION_METRIC_TASK_ID": "swap_span",
+        "FACEFUSION_METRIC_MAP_INDEX": "2",
+        "FACEFUSION_METRIC_JOB_ID": "5f0c2a9be41d",
+    }
 
 
 def _report(failure_class: str, retryable: bool, message: str) -> str:

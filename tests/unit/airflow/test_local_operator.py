@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,9 @@ with open(os.environ["FAKE_WORKER_RECORD"], "a") as record:
     record.write(json.dumps({"argv": sys.argv[1:], "try": os.environ.get("FACEFUSION_TRY_NUMBER"),
                              "faults": os.environ.get("FACEFUSION_TEST_FAULTS"),
                              "task": os.environ.get("FACEFUSION_TASK_KEY"),
-                             "allowed": os.environ.get("FACEFUSION_ALLOWED_OUTPUT_PREFIXES")}) + "\\n")
+                             "allowed": os.environ.get("FACEFUSION_ALLOWED_OUTPUT_PREFIXES"),
+                             "metrics": {k: v for k, v in os.environ.items()
+                                         if k.startswith(("FACEFUSION_METRIC_", "OTEL_"))}}) + "\\n")
 for line in os.environ.get("FAKE_WORKER_LINES", "").split("|"):
     if line:
         print(line, file=sys.stderr, flush=True)
@@ -88,6 +91,9 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
     tmp_path: Path, fake_worker: Callable[[], list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_OUTPUT_PREFIXES", "s3://out/")
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:4318/v1/metrics")
     work_uri = (tmp_path / "work" / "w1").as_uri()
     operator = LocalWorkerOperator(
         task_id="prepare",
@@ -106,6 +112,14 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
             "faults": None,
             "task": "facefusion_swap/r1/swap_span/1",
             "allowed": "s3://out/",
+            "metrics": {
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:4318/v1/metrics",
+                "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
+                "FACEFUSION_METRIC_RUN_ID": "r1",
+                "FACEFUSION_METRIC_TASK_ID": "swap_span",
+                "FACEFUSION_METRIC_MAP_INDEX": "1",
+                "FACEFUSION_METRIC_JOB_ID": "w1",
+            },
         }
     ]
 

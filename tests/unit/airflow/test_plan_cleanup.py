@@ -9,17 +9,27 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from recorded_stats import RecordedStats, Sent
 
+from facefusion_provider import metric_names as names
 from facefusion_provider.job import leases
 from facefusion_provider.job.records import RunLease
 from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator, lease_is_live
 from facefusion_provider.operators.plan import PUBLISHED_SPAN, PlanSpansOperator
 
+RUN = {"dag_id": "facefusion_swap", "run_id": "manual__1"}
+
+
+def _plan_context() -> Any:
+    return {"ti": SimpleNamespace(**RUN, task_id="plan", map_index=None, xcom_push=lambda **kwargs: None)}
+
 
 def test_plan_returns_the_spans_with_their_labels(tmp_path: Path, write_job: Callable[..., Any]) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
 
-    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute({})  # type: ignore[arg-type]
+    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute(
+        _plan_context()
+    )
 
     assert spans[0] == {"index": 0, "first": 0, "last": 2, "start": 0, "end": 16, "label": "frames 0-15 (2 segments)"}
     assert [s["label"] for s in spans] == ["frames 0-15 (2 segments)", "frames 16-39 (3 segments)"]
@@ -30,10 +40,20 @@ def test_plan_makes_one_wave_of_the_configured_width(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=400, segment_size=8)
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "8")
-    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute({})) == 8  # type: ignore[arg-type]
+    assert (
+        len(
+            PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(_plan_context())
+        )
+        == 8
+    )
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "0")
     monkeypatch.setenv("AIRFLOW__FACEFUSION__MAX_ACTIVE_SPANS_PER_RUN", "3")
-    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute({})) == 3  # type: ignore[arg-type]
+    assert (
+        len(
+            PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(_plan_context())
+        )
+        == 3
+    )
 
 
 def test_plan_of_a_published_output_needs_no_work(
@@ -43,7 +63,22 @@ def test_plan_of_a_published_output_needs_no_work(
     commit_output(job)
     (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
     operator = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri)
-    assert operator.execute({}) == [PUBLISHED_SPAN]  # type: ignore[arg-type]
+    assert operator.execute(_plan_context()) == [PUBLISHED_SPAN]
+
+
+def test_plan_reports_the_segments_found_committed_and_those_left_to_compute(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path], stats_sent: RecordedStats
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+    for index in (1, 4):
+        commit_segment(job, index)
+
+    PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute(_plan_context())
+
+    assert stats_sent.sent == [
+        Sent("incr", names.stat_name(names.SEGMENTS_REUSED), 2, RUN),
+        Sent("incr", names.stat_name(names.SEGMENTS_LAUNCHED), 3, RUN),
+    ]
 
 
 def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
@@ -56,10 +91,11 @@ def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
 
 
 class _Runs:
-    """What the Task SDK tells the cleanup about other runs' states."""
+    """The cleanup's task instance: its run, and what the Task SDK tells it about other runs' states."""
 
     def __init__(self, states: dict[str, str]) -> None:
         self.states = states
+        self.dag_id, self.run_id = RUN["dag_id"], RUN["run_id"]
 
     def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
         return sum(run in self.states for run in run_ids)
@@ -68,8 +104,12 @@ class _Runs:
         return self.states[run_id]
 
 
-def _cleanup_context(states: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"outlet_events": defaultdict(SimpleNamespace), "ti": _Runs(states or {})}
+def _cleanup_context(states: dict[str, str] | None = None, started: datetime | None = None) -> dict[str, Any]:
+    return {
+        "outlet_events": defaultdict(SimpleNamespace),
+        "ti": _Runs(states or {}),
+        "dag_run": SimpleNamespace(**RUN, start_date=started),
+    }
 
 
 def _lease(run: str, age: timedelta = timedelta()) -> RunLease:
@@ -99,6 +139,33 @@ def test_cleanup_removes_the_work_and_publishes_the_output(
     extra = context["outlet_events"][SWAP_OUTPUT_ASSET].extra
     assert extra == {"output_uri": job.output_uri, "work_id": "work0", "frame_count": 40, "sha256": "1" * 64}
     operator.execute(_cleanup_context())  # type: ignore[arg-type]  # a cleared cleanup succeeds from the marker
+
+
+def test_cleanup_reports_the_runs_merge_seconds_output_bytes_and_fps(
+    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None], stats_sent: RecordedStats
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40)
+    commit_output(job, timings={"remux_s": 1.25, "total_s": 4.5})
+    operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
+
+    operator.execute(_cleanup_context(started=datetime.now(UTC) - timedelta(seconds=20)))  # type: ignore[arg-type]
+
+    assert stats_sent.of(names.stat_name(names.MERGE_SECONDS)) == [Sent("gauge", "facefusion.merge.seconds", 4.5, RUN)]
+    assert stats_sent.of(names.stat_name(names.OUTPUT_BYTES)) == [Sent("incr", "facefusion.output.bytes", 5, RUN)]
+    (fps,) = stats_sent.of(names.stat_name(names.RUN_FPS))
+    assert fps.tags == RUN and 40 / 21 < fps.value <= 40 / 20  # 40 frames in the 20 s since the run started
+
+
+def test_cleanup_of_an_older_marker_reports_no_merge_seconds(
+    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None], stats_sent: RecordedStats
+) -> None:
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    commit_output(job)  # no timings: written before merges recorded them
+    operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
+
+    operator.execute(_cleanup_context())  # type: ignore[arg-type]
+
+    assert [item.stat for item in stats_sent.sent] == [names.stat_name(names.OUTPUT_BYTES)]  # no start, no fps
 
 
 def test_cleanup_keeps_work_that_a_live_or_recently_failed_run_holds(

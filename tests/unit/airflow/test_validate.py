@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from airflow.sdk import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+from recorded_stats import RecordedStats, Sent
 
+from facefusion_provider import metric_names as names
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
 from facefusion_provider.job import leases
@@ -82,6 +84,13 @@ def test_the_older_nested_options_give_the_same_work(tmp_path: Path, inputs: dic
         _validate({**inputs, "options": {"face_swapper_blend": 71}}, tmp_path)
 
 
+def test_an_emptied_processors_field_means_no_processors(tmp_path: Path, inputs: dict[str, Any]) -> None:
+    assert _params({**inputs, "processors": None})["processors"] is None  # what the form sends
+    assert _validate({**inputs, "processors": None}, tmp_path)["options"]["processors"] == []
+    with pytest.raises(InvalidOptionError, match=r"options.face_mask_types: Input should be a valid list"):
+        _validate({**inputs, "face_mask_types": None}, tmp_path)
+
+
 def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, inputs: dict[str, Any]) -> None:
     first = _validate(inputs, tmp_path)["work_id"]
     assert _validate({**inputs, "execution_thread_count": 2}, tmp_path)["work_id"] == first
@@ -145,6 +154,36 @@ def test_the_operator_fails_bad_conf_without_retries(tmp_path: Path, inputs: dic
         operator.execute(_context({**inputs, "face_swapper_blend": -1}))
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"face_swapper_blend": -1}, "options.face_swapper_blend"),
+        ({"options": {"face_swapper_blend": 101}}, "options.face_swapper_blend"),
+        ({"trim_frame_start": 9, "trim_frame_end": 3}, "options"),
+        ({"options": {"chunk_sise": 8}}, "options"),
+        ({"chunk_sise": 8}, "other"),  # a misspelt key: a fixed label, whatever people type
+        ({"source_uris": ["ftp://host/face.png"]}, "source_uris"),
+        ({"target_uri": "/nowhere/in.mp4"}, "target_uri"),
+        ({"output_uri": "/proc/x.mp4"}, "output_uri"),
+    ],
+)
+def test_the_operator_counts_bad_input_by_its_conf_field(
+    tmp_path: Path, inputs: dict[str, Any], stats_sent: RecordedStats, change: dict[str, Any], field: str
+) -> None:
+    operator = ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work"))
+
+    with pytest.raises(AirflowFailException):
+        operator.execute(_context({**inputs, **change}))
+
+    bad_input = names.stat_name(names.BAD_INPUT)
+    assert stats_sent.sent == [Sent("incr", bad_input, 1, {"dag_id": "facefusion_swap", "field": field})]
+
+
+def test_good_input_counts_nothing(tmp_path: Path, inputs: dict[str, Any], stats_sent: RecordedStats) -> None:
+    ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work")).execute(_context(inputs))
+    assert stats_sent.sent == []
+
+
 def test_the_operator_takes_this_runs_lease_on_the_work_under_the_configured_root(
     tmp_path: Path, inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,7 +229,8 @@ def test_params_reject_bad_values_naming_the_field_first(
 
 def test_every_option_is_its_own_typed_field() -> None:
     params = swap_params()
-    assert set(Options.model_fields) <= set(params)
+    assert set(Options.model_fields) - {"chunk_size"} <= set(params)
+    assert "chunk_size" not in params  # segment_size's former name: accepted in conf, not shown in the form
     blend = params["face_swapper_blend"]
     assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == (
         "integer",
@@ -207,5 +247,7 @@ def test_every_option_is_its_own_typed_field() -> None:
     segment = params["segment_size"]
     assert segment.schema["type"] == ["integer", "null"] and segment.value is None
     assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
+    assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
+    assert params["face_mask_types"].schema["type"] == "array"  # at least one: the form requires it
     assert params["face_enhancer_model"].schema["enum"] == ["gfpgan_1.4"]
     assert all(param.schema.get("title") for param in params.values())

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import av
 import cv2
-import dlib
-import face_recognition_models
 import numpy as np
 import pytest
+from judge import IdentityJudge, identity_judge
 from matplotlib import cbook
 from PIL import Image
 from skimage import data
@@ -103,33 +101,6 @@ def meshed_face(frame: Frame, options: Options, store: ModelStore) -> Face:
     return landmark_face_mesh(frame, max(faces, key=lambda face: face.area), store)
 
 
-@dataclass
-class IdentityJudge:
-    """dlib's face recognition: 128-d descriptors whose distance says whether two faces are the same person."""
-
-    detector: dlib.fhog_object_detector
-    shape_predictor: dlib.shape_predictor
-    recognizer: dlib.face_recognition_model_v1
-
-    def locate(self, image: Frame, upsample: int = 1) -> dlib.rectangle | None:
-        found = self.detector(image, upsample)
-        return max(found, key=lambda rect: rect.area()) if found else None
-
-    def descriptor(self, image: Frame, where: dlib.rectangle | None = None) -> np.ndarray:
-        where = where or self.locate(image)
-        assert where is not None, "the judge found no face"
-        shape = self.shape_predictor(image, where)
-        return np.asarray(self.recognizer.compute_face_descriptor(image, shape))
-
-    @staticmethod
-    def distance(a: np.ndarray, b: np.ndarray) -> float:
-        return float(np.linalg.norm(a - b))
-
-
 @pytest.fixture(scope="session")
 def judge() -> Iterator[IdentityJudge]:
-    yield IdentityJudge(
-        dlib.get_frontal_face_detector(),
-        dlib.shape_predictor(face_recognition_models.pose_predictor_five_point_model_location()),
-        dlib.face_recognition_model_v1(face_recognition_models.face_recognition_model_location()),
-    )
+    yield identity_judge()

