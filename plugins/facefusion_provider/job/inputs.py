@@ -60,6 +60,7 @@ def run_uris(
 
     def file_uri(value: str, field: str, allowed: Sequence[str], kind: str) -> str:
         if isinstance(value, str) and value.endswith("/"):  # normalising would drop the slash that says "folder"
+            storage.require_file_uri(value, field=field)  # a bucket alone ("s3://bucket/") gets its own message
             raise InvalidOptionError(f"{field}: {value!r} names a folder, not a file")
         uri = storage.require_file_uri(storage.normalize_uri(value, field=field, relative=relative), field=field)
         storage.check_allowed(uri, allowed, field=field, kind=kind)

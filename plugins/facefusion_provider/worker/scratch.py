@@ -1,7 +1,9 @@
 """The worker's temporary folders: one per command, under one parent, each locked by its process while it lives.
 
 A worker killed with SIGKILL cannot remove its own folder (a half-encoded segment, a partial download); the next
-worker that starts on the machine finds folders whose lock nobody holds and removes them.
+worker that starts on the machine finds folders whose lock nobody holds and removes them, at once: a folder's lock file
+appears under its name already locked (locked under a temporary name, then renamed), so an unlocked one is a dead
+worker's, however recently that worker wrote.
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 
 logger = logging.getLogger(__name__)
 
 PARENT_NAME = "facefusion-worker"
 LOCK_NAME = ".lock"
-FRESH_SECONDS = 10.0  # a folder this new may still be taking its lock: never judge it abandoned
+LOCKING_NAME = ".lock-taking"  # the lock file before it is locked; a remover never looks at it
 
 
 @contextlib.contextmanager
@@ -29,9 +30,10 @@ def scratch_folder(prefix: str) -> Iterator[str]:
     os.makedirs(parent, exist_ok=True)
     remove_abandoned(parent)
     folder = _new_folder(parent, prefix)
-    lock = os.open(os.path.join(folder, LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o600)
+    lock = os.open(os.path.join(folder, LOCKING_NAME), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        os.rename(os.path.join(folder, LOCKING_NAME), os.path.join(folder, LOCK_NAME))  # visible only once locked
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -52,11 +54,11 @@ def remove_abandoned(parent: str) -> list[str]:
     """Remove the folders under ``parent`` whose lock no living process holds; returns their paths."""
     removed = []
     for entry in os.scandir(parent):
-        if not entry.is_dir(follow_symlinks=False) or time.time() - entry.stat().st_mtime < FRESH_SECONDS:
+        if not entry.is_dir(follow_symlinks=False):
             continue
         try:
             lock = os.open(os.path.join(entry.path, LOCK_NAME), os.O_RDWR)
-        except FileNotFoundError:  # being created right now, or not ours: leave it
+        except FileNotFoundError:  # being created right now (not locked yet), or not ours: leave it
             continue
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

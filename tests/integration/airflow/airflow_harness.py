@@ -21,6 +21,7 @@ import httpx
 
 from facefusion_provider.demo_airflow import airflow_env
 from facefusion_provider.media.images import encode_image
+from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 
 REPO = Path(__file__).resolve().parents[3]
@@ -47,12 +48,16 @@ SWAP_TASKS = SwapTasks()
 TEST_SETTINGS = {"retry_delay_seconds": "1", "retry_exponential_backoff": "2", "max_retry_delay_seconds": "4"}
 
 
-def make_clip(path: Path, frames: int, *, seed: int = 0, width: int = 64, height: int = 48) -> Path:
-    """A tiny H.264 clip with distinct frames (25 fps)."""
+def make_clip(
+    path: Path, frames: int, *, seed: int = 0, width: int = 64, height: int = 48, gop: int | None = None
+) -> Path:
+    """A tiny H.264 clip with distinct frames (25 fps); ``gop`` caps the distance between keyframes (the pre-roll of a
+    seek)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    codec_options = {"preset": "ultrafast", "crf": "18", **({"g": str(gop)} if gop else {})}
     write_video(
         str(path),
-        VideoSpec(width=width, height=height, frame_rate=Fraction(25)),
+        VideoSpec(width=width, height=height, frame_rate=Fraction(25), codec_options=codec_options),
         pattern_frames(frames, width, height, seed),
     )
     return path
@@ -70,7 +75,20 @@ def count_frames(path: Path) -> int:
         return sum(1 for _ in container.decode(video=0))
 
 
-def conf(sources: list[Path], target: Path, output: Path, **options: Any) -> dict[str, Any]:
+def frame_md5s(source: Path | str) -> list[str]:
+    """The md5 of every decoded frame, in display order: two videos show the same pictures when these are equal."""
+    return [digest.md5 for digest in frame_digests(str(source))]
+
+
+def keyframes(path: Path) -> list[int]:
+    """Display numbers of the keyframes: where a seek lands before decoding forward (the pre-roll)."""
+    with av.open(str(path)) as container:
+        packets = [p for p in container.demux(video=0) if p.pts is not None]
+    order = sorted(packets, key=lambda packet: packet.pts)
+    return [number for number, packet in enumerate(order) if packet.is_keyframe]
+
+
+def conf(sources: Sequence[Path | str], target: Path | str, output: Path | str, **options: Any) -> dict[str, Any]:
     return {
         "source_uris": [str(s) for s in sources],
         "target_uri": str(target),
@@ -278,6 +296,38 @@ class AirflowRestClient:
             headers={"Accept": "application/json"},
         )
         return json.dumps(body["content"])
+
+    def task_log_lines(
+        self, run_id: str, task_id: str, try_number: int, map_index: int = -1, dag_id: str | None = None
+    ) -> list[str]:
+        """The task log's messages, one per line logged (the local operator logs every worker line as one), and the
+        message of each exception it shows (a failed task's error)."""
+        body = self.api(
+            "GET",
+            f"{self._run_path(run_id, dag_id)}/taskInstances/{task_id}/logs/{try_number}",
+            params={"map_index": map_index, "full_content": True},
+            headers={"Accept": "application/json"},
+        )
+        lines = []
+        for item in body["content"]:
+            if not isinstance(item, dict):
+                lines.append(str(item))
+                continue
+            lines.append(str(item.get("event", "")))
+            lines += [str(error.get("exc_value", "")) for error in item.get("error_detail") or []]
+        return lines
+
+    def worker_summary(
+        self, run_id: str, task_id: str, try_number: int, map_index: int = -1, dag_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """The JSON summary a worker prints as its last stdout line (``decoded_frames``, ``reused``, ``committed``
+        for a span), read from the task log of that try; None when the try started no worker or it died first."""
+        for line in reversed(self.task_log_lines(run_id, task_id, try_number, map_index, dag_id)):
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, dict) and "failure_class" not in value:
+                    return value
+        return None
 
     def xcom(self, run_id: str, task_id: str, key: str, map_index: int = -1, dag_id: str | None = None) -> Any:
         path = f"{self._run_path(run_id, dag_id)}/taskInstances/{task_id}/xcomEntries/{key}"

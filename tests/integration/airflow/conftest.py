@@ -71,14 +71,18 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def airflow_cluster_factory(
     postgres_cluster: PostgresCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., AirflowCluster]]:
-    """Start a multi-process Airflow on a new database: ``factory(settings, extra_env=None)``. Share one per module
-    (startup is about 25 s on 2 cores). At the end each is stopped and must leave no process behind."""
+    """Start a multi-process Airflow on a new database: ``factory(settings, extra_env=None, drop_env=())``;
+    ``drop_env`` removes the test's own variables with those prefixes (``"AWS_"``: a connection is the only way to S3).
+    Share one per module (startup is about 25 s on 2 cores). At the end each is stopped and must leave no process
+    behind."""
     started: list[AirflowCluster] = []
 
-    def start(settings: Mapping[str, str], extra_env: Mapping[str, str] | None = None) -> AirflowCluster:
+    def start(
+        settings: Mapping[str, str], extra_env: Mapping[str, str] | None = None, drop_env: tuple[str, ...] = ()
+    ) -> AirflowCluster:
         home: Path = tmp_path_factory.mktemp("airflow_cluster")
         database = postgres_cluster.create_database(f"airflow_{next(_DATABASE_NUMBERS)}")
-        cluster = AirflowCluster(home, database, {**TEST_SETTINGS, **settings}, extra_env)
+        cluster = AirflowCluster(home, database, {**TEST_SETTINGS, **settings}, extra_env, drop_env=drop_env)
         started.append(cluster)
         seconds = cluster.start()
         print(f"airflow cluster healthy in {seconds:.1f} s: {cluster.base_url}, logs in {home}")

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,7 +181,7 @@ class AirflowCluster(AirflowRestClient):
     database, with an isolated ``AIRFLOW_HOME`` and this project's DAGs.
 
     ``settings`` are ``[facefusion]`` keys, passed as ``AIRFLOW__FACEFUSION__*``; ``extra_env`` adds or overrides any
-    variable (``AIRFLOW__SCHEDULER__...``). ``processes`` finds everything it started by session, environment
+    variable (``AIRFLOW__SCHEDULER__...``); ``drop_env`` removes inherited variables by prefix. ``processes`` finds everything it started by session, environment
     (``AIRFLOW_HOME``) and parentage: orphans of a killed component and worker subprocesses in sessions of their own.
     """
 
@@ -193,10 +193,13 @@ class AirflowCluster(AirflowRestClient):
         extra_env: Mapping[str, str] | None = None,
         *,
         dag_id: str = DAG_ID,
+        drop_env: tuple[str, ...] = (),
     ) -> None:
         self.api_port = free_port()
         super().__init__(f"http://127.0.0.1:{self.api_port}", home, dag_id=dag_id)
         self.env = airflow_env(home, settings=settings)
+        for name in [name for name in self.env if drop_env and name.startswith(drop_env)]:
+            del self.env[name]  # the test's own variables (AWS_*): the components must not see them
         self.env.update(self._cluster_env(database_url))
         self.env.update(extra_env or {})
         self.components: dict[str, Component] = {}
@@ -336,7 +339,7 @@ class AirflowCluster(AirflowRestClient):
 
     def worker_processes(self, *words: str) -> list[WorkerProcess]:
         """Live ``python -m facefusion_provider.worker`` processes of this cluster whose argv holds every word
-        (``"swap-chunk", "--index", "2"``), oldest first."""
+        (``"swap-span", "--span", "2"``, a run's target URI), oldest first."""
         found = []
         for pid in self.processes():
             argv = _argv(pid)
@@ -344,12 +347,28 @@ class AirflowCluster(AirflowRestClient):
                 found.append(WorkerProcess(pid, argv))
         return found
 
-    def kill_worker(self, *words: str, sig: signal.Signals = signal.SIGKILL, timeout: float = 120) -> WorkerProcess:
-        """Wait for a worker subprocess whose argv holds every word, send it ``sig`` (``kill -9``); that process."""
+    def wait_for_worker(self, *words: str, timeout: float = 120, interval: float = 0.2) -> WorkerProcess:
+        """The first worker subprocess whose argv holds every word, once there is one."""
         deadline = time.monotonic() + timeout
         while not (workers := self.worker_processes(*words)):
             if time.monotonic() > deadline:
                 raise AssertionError(f"no worker process with {words} within {timeout} s")
-            time.sleep(0.2)
-        signal_pid(workers[0].pid, sig)
+            time.sleep(interval)
         return workers[0]
+
+    def kill_worker(self, *words: str, sig: signal.Signals = signal.SIGKILL, timeout: float = 120) -> WorkerProcess:
+        """Wait for a worker subprocess whose argv holds every word, send it ``sig`` (``kill -9``); that process."""
+        worker = self.wait_for_worker(*words, timeout=timeout)
+        signal_pid(worker.pid, sig)
+        return worker
+
+    @contextlib.contextmanager
+    def frozen_worker(self, *words: str, timeout: float = 120) -> Iterator[WorkerProcess]:
+        """Stop the first worker subprocess whose argv holds every word (SIGSTOP) as soon as it appears, and let it go
+        on (SIGCONT) when the block ends: what follows it in the run waits meanwhile (a merge holds its cleanup)."""
+        worker = self.wait_for_worker(*words, timeout=timeout, interval=0.05)
+        signal_pid(worker.pid, signal.SIGSTOP)
+        try:
+            yield worker
+        finally:
+            signal_pid(worker.pid, signal.SIGCONT)

@@ -111,7 +111,7 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
         ({"source_uris": ["ftp://host/face.png"]}, InvalidOptionError, "source_uris[0]: scheme 'ftp'"),
         ({"source_uris": ["face.png"]}, InvalidOptionError, "source_uris[0]: 'face.png' is a relative path"),
         ({"target_uri": "/nowhere/in.mp4"}, InputMissingError, "target_uri: file:///nowhere/in.mp4: no such file"),
-        ({"target_uri": "s3://bucket/"}, InvalidOptionError, "target_uri: 's3://bucket/' names a folder"),
+        ({"target_uri": "s3://bucket/"}, InvalidOptionError, "target_uri: 's3://bucket/' names a bucket, not a file"),
         ({"target_uri": "s3://bucket"}, InvalidOptionError, "target_uri: 's3://bucket' names a bucket, not a file"),
         ({"target_uri": 7}, InvalidOptionError, "target_uri: expected a path or URI"),
         ({"output_uri": None}, InvalidOptionError, "output_uri: expected a path or URI"),
