@@ -1,4 +1,4 @@
-"""facefusion-provider: swap faces in long videos with Apache Airflow, chunked across GPU workers."""
+"""facefusion-provider: swap faces in long videos with Apache Airflow, in spans of segments across GPU workers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The engine's seam for the worker: the source identity (once per job) and a frame processor (once per process).
 
-``prepare_identity`` runs in ``prepare`` and its result goes into ``job.json``, so every chunk swaps the same identity.
+``prepare_identity`` runs in ``prepare`` and its result goes into ``job.json``, so every span swaps the same identity.
 ``build_frame_processor`` loads every model the options need up front (a missing model fails before any frame is
 decoded) and returns a processor that runs ``options.processors`` in order on batches of frames.
 """
@@ -145,7 +145,7 @@ def _reference_embedding(reference_frame: Frame | None, options: Options, store:
     return embed_face(reference_frame, largest_face(faces), store, options)
 
 
-# --- swap-chunk: the frame processor ------------------------------------------------------------------------------
+# --- swap-span: the frame processor -------------------------------------------------------------------------------
 
 
 @dataclass

@@ -117,7 +117,7 @@ def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count
 
 
 def create_session(model: bytes | str, execution_providers: Sequence[str], thread_count: int) -> ort.InferenceSession:
-    """A cached session: models load once per process, not once per frame or chunk."""
+    """A cached session: models load once per process, not once per frame or segment."""
     return _cached_session(model, tuple(resolve_providers(execution_providers)), thread_count)
 
 

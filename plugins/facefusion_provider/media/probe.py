@@ -26,7 +26,7 @@ MOV_FORMAT = "mov"  # FFmpeg's demuxer for MP4/MOV: "mov,mp4,m4a,3gp,3g2,mj2"
 
 
 def probe_video(source: MediaSource, name: str) -> VideoProbe:
-    """Everything the chunked pipeline needs to know about the target ``source`` (``name`` is used in errors)."""
+    """Everything the segmented pipeline needs to know about the target ``source`` (``name`` is used in errors)."""
     movie = read_movie_index(source)
     with open_media(source, name) as container:
         video = select_video_stream(container, name)

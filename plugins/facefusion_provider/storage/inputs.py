@@ -46,7 +46,7 @@ def open_input(uri: str) -> Iterator[str | IO[bytes]]:
         return
     fs, remote = filesystem(uri)
     with storage_errors(uri, fs):
-        # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a chunk's keyframe).
+        # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a segment's keyframe).
         block_size = positive_setting(READ_BLOCK_VARIABLE, DEFAULT_READ_BLOCK_BYTES)
         handle = fs.open(remote, "rb", block_size=block_size, cache_type="blockcache")
     with handle:  # errors while the caller reads are the caller's to classify (a corrupt video is not transient)
@@ -56,7 +56,7 @@ def open_input(uri: str) -> Iterator[str | IO[bytes]]:
 def cached_input(uri: str, cache_dir: str) -> str:
     """The local path of a node-local copy of ``uri``, downloaded once and keyed by the object's ETag and size.
 
-    Chunks running side by side on one node wait for the first one's download (a lock per copy) instead of each
+    Spans running side by side on one node wait for the first one's download (a lock per copy) instead of each
     fetching the whole file.
     """
     fs, remote = filesystem(uri)

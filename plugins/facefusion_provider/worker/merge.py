@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
-MARKER_READS_AT_ONCE = 8  # the merge's marker reads in flight at once (botocore pools 10 connections per client)
+MARKER_READS_AT_ONCE = 8  # the merge's marker reads in flight at once, within the S3 client's connection pool
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The bounded per-chunk pipeline: a decode thread, batched processing, an encode thread, and small queues between
-them, so memory stays flat however long the chunk is. Each stage's busy time is measured."""
+"""The bounded per-span pipeline: a decode thread, batched processing, an encode thread, and small queues between
+them, so memory stays flat however long the span is. Each stage's busy time is measured."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class FrameProcessor(Protocol):
 
 @dataclass
 class StageTimings:
-    """Seconds each stage was busy (not waiting on a queue), and the wall time of the whole chunk."""
+    """Seconds each stage was busy (not waiting on a queue), and the wall time of the whole span."""
 
     decode: float = 0.0
     process: float = 0.0

@@ -1,6 +1,6 @@
 """Work done ahead of its use: results made in threads, a bounded number at once, and handed out in order.
 
-The merge uses it to download and check the next chunks while it remuxes the current one.
+The merge uses it to download and check the next segments while it remuxes the current one.
 """
 
 from __future__ import annotations
