@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.job.inputs import CONF_FIELDS, check_output_format, check_sources, run_uris
 from facefusion_provider.options import parse_options
+from facefusion_provider.storage.uris import check_allowed
 
 IngestMode = Literal["videos", "faces", "manifests"]
 VIDEO_EXTENSIONS = (".mp4", ".mov", ".m4v", ".mkv")
@@ -55,6 +56,9 @@ RunState = Literal["queued", "running", "success", "failed", "missing"]
 """The state of an attempt's swap run in Airflow; ``missing`` when no run with its id exists (not triggered yet)."""
 
 FINISHED_RUN_STATES: frozenset[str] = frozenset({"success", "failed"})
+BAD_INPUT_FAILURE_CLASSES = frozenset({"invalid_input", "invalid_option", "input_missing", "invalid_media", "no_face"})
+"""Failures of the job itself, which no later attempt mends; models missing, storage denied or a broken work are the
+deployment's, mended by whoever runs it."""
 
 
 class _Record(BaseModel):
@@ -112,6 +116,27 @@ class IngestConfig(_Record):
     def excluded_prefixes(self) -> tuple[str, ...]:
         """Our own outputs and ledger (allowed under the input prefix): never inputs to ingest."""
         return (self.output_prefix, self.ledger_prefix)
+
+
+@dataclass(frozen=True)
+class AllowedPrefixes:
+    """The deployment's allow-lists (``[facefusion] allowed_input_prefixes`` and ``allowed_output_prefixes``); an
+    empty list allows anywhere."""
+
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+
+def check_allowed_config(config: IngestConfig, allowed: AllowedPrefixes) -> None:
+    """Every prefix and fixed input of ``config`` lies inside the allow-lists, so no run the scan starts fails on them."""
+    for field_name, uri, prefixes, kind in (
+        ("input_prefix", config.input_prefix, allowed.inputs, "input"),
+        ("output_prefix", config.output_prefix, allowed.outputs, "output"),
+        ("ledger_prefix", config.ledger_prefix, allowed.outputs, "output"),
+        *((f"source_uris[{i}]", uri, allowed.inputs, "input") for i, uri in enumerate(config.source_uris)),
+        *((f"target_uris[{i}]", uri, allowed.inputs, "input") for i, uri in enumerate(config.target_uris)),
+    ):
+        check_allowed(uri, prefixes, field=field_name, kind=kind)
 
 
 def parse_ingest_config(values: Mapping[str, Any]) -> IngestConfig:
@@ -194,8 +219,16 @@ def job_id_of(conf: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(conf, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def find_jobs(listed: Sequence[Listed], config: IngestConfig, *, now: float, read: Callable[[str], bytes]) -> FoundJobs:
-    """The jobs the files under the input prefix make, by ``config.mode`` (``read`` fetches a manifest)."""
+def find_jobs(
+    listed: Sequence[Listed],
+    config: IngestConfig,
+    *,
+    now: float,
+    read: Callable[[str], bytes],
+    allowed: AllowedPrefixes = AllowedPrefixes(),
+) -> FoundJobs:
+    """The jobs the files under the input prefix make, by ``config.mode`` (``read`` fetches a manifest); jobs that
+    would write one output are reported, none started."""
     candidates, reports = [], []
     for item in listed:
         if not is_candidate(item, config):
@@ -207,9 +240,35 @@ def find_jobs(listed: Sequence[Listed], config: IngestConfig, *, now: float, rea
             continue
         candidates.append(item)
     if config.mode == "videos":
-        return FoundJobs([_video_job(item, config) for item in candidates], reports)
-    found = _face_jobs(candidates, config, now) if config.mode == "faces" else _manifest_jobs(candidates, config, read)
-    return FoundJobs(found.jobs, reports + found.reports)
+        found = FoundJobs([_video_job(item, config) for item in candidates], [])
+    elif config.mode == "faces":
+        found = _face_jobs(candidates, config, now)
+    else:
+        found = _manifest_jobs(candidates, config, read, allowed)
+    jobs, collisions = _one_job_per_output(found.jobs)
+    return FoundJobs(jobs, reports + found.reports + collisions)
+
+
+def _one_job_per_output(jobs: Sequence[Job]) -> tuple[list[Job], list[JobReport]]:
+    """Jobs that would write one output (two faces named alike, two manifest lines) are all reported and none starts:
+    which of them should win is the user's to say."""
+    distinct = list({job.job_id: job for job in reversed(jobs)}.values())[::-1]  # the same job found twice is one
+    by_output: dict[str, list[Job]] = {}
+    for job in distinct:
+        by_output.setdefault(str(job.conf["output_uri"]), []).append(job)
+    kept = [job for job in distinct if len(by_output[str(job.conf["output_uri"])]) == 1]
+    reports = [
+        JobReport(
+            job.label,
+            "invalid",
+            detail=f"output_uri {output} is also the output of {', '.join(o.label for o in same if o is not job)}; "
+            "give each job its own output",
+        )
+        for output, same in by_output.items()
+        if len(same) > 1
+        for job in same
+    ]
+    return kept, reports
 
 
 def is_candidate(item: Listed, config: IngestConfig) -> bool:
@@ -237,17 +296,18 @@ def _video_job(item: Listed, config: IngestConfig) -> Job:
 
 
 def _face_jobs(images: Sequence[Listed], config: IngestConfig, now: float) -> FoundJobs:
-    """One identity per image directly under the prefix, one per folder of images; each swapped into every target."""
-    identities: dict[str, list[Listed]] = {}
+    """One identity per image directly under the prefix, one per folder of images; each swapped into every target.
+    Named by the image's stem or the folder (``alice.jpg`` and ``alice/`` both make ``alice``: their outputs clash)."""
+    identities: dict[tuple[str, bool], list[Listed]] = {}
     for image in images:
         relative = image.uri[len(config.input_prefix) :]
         folder, _, name = relative.partition("/")
-        identity = folder if name else posixpath.splitext(relative)[0]
-        identities.setdefault(identity, []).append(image)
+        key = (folder, True) if name else (relative, False)
+        identities.setdefault(key, []).append(image)
     jobs, reports = [], []
-    for identity, found in sorted(identities.items()):
+    for (name, is_folder), found in sorted(identities.items()):
+        identity = name if is_folder else posixpath.splitext(name)[0]
         newest = max(image.modified for image in found)
-        is_folder = "/" in found[0].uri[len(config.input_prefix) :]
         if is_folder and now - newest < config.settle_minutes * 60:
             reports.append(JobReport(identity, "settling", detail=f"images still arriving ({len(found)} so far)"))
             continue
@@ -262,14 +322,16 @@ def _face_jobs(images: Sequence[Listed], config: IngestConfig, now: float) -> Fo
     return FoundJobs(jobs, reports)
 
 
-def _manifest_jobs(manifests: Sequence[Listed], config: IngestConfig, read: Callable[[str], bytes]) -> FoundJobs:
+def _manifest_jobs(
+    manifests: Sequence[Listed], config: IngestConfig, read: Callable[[str], bytes], allowed: AllowedPrefixes
+) -> FoundJobs:
     jobs, reports = [], []
     for manifest in manifests:
         name = posixpath.basename(manifest.uri)
         for line, entry in manifest_entries(manifest.uri, read(manifest.uri)):
             label = f"{name} line {line}"
             try:
-                conf = checked_job(entry)
+                conf = checked_job(entry, allowed)
             except InvalidOptionError as error:
                 reports.append(JobReport(label, "invalid", detail=str(error)))
                 continue
@@ -319,7 +381,7 @@ def _csv_entries(text: str) -> list[tuple[int, Any]]:
     return entries
 
 
-def checked_job(entry: Any) -> dict[str, Any]:
+def checked_job(entry: Any, allowed: AllowedPrefixes = AllowedPrefixes()) -> dict[str, Any]:
     """A manifest's job checked by a conf's rules (options, URIs, output format), normalised; or an
     ``InvalidOptionError`` naming the field. Whether the files exist is checked by the swap run's ``validate``."""
     if isinstance(entry, str):
@@ -336,7 +398,13 @@ def checked_job(entry: Any) -> dict[str, Any]:
     if not isinstance(sources, list):
         raise InvalidOptionError(f"source_uris: expected a list of paths or URIs, got {sources!r}")
     uris = run_uris(
-        sources, entry.get("target_uri") or "", entry.get("output_uri") or "", fields=CONF_FIELDS, relative=False
+        sources,
+        entry.get("target_uri") or "",
+        entry.get("output_uri") or "",
+        fields=CONF_FIELDS,
+        relative=False,
+        allowed_inputs=allowed.inputs,
+        allowed_outputs=allowed.outputs,
     )
     assert uris.output_uri is not None
     check_sources(uris.source_uris, parsed, CONF_FIELDS)
@@ -435,21 +503,36 @@ def unfinished_attempts(histories: Mapping[str, JobHistory]) -> list[tuple[str, 
     return sorted((job, history.latest_attempt) for job, history in histories.items() if history.unfinished)
 
 
+@dataclass(frozen=True)
+class RunFailure:
+    """What ended a swap run without retries: the error's class (``FaceFusionError.failure_class``) and message."""
+
+    failure_class: str
+    message: str
+
+    @property
+    def is_bad_input(self) -> bool:
+        return self.failure_class in BAD_INPUT_FAILURE_CLASSES
+
+
 def outcome_for(
-    job: str, attempt: int, state: RunState, now: datetime, *, bad_input: str | None = None
+    job: str, attempt: int, state: RunState, now: datetime, *, failure: RunFailure | None = None
 ) -> Outcome | None:
-    """An outcome to record when the attempt's swap run has finished, else None; ``bad_input``: the message of a
-    failure that no retry can mend (the run is then ``rejected``)."""
+    """An outcome to record when the attempt's swap run has finished, else None. A run that failed on bad input is
+    ``rejected`` (never retried); one that failed on the deployment (models, storage access) is ``failed``, so a later
+    scan retries it once that is mended."""
     if state not in FINISHED_RUN_STATES:
         return None
-    outcome: OutcomeState = "success" if state == "success" else "rejected" if bad_input else "failed"
+    outcome: OutcomeState = (
+        "success" if state == "success" else "rejected" if failure is not None and failure.is_bad_input else "failed"
+    )
     return Outcome(
         job_id=job,
         attempt=attempt,
         run_id=swap_run_id(job, attempt),
         state=outcome,
         recorded_at=now,
-        detail=bad_input or "",
+        detail=failure.message if failure is not None and state != "success" else "",
     )
 
 

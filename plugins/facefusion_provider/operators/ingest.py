@@ -30,7 +30,7 @@ LEDGER_FOLDER_NAME = ".facefusion-ledger/"
 OPTIONS_SECTION = "Swap options (every run)"
 LIMITS_SECTION = "Limits and retries"
 # The swap tasks whose failure XCom says a run failed on bad input (a span's map indexes come from plan's list).
-FAILING_TASKS = ("validate", "prepare", "merge")
+FAILING_TASKS = ("validate", "prepare", "plan", "merge")
 
 INPUT_FIELDS = (
     "mode",
@@ -76,10 +76,15 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
     """The DAG's Params, every one titled; defaults come from the Variable, so a scheduled run needs no conf. A param
     with no default is required: the form blocks the trigger until it is filled."""
     config = ingest.IngestConfig.model_fields
-    unknown = set(settings) - {*CONFIG_FIELDS, "schedule", "options"}
+    if misplaced := sorted(set(settings) & set(Options.model_fields)):
+        raise ValueError(
+            f'Variable {SETTINGS_VARIABLE}: {misplaced} are swap options; put them under "options" '
+            f'(e.g. {{"options": {{"{misplaced[0]}": ...}}}})'
+        )
+    unknown = set(settings) - {*INPUT_FIELDS, "schedule", "options"}
     if unknown:
         raise ValueError(
-            f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, {CONFIG_FIELDS}"
+            f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, options, {INPUT_FIELDS}"
         )
 
     def param(name: str, description: str, section: str | None = None, **schema: Any) -> Param:
@@ -221,17 +226,22 @@ class ScanForNewJobsOperator(BaseOperator):
                 "Not configured: set input_prefix and output_prefix (the facefusion_ingest Variable, or the trigger "
                 "form); nothing was scanned"
             )
+        settings = load_settings()
+        allowed = ingest.AllowedPrefixes(settings.allowed_input_prefixes, settings.allowed_output_prefixes)
         with fail_on_bad_input():
             config = ingest_config(values)
+            ingest.check_allowed_config(config, allowed)
         swap_dag_id = str(values.get("swap_dag_id") or BATCH_SWAP_DAG_ID)
-        hook = IngestLedgerHook(self.aws_conn_id or load_settings().aws_conn_id)
+        hook = IngestLedgerHook(self.aws_conn_id or settings.aws_conn_id)
         ti = context["ti"]
         now = datetime.now(UTC)
         with fail_on_bad_input():
             histories = hook.load(config.ledger_prefix)
             states, finished = self._finished_attempts(histories, ti, swap_dag_id)
             newly_failed = [o for o in hook.record_outcomes(config.ledger_prefix, finished) if o.state != "success"]
-            found = ingest.find_jobs(hook.list_files(config.input_prefix), config, now=time.time(), read=hook.read)
+            found = ingest.find_jobs(
+                hook.list_files(config.input_prefix), config, now=time.time(), read=hook.read, allowed=allowed
+            )
             plan = ingest.plan_ingest(
                 found.jobs, histories, states, config, now=now, ingest_run=f"{ti.dag_id}/{ti.run_id}"
             )
@@ -251,8 +261,8 @@ class ScanForNewJobsOperator(BaseOperator):
         for job, attempt in ingest.unfinished_attempts(histories):
             run_id = ingest.swap_run_id(job, attempt)
             states[run_id] = self._run_state(ti, swap_dag_id, run_id)
-            bad_input = _bad_input(ti, swap_dag_id, run_id) if states[run_id] == "failed" else None
-            outcome = ingest.outcome_for(job, attempt, states[run_id], datetime.now(UTC), bad_input=bad_input)
+            failure = _failure(ti, swap_dag_id, run_id) if states[run_id] == "failed" else None
+            outcome = ingest.outcome_for(job, attempt, states[run_id], datetime.now(UTC), failure=failure)
             if outcome is not None:
                 histories[job].outcomes[attempt] = outcome.state
                 outcomes.append(outcome)
@@ -287,20 +297,24 @@ class ScanForNewJobsOperator(BaseOperator):
         return triggers, reports
 
 
-def _bad_input(ti: Any, swap_dag_id: str, run_id: str) -> str | None:
-    """The message of the failure that ended ``run_id`` for good (bad input), from its tasks' ``failure`` XCom."""
-    for task_id in FAILING_TASKS:
-        record = ti.xcom_pull(task_ids=task_id, dag_id=swap_dag_id, run_id=run_id, key=FAILURE_XCOM_KEY)
-        if isinstance(record, dict):
-            return str(record.get("message", "bad input"))
+def _failure(ti: Any, swap_dag_id: str, run_id: str) -> ingest.RunFailure | None:
+    """The failure that ended ``run_id`` without retries, from its tasks' ``failure`` XCom; None when it was retried
+    out (a transient cause)."""
+    records = [
+        ti.xcom_pull(task_ids=task_id, dag_id=swap_dag_id, run_id=run_id, key=FAILURE_XCOM_KEY)
+        for task_id in FAILING_TASKS
+    ]
     spans = ti.xcom_pull(task_ids="plan", dag_id=swap_dag_id, run_id=run_id) or []
     if spans:
-        records = ti.xcom_pull(
+        mapped = ti.xcom_pull(
             task_ids="swap_span", dag_id=swap_dag_id, run_id=run_id, key=FAILURE_XCOM_KEY, map_indexes=range(len(spans))
         )
-        for record in records if isinstance(records, list) else [records]:
-            if isinstance(record, dict):
-                return str(record.get("message", "bad input"))
+        records += mapped if isinstance(mapped, list) else [mapped]
+    for record in records:
+        if isinstance(record, dict):
+            return ingest.RunFailure(
+                str(record.get("failure_class", "invalid_input")), str(record.get("message", "bad input"))
+            )
     return None
 
 

@@ -204,6 +204,29 @@ def test_a_run_that_failed_on_bad_input_is_rejected_and_never_retried(folders: d
     assert scan(folders, later) == [] and later.xcom["report"]["jobs"][0]["kind"] == "rejected"
 
 
+def test_a_run_that_failed_on_the_deployment_is_retried_by_a_later_scan(folders: dict[str, Path]) -> None:
+    upload(folders, "a.mp4")
+    (first,) = scan(folders, FakeTaskInstance({}))
+    ti = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__2")
+    ti.failures[(first["trigger_run_id"], "plan")] = {
+        "failure_class": "storage_denied",
+        "message": "s3://work/: access denied",
+    }
+    (retry,) = scan(folders, ti)
+    assert retry["trigger_run_id"] != first["trigger_run_id"] and retry["conf"] == first["conf"]
+    assert ti.xcom["report"]["newly_failed"][0]["detail"] == "s3://work/: access denied"
+
+
+def test_a_scan_outside_the_allow_lists_fails_at_once_naming_the_param(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upload(folders, "a.mp4")
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_OUTPUT_PREFIXES", folders["faces"].as_uri())
+    with pytest.raises(AirflowFailException, match=r"^output_prefix: .* is outside the allowed output locations"):
+        scan(folders, FakeTaskInstance({}))
+    assert not any(folders["out"].iterdir())  # no ledger, no claim
+
+
 def test_an_unconfigured_scan_skips_saying_so_and_fails_nothing(folders: dict[str, Path]) -> None:
     with pytest.raises(AirflowSkipException, match="Not configured: set input_prefix and output_prefix"):
         scan(folders, FakeTaskInstance({}), input_prefix=None)
@@ -253,3 +276,6 @@ def test_schedule_and_param_defaults_come_from_the_variable() -> None:
     assert all("null" in form[name].schema["type"] for name in ("source_uris", "target_uris", "ledger_prefix"))
     with pytest.raises(ValueError, match="unknown keys"):
         ingest_params({"input_prefx": "s3://v/in/"})
+    # An option beside the Params would be ignored: it belongs under "options".
+    with pytest.raises(ValueError, match=r"\['face_swapper_blend'\] are swap options; put them under \"options\""):
+        ingest_params({"input_prefix": "s3://v/in/", "face_swapper_blend": 90})

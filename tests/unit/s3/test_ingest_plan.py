@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -87,6 +88,52 @@ def test_faces_mode_makes_one_identity_per_image_or_folder_times_every_target() 
     assert {job.conf["output_uri"] for job in one_target.jobs} == {OUT + "alice.mp4", OUT + "bob.mp4"}
 
 
+def test_jobs_that_would_write_one_output_are_reported_and_none_starts() -> None:
+    cfg = config(mode="faces", target_uris=["s3://std/intro.mp4"], source_uris=[])
+    found = find([listed("alice.jpg"), listed("alice/1.png"), listed("bob.jpg")], cfg)
+    assert [job.label for job in found.jobs] == ["bob x intro.mp4"]
+    clashes = [(r.label, r.detail) for r in found.reports if r.kind == "invalid"]
+    clash = f"output_uri {OUT}alice.mp4 is also the output of alice x intro.mp4; give each job its own output"
+    assert clashes == [("alice x intro.mp4", clash)] * 2  # the image alice.jpg and the folder alice/
+    two_targets = config(mode="faces", target_uris=["s3://std/a/intro.mp4", "s3://std/b/intro.mp4"], source_uris=[])
+    found = find([listed("bob.jpg")], two_targets)
+    assert found.jobs == []
+    assert [r.detail for r in found.reports] == [
+        f"output_uri {OUT}bob/intro.mp4 is also the output of bob x intro.mp4; give each job its own output"
+    ] * 2
+    lines = [GOOD_LINE, {**GOOD_LINE, "target_uri": "s3://v/b.mp4"}, GOOD_LINE]
+    manifest = "\n".join(json.dumps(line) for line in lines)
+    found = find([listed("m.jsonl")], config(mode="manifests", source_uris=[]), {IN + "m.jsonl": manifest})
+    assert found.jobs == [] and sorted(r.label for r in found.reports) == ["m.jsonl line 1", "m.jsonl line 2"]
+
+
+def test_manifest_lines_outside_the_allow_lists_are_reported_by_field() -> None:
+    allowed = ingest.AllowedPrefixes(inputs=("s3://f/", "s3://v/"), outputs=("s3://safe/",))
+    manifest = json.dumps(GOOD_LINE) + "\n" + json.dumps({**GOOD_LINE, "output_uri": "s3://safe/a.mp4"})
+    cfg = config(mode="manifests", source_uris=[])
+    found = ingest.find_jobs([listed("m.jsonl")], cfg, now=1e9, read=lambda uri: manifest.encode(), allowed=allowed)
+    assert [job.conf["output_uri"] for job in found.jobs] == ["s3://safe/a.mp4"]
+    (report,) = found.reports
+    assert (report.label, report.kind) == ("m.jsonl line 1", "invalid")
+    assert report.detail.startswith("output_uri: s3://o/a.mp4 is outside the allowed output locations (s3://safe/)")
+
+
+@pytest.mark.parametrize(
+    ("allowed", "field"),
+    [
+        (ingest.AllowedPrefixes(inputs=("s3://other/",)), "input_prefix"),
+        (ingest.AllowedPrefixes(outputs=("s3://bucket/in/",)), "output_prefix"),
+        (ingest.AllowedPrefixes(inputs=("s3://bucket/in/",)), "source_uris[0]"),
+    ],
+)
+def test_prefixes_and_fixed_inputs_outside_the_allow_lists_name_the_field(
+    allowed: ingest.AllowedPrefixes, field: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^{re.escape(field)}: .* is outside the allowed"):
+        ingest.check_allowed_config(config(), allowed)
+    ingest.check_allowed_config(config(), ingest.AllowedPrefixes(("s3://bucket/",), ("s3://bucket/out/",)))
+
+
 def test_a_folder_still_receiving_images_waits_until_it_settles() -> None:
     cfg = config(mode="faces", target_uris=["s3://std/intro.mp4"], source_uris=[], settle_minutes=2)
     fresh = ingest.find_jobs([listed("carol/1.jpg", modified=1e9 - 30)], cfg, now=1e9, read=lambda uri: b"")
@@ -166,8 +213,16 @@ def test_only_finished_runs_become_outcomes_and_bad_input_is_rejected() -> None:
     assert ingest.outcome_for("j" * 24, 1, "running", NOW) is None
     assert ingest.outcome_for("j" * 24, 1, "success", NOW).state == "success"  # type: ignore[union-attr]
     assert ingest.outcome_for("j" * 24, 1, "failed", NOW).state == "failed"  # type: ignore[union-attr]
-    rejected = ingest.outcome_for("j" * 24, 1, "failed", NOW, bad_input="target_uri: no such file")
+    missing = ingest.RunFailure("input_missing", "target_uri: no such file")
+    rejected = ingest.outcome_for("j" * 24, 1, "failed", NOW, failure=missing)
     assert rejected is not None and (rejected.state, rejected.detail) == ("rejected", "target_uri: no such file")
+
+
+@pytest.mark.parametrize("failure_class", ["storage_denied", "model_missing", "model_corrupt", "invalid_job"])
+def test_a_run_failed_by_the_deployment_is_failed_not_rejected_so_a_later_scan_retries_it(failure_class: str) -> None:
+    failure = ingest.RunFailure(failure_class, "s3://out/a.mp4: access denied")
+    outcome = ingest.outcome_for("j" * 24, 1, "failed", NOW, failure=failure)
+    assert outcome is not None and (outcome.state, outcome.detail) == ("failed", "s3://out/a.mp4: access denied")
 
 
 def test_a_claim_without_a_run_is_resumed_by_its_own_scan_or_once_orphaned() -> None:
