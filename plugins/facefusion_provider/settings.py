@@ -83,7 +83,8 @@ KUBERNETES_SETTINGS: tuple[SettingSpec, ...] = (
         "gpu_commands",
         "string",
         "swap-span",
-        "Worker commands that run on the GPU pool, comma separated; add `prepare` when its recognizer should use a GPU.",
+        "Worker commands that run on the GPU pool, comma separated; add `prepare` when its recognizer should use a GPU "
+        "(off the GPU pool it computes the identity on the CPU).",
         "prepare,swap-span",
     ),
     SettingSpec(

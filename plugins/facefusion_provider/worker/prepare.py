@@ -105,5 +105,9 @@ def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: st
             )
         with storage.open_input(uris.target_uri) as target:
             reference = rgb_array(decode_frame(target, probe, number, uris.target_uri))
+    # prepare runs off the GPU pool unless [facefusion] gpu_commands names it: a few images' identity is cheap on the CPU
+    providers = [*options.execution_providers, *(["cpu"] if "cpu" not in options.execution_providers else [])]
     with local_copies(uris.source_uris) as source_paths:
-        return prepare_identity(source_paths, reference, options, models_dir)
+        return prepare_identity(
+            source_paths, reference, options.model_copy(update={"execution_providers": providers}), models_dir
+        )

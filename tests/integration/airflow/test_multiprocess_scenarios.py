@@ -10,8 +10,8 @@ the first try of every span (so a test can kill it in the middle):
 - clearing a succeeded span (with what follows it) in a finished run: the run ends ``success`` again, no worker starts,
   the output is untouched;
 - bad input fails at ``validate`` without retries, naming the field, writing nothing at the output; an execution
-  provider this machine lacks fails in the worker (``prepare``, which loads the detector for the source identity),
-  also without retries.
+  provider this machine lacks fails in the span's worker (``prepare`` computes the identity on the CPU, as it may
+  run off the GPU pool), also without retries.
 
 (``kill -9`` of the scheduler and of a worker as soon as it starts: ``test_multiprocess_smoke.py``; two outputs over
 one input, a re-trigger while a run finishes, a missing bucket and a store without conditional writes:
@@ -234,10 +234,11 @@ def test_bad_input_fails_at_validate_naming_the_field_without_retries(setup: Set
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="this machine has CUDA: nothing to refuse"
 )
-def test_an_execution_provider_this_machine_lacks_fails_in_prepare_without_retries(setup: Setup) -> None:
-    """The Airflow side cannot know what the GPU nodes have (and imports no onnxruntime): the worker refuses it, in
-    ``prepare``, the first step that loads a model (the detector, for the source identity). With ``processors: []``
-    no model ever loads and the option does not matter."""
+def test_an_execution_provider_this_machine_lacks_fails_the_span_without_retries(setup: Setup) -> None:
+    """The Airflow side cannot know what the GPU nodes have (and imports no onnxruntime): the span's worker refuses it
+    when it loads its models. ``prepare`` may run off the GPU pool (``[facefusion] gpu_commands``), so it computes the
+    source identity on the CPU and succeeds. With ``processors: []`` no model ever loads and the option does not
+    matter."""
     cluster, output = setup.cluster, setup.out / "cuda" / "x.mp4"
     run_conf = conf([setup.face], setup.media / "cuda.mp4", output, execution_providers=["cuda"])
     run_id = cluster.trigger(run_conf)
@@ -245,8 +246,9 @@ def test_an_execution_provider_this_machine_lacks_fails_in_prepare_without_retri
     assert cluster.wait(run_id) == "failed", cluster.task_states(run_id)
     states = cluster.task_states(run_id)
     assert states[(SWAP_TASKS.validate, -1)] == ("success", 1)
-    assert states[(SWAP_TASKS.prepare, -1)] == ("failed", 1), states  # retries are on for prepare: none was used
-    failure = cluster.xcom(run_id, SWAP_TASKS.prepare, "failure")
+    assert states[(SWAP_TASKS.prepare, -1)] == ("success", 1), states
+    assert states[(SWAP_TASKS.swap, 0)] == ("failed", 1), states  # retries are on for spans: none was used
+    failure = cluster.xcom(run_id, SWAP_TASKS.swap, "failure", map_index=0)
     assert failure["failure_class"] == "invalid_option", failure
     assert failure["message"].startswith("options.execution_providers: none of cuda is available here"), failure
     assert not output.parent.exists() or list(output.parent.iterdir()) == []

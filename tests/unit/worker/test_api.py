@@ -8,13 +8,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 from committed import work_uri_for
+from skimage import data
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri
 from facefusion_provider.job.records import OutputMarker, SegmentMarker
+from facefusion_provider.media.images import encode_image
 from facefusion_provider.media.readback import frame_digests
 
 from .conftest import MakeVideo, work_folders
@@ -254,3 +258,21 @@ def test_two_outputs_of_one_work_share_its_segments(make_video: MakeVideo, tmp_p
     assert _digests(tmp_path / "second.mp4") == _digests(tmp_path / "first.mp4") == _digests(moved)
     job_json = storage.read_bytes(WorkLayout(work_uri).job_json)
     assert b"first.mp4" not in job_json and b"second.mp4" not in job_json  # no run's output in the shared record
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this machine has CUDA")
+def test_prepare_computes_the_identity_on_the_cpu_and_the_span_refuses_a_missing_gpu(
+    make_video: MakeVideo, tmp_path: Path, work_root: str
+) -> None:
+    """``prepare`` may run off the GPU pool, so a run asking for CUDA prepares on the CPU; the span, which would do the
+    frame work there, refuses it at once rather than slip onto the CPU."""
+    face = tmp_path / "astronaut.png"
+    face.write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), "png"))
+    target = make_video(frames=8)
+    options: dict[str, Any] = {"execution_providers": ["cuda"], "segment_size": 8}
+    work_uri = work_uri_for(work_root, [str(face)], target, **options)
+    spec = worker.prepare(work_uri, [str(face)], target, **options)
+    assert spec.identity["classic"], spec.identity  # the astronaut's face, found on the CPU
+    with pytest.raises(InvalidOptionError, match=r"^options.execution_providers: none of cuda is available here"):
+        worker.swap_span(work_uri, target, 0, 1, span=0)
+    assert _markers(work_uri) == {}  # nothing committed
