@@ -305,8 +305,8 @@ def _face_jobs(images: Sequence[Listed], config: IngestConfig, now: float) -> Fo
         key = (folder, True) if name else (relative, False)
         identities.setdefault(key, []).append(image)
     jobs, reports = [], []
-    for (name, is_folder), found in sorted(identities.items()):
-        identity = name if is_folder else posixpath.splitext(name)[0]
+    for (found_as, is_folder), found in sorted(identities.items()):
+        identity = found_as if is_folder else posixpath.splitext(found_as)[0]
         newest = max(image.modified for image in found)
         if is_folder and now - newest < config.settle_minutes * 60:
             reports.append(JobReport(identity, "settling", detail=f"images still arriving ({len(found)} so far)"))

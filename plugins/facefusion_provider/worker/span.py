@@ -97,6 +97,10 @@ class FrameProcessors:
             self._processor = AnalysedProcessor(engine, self._spec, layout, metrics)
         return self._processor
 
+    def faces_swapped(self) -> int:
+        """Faces swapped by this process so far (0 before the processor is built)."""
+        return self._processor.engine.stats.swapped if self._processor is not None else 0
+
     @property
     def analysis(self) -> AnalysisCounts:
         return self._processor.counts if self._processor is not None else AnalysisCounts()
@@ -169,6 +173,7 @@ def work_segments(
                     metrics=metrics,
                     progress=people,
                     own=own,
+                    faces_swapped=processors.faces_swapped,
                 )
                 stream = frames.stream()
                 try:

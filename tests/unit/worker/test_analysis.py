@@ -5,6 +5,7 @@ reads another analysis. Real engine (the offline classic swapper), real faces, s
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,16 @@ def _digests(path: Path) -> list[str]:
     return [digest.md5 for digest in frame_digests(str(path))]
 
 
-def test_a_second_face_reads_the_stored_analysis_and_swaps_the_same(faces: dict[str, str], tmp_path: Path) -> None:
+def test_a_second_face_reads_the_stored_analysis_and_swaps_the_same(
+    faces: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     shared = str(tmp_path / "shared")
-    first = _swap(shared, faces["astronaut"], tmp_path / "astronaut.mp4")
+    with caplog.at_level(logging.INFO, logger="facefusion_provider.worker.span"):
+        first = _swap(shared, faces["astronaut"], tmp_path / "astronaut.mp4")
     assert (first.analysed_frames, first.analysis_reused_frames) == (FRAMES, 0)
+    committed = [r.getMessage() for r in caplog.records if " committed; frames " in r.getMessage()]
+    assert len(committed) == FRAMES // SEGMENT
+    assert all(", 1 face/frame, " in line for line in committed), committed  # one man in the car, in every frame
     stored = list((Path(shared) / "analysis").rglob("*.faces.npz"))
     assert len(stored) == FRAMES // SEGMENT
 
