@@ -106,15 +106,20 @@ def _write_s3_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
 
 
 def _write_local_exclusive(path: str, data: bytes) -> bool:
-    temp = _write_local_temp(path, data)
-    try:
-        os.link(temp, path)  # fails if path exists: readers only ever see the complete file
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-    return True
+    for attempt in range(_FOLDER_ATTEMPTS):
+        temp = _write_local_temp(path, data)
+        try:
+            os.link(temp, path)  # fails if path exists: readers only ever see the complete file
+            return True
+        except FileExistsError:
+            return False
+        except FileNotFoundError:  # a cleanup removed our temporary file or its folder before the link: again
+            if attempt == _FOLDER_ATTEMPTS - 1:
+                raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -190,13 +195,18 @@ def _write_local_temp(path: str, data: bytes) -> str:
 
 
 def _write_local_atomic(path: str, data: bytes) -> None:
-    temp = _write_local_temp(path, data)
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
+    for attempt in range(_FOLDER_ATTEMPTS):
+        temp = _write_local_temp(path, data)
+        try:
+            os.replace(temp, path)
+            return
+        except FileNotFoundError:  # a cleanup removed our temporary file or its folder before the rename: again
+            if attempt == _FOLDER_ATTEMPTS - 1:
+                raise
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
 
 
 def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:

@@ -129,9 +129,10 @@ def test_span_pod_commits_the_same_segment_as_the_local_backend(
         "target_uri": f"s3://{BUCKET}/in/carphone.mp4",
         "output_uri": f"s3://{BUCKET}/out/carphone.mp4",
     }
+    conf = {**inputs, "trim_frame_end": 24, "segment_size": 8}
     ticket = validate_conf(
-        inputs,
-        {**inputs, "trim_frame_end": 24, "segment_size": 8},
+        conf,  # Airflow lays the conf over the params: the flat options are in both
+        conf,
         work_root=f"s3://{BUCKET}/work",
         checks=StorageChecks(content_id=hook.content_id, check_writable=lambda uri: None),
     )
