@@ -28,8 +28,11 @@ typecheck: venv
 layers: venv
 	PYTHONPATH=. $(BIN)/lint-imports
 
+# Test files side by side (a module's servers stay in one process): the integration tests mostly wait on Airflow.
+PYTEST_WORKERS ?= 2
+
 unit: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck layers unit
 

@@ -387,6 +387,9 @@ class StandaloneAirflow(AirflowRestClient):
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__CORE__PARALLELISM": "6",
+                # Not the default log-server ports 8793/8794, so servers of tests run side by side (pytest -n) coexist.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             }
         )
         self.log_path = home / "standalone.log"

@@ -13,9 +13,11 @@ the first try of every span (so a test can kill it in the middle):
   provider this machine lacks fails in the span's worker (``prepare`` computes the identity on the CPU, as it may
   run off the GPU pool), also without retries.
 
-(``kill -9`` of the scheduler and of a worker as soon as it starts: ``test_multiprocess_smoke.py``; two outputs over
-one input, a re-trigger while a run finishes, a missing bucket and a store without conditional writes:
-``test_multiprocess_s3.py``.)
+- ``kill -9`` of the scheduler mid-run, restarted as a supervisor would: the run ends with its output frame for frame;
+- after ``stop`` no process of the cluster is left.
+
+(Two outputs over one input, a re-trigger while a run finishes, a missing bucket and a store without conditional
+writes: ``test_multiprocess_s3.py``.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ import onnxruntime
 import pytest
 from airflow_harness import SWAP_TASKS, conf, frame_md5s, keyframes, make_clip, make_image
 from multiprocess_harness import AirflowCluster
+from people import people
 
+from facefusion_provider.media.images import encode_image
 from facefusion_provider.worker import run as run_uninterrupted
 
 pytestmark = pytest.mark.slow
@@ -73,6 +77,8 @@ def setup(airflow_cluster_factory: Callable[..., AirflowCluster], tmp_path_facto
     make_clip(media / "resume.mp4", RESUME_SEGMENTS * SEGMENT_FRAMES, seed=1, gop=5)  # short pre-roll at any frame
     make_clip(media / "clear.mp4", 3 * SEGMENT_FRAMES, seed=2)
     make_clip(media / "cuda.mp4", 2 * SEGMENT_FRAMES, seed=3)
+    make_clip(media / "scheduler.mp4", 12 * SEGMENT_FRAMES, seed=4)
+    (media / "person.png").write_bytes(encode_image(people()["astronaut"], "png"))
     settings = {
         "work_root": tmp_path_factory.mktemp("work").as_uri(),
         "span_wave": "1",
@@ -240,7 +246,8 @@ def test_an_execution_provider_this_machine_lacks_fails_the_span_without_retries
     source identity on the CPU and succeeds. With ``processors: []`` no model ever loads and the option does not
     matter."""
     cluster, output = setup.cluster, setup.out / "cuda" / "x.mp4"
-    run_conf = conf([setup.face], setup.media / "cuda.mp4", output, execution_providers=["cuda"])
+    person = setup.media / "person.png"  # a real face: prepare finds it on the CPU
+    run_conf = conf([person], setup.media / "cuda.mp4", output, execution_providers=["cuda"])
     run_id = cluster.trigger(run_conf)
 
     assert cluster.wait(run_id) == "failed", cluster.task_states(run_id)
@@ -252,3 +259,29 @@ def test_an_execution_provider_this_machine_lacks_fails_the_span_without_retries
     assert failure["failure_class"] == "invalid_option", failure
     assert failure["message"].startswith("options.execution_providers: none of cuda is available here"), failure
     assert not output.parent.exists() or list(output.parent.iterdir()) == []
+
+
+def test_a_run_survives_kill_9_of_the_scheduler(setup: Setup) -> None:
+    """``kill -9`` of the scheduler's pid while the run's span works (slowed on its first try), then a restart as a
+    supervisor does it: what is left of the old scheduler (its executor's workers, their tasks) is killed too, and the
+    new scheduler finishes the run. (Orphaned workers left alive keep the killed scheduler's database session open with
+    its row lock on the run: the new scheduler then skips that run forever; see ``restart_component(keep_orphans=True)``.)"""
+    cluster, target = setup.cluster, setup.media / "scheduler.mp4"
+    output = setup.out / "scheduler.mp4"
+    run_id = cluster.trigger(pass_through(setup, target, output))
+    cluster.wait_for_worker(SWAP_TASKS.swap_command, target.as_uri())
+
+    killed = cluster.kill_component("scheduler", signal.SIGKILL)
+    cluster.restart_component("scheduler")
+
+    assert cluster.components["scheduler"].process.pid != killed
+    assert cluster.wait(run_id, timeout=240) == "success", cluster.task_states(run_id)
+    assert frame_md5s(output) == frame_md5s(target)
+
+
+def test_stop_leaves_no_process(setup: Setup) -> None:
+    """Last in the module: it stops the cluster."""
+    assert setup.cluster.processes(), "the cluster should be running"
+
+    assert setup.cluster.stop() == []
+    assert setup.cluster.processes() == []
