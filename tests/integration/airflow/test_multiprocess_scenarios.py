@@ -268,7 +268,7 @@ def test_a_run_survives_kill_9_of_the_scheduler(setup: Setup) -> None:
     its row lock on the run: the new scheduler then skips that run forever; see ``restart_component(keep_orphans=True)``.)"""
     cluster, target = setup.cluster, setup.media / "scheduler.mp4"
     output = setup.out / "scheduler.mp4"
-    run_id = cluster.trigger(pass_through(setup, target, output))
+    run_id = cluster.trigger(pass_through(setup, target, output, output_video_quality=100))  # lossless
     cluster.wait_for_worker(SWAP_TASKS.swap_command, target.as_uri())
 
     killed = cluster.kill_component("scheduler", signal.SIGKILL)
