@@ -416,14 +416,15 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     for phase, colour in (("cold", "tab:red"), ("warm", "tab:blue")):
         chosen = [row for row in runs if row["phase"] == phase]
+        names = [f"{row['face'].removesuffix('.png')}, {phase}" for row in chosen]
         left.bar(
-            [f"{row['face'].removesuffix('.png')}\n{phase}" for row in chosen],
+            names,
             [row["swap_span_task_s"] for row in chosen],
             color=colour,
             label=f"{phase}: swap_span task",
         )
         left.bar(
-            [f"{row['face'].removesuffix('.png')}\n{phase}" for row in chosen],
+            names,
             [row["seconds"] - row["swap_span_task_s"] for row in chosen],
             bottom=[row["swap_span_task_s"] for row in chosen],
             color=colour,
@@ -456,7 +457,7 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--faces", type=int, default=5, help=f"faces run through Airflow (of the {FACES} made)")
+    parser.add_argument("--faces", type=int, default=20, help=f"faces run through Airflow (of the {FACES} made)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-factory"), help="scratch folder (kept)")
     parser.add_argument("--scaling", type=Path, default=RESULTS / "scaling.json", help="bench_scaling's results")
     parser.add_argument("--model-only", action="store_true", help="keep the measured part of the existing results")
