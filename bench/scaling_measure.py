@@ -657,7 +657,7 @@ def segment_costs(
             started, started_cpu = time.perf_counter(), cpu_seconds()
 
             def commit(index: int = index, copy: Path = copy, segment: Any = segment) -> None:
-                committer.submit(segment, str(copy), segment.frame_count, None, 0.0)
+                committer.submit(segment, str(copy), segment.frame_count, {}, 0.0)
                 committer.wait()
 
             requests = counter.count(commit)

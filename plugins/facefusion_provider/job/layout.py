@@ -41,9 +41,9 @@ class WorkLayout:
     def segment_file(self, name: str) -> str:
         return storage.join(self.segments_dir, name)
 
-    def segment_preview(self, index: int) -> str:
-        """The segment's first frame, original above output: the merge builds its preview from a few of these."""
-        return storage.join(self.segments_dir, f"{index:05d}.preview.jpg")
+    def frame_preview(self, number: int) -> str:
+        """A preview frame, original above output, stored by its segment: the merge lays these side by side."""
+        return storage.join(self.segments_dir, f"preview-{number:08d}.jpg")
 
     @property
     def claims_dir(self) -> str:
@@ -70,12 +70,11 @@ def segment_file_name(index: int, writer: str) -> str:
 
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:
-    """``(index, kind)`` of a file in ``segments/``: kind ``marker``, ``preview`` or ``video``; None for others."""
+    """``(index, kind)`` of a segment's file in ``segments/``: kind ``marker`` or ``video``; None for others."""
     stem, _, extension = name.partition(".")
     if not stem.isdigit():
         return None
-    kinds = {"json": "marker", "preview.jpg": "preview"}
-    kind = kinds.get(extension, "video" if extension.endswith(".mp4") else "")
+    kind = "marker" if extension == "json" else "video" if extension.endswith(".mp4") else ""
     return (int(stem), kind) if kind else None
 
 

@@ -1,7 +1,7 @@
 """The preview image: a contact sheet with a few original frames on top and the same output frames below.
 
-Each segment keeps a thumbnail pair of its first frame (original over output) when it is processed, where both frames are
-at hand; the merge lays a few of them side by side, so the preview costs no decoding at merge time.
+A few frames spread over the video keep a thumbnail pair (original over output) when their segment is processed, where
+both frames are at hand; the merge lays them side by side, so the preview costs no decoding at merge time.
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int
     return encode_image(_sheet([[_thumbnail(original, rotation)], [_thumbnail(output, rotation)]]))
 
 
-def preview_segments(segment_count: int, samples: int = PREVIEW_SAMPLES) -> list[int]:
-    """Indexes of the segments whose thumbnails the preview shows: the first, the last and evenly between."""
-    if segment_count <= samples:
-        return list(range(segment_count))
-    step = (segment_count - 1) / (samples - 1)
-    return [round(i * step) for i in range(samples)]
+def preview_frames(frame_start: int, frame_end: int, samples: int = PREVIEW_SAMPLES) -> list[int]:
+    """The frames the preview shows: the middle of each of ``samples`` equal parts of ``[frame_start, frame_end)``,
+    however many segments those frames fall in (every frame of a shorter video)."""
+    count = frame_end - frame_start
+    if count <= samples:
+        return list(range(frame_start, frame_end))
+    return [frame_start + (2 * part + 1) * count // (2 * samples) for part in range(samples)]
 
 
 def contact_sheet(columns: list[MediaSource]) -> bytes:
     """JPEG of the thumbnail pairs ``columns`` (from ``thumbnail_pair``) side by side."""
-    images = [read_image(column, "segment thumbnail") for column in columns]
+    images = [read_image(column, "preview thumbnail") for column in columns]
     return encode_image(_sheet([images]))
 
 

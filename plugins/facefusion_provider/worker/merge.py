@@ -229,18 +229,18 @@ def _verify_output(spec: JobSpec, output_uri: str, output: MediaSource) -> None:
 
 
 def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
-    """The contact sheet from the thumbnail pairs that a few segments stored when they were processed."""
-    from facefusion_provider.media.preview import contact_sheet, preview_segments
+    """The contact sheet from the thumbnail pairs that the segments stored for the preview frames they hold."""
+    from facefusion_provider.media.preview import contact_sheet, preview_frames
 
     columns: list[MediaSource] = []
-    for index in preview_segments(len(spec.segments)):
-        uri = layout.segment_preview(index)
+    for number in preview_frames(spec.frame_start, spec.frame_end):
+        uri = layout.frame_preview(number)
         if storage.exists(uri):
             columns.append(io.BytesIO(storage.read_bytes(uri)))
         else:
-            logger.warning("segment %d has no thumbnail (%s); the preview leaves it out", index, uri)
+            logger.warning("preview frame %d has no thumbnail (%s); the preview leaves it out", number, uri)
     if not columns:
-        raise InvalidJobError(f"work {spec.work_id}: no segment has a thumbnail for the preview; rerun its segments")
+        raise InvalidJobError(f"work {spec.work_id}: no preview frame has a thumbnail; rerun its segments")
     return contact_sheet(columns)
 
 

@@ -94,7 +94,7 @@ class SegmentFrames:
     """The frames of the segments ``picker`` hands out, decoded by seeking only where the next segment does not
     follow the last one; a segment's frames are asked for only once its predecessor's last frame has been handed on.
 
-    The first original frame of each preview segment is kept for its thumbnail pair.
+    The original of each preview frame is kept for its thumbnail pair.
     """
 
     def __init__(
@@ -104,13 +104,13 @@ class SegmentFrames:
         name: str,
         *,
         stats: DecodeStats,
-        preview_segments: Sequence[int],
+        preview_frames: Sequence[int],
         metrics: WorkerMetrics,
     ) -> None:
         self._picker, self._target, self._name, self._stats = picker, target, name, stats
         self._metrics = metrics
-        self._preview = frozenset(preview_segments)
-        self.originals: dict[int, av.VideoFrame] = {}  # first frame number of a preview segment -> its original
+        self._preview = frozenset(preview_frames)
+        self.originals: dict[int, av.VideoFrame] = {}  # preview frame number -> its original
         self.taken: list[int] = []
 
     def stream(self) -> Generator[av.VideoFrame, None, None]:
@@ -134,7 +134,7 @@ class SegmentFrames:
                     frame = next(decoder)
                     self._metrics.stage_seconds("decode", time.perf_counter() - began)
                     self._metrics.frames("decode")
-                    if number == segment.start and segment.index in self._preview:
+                    if number in self._preview:
                         self.originals[number] = frame
                     yield frame
                 previous = segment.index
@@ -174,7 +174,9 @@ class Committer:
         self._pending: list[Future[None]] = []
         self._slots = threading.Semaphore(COMMITS_AHEAD)
 
-    def submit(self, segment: Segment, path: str, frame_count: int, thumbnails: bytes | None, encode_s: float) -> None:
+    def submit(
+        self, segment: Segment, path: str, frame_count: int, thumbnails: dict[int, bytes], encode_s: float
+    ) -> None:
         self._raise_failed()
         self._slots.acquire()
         future = self._executor.submit(self._commit, segment, path, frame_count, thumbnails, encode_s)
@@ -210,7 +212,9 @@ class Committer:
                 future.result()
         self._pending = [future for future in self._pending if not future.done()]
 
-    def _commit(self, segment: Segment, path: str, frame_count: int, thumbnails: bytes | None, encode_s: float) -> None:
+    def _commit(
+        self, segment: Segment, path: str, frame_count: int, thumbnails: dict[int, bytes], encode_s: float
+    ) -> None:
         began = time.perf_counter()
         try:
             if frame_count != segment.frame_count:
@@ -220,8 +224,8 @@ class Committer:
             name = segment_file_name(segment.index, self.claims.holder)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
             storage.put_file_atomic(path, self.layout.segment_file(name))
-            if thumbnails is not None:
-                storage.write_bytes_atomic(self.layout.segment_preview(segment.index), thumbnails)
+            for number, thumbnail in thumbnails.items():
+                storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
             upload_s = time.perf_counter() - began
             marker = SegmentMarker(
                 work_id=self.spec.work_id,
@@ -279,7 +283,7 @@ class SegmentWriter:
         committer: Committer,
         frames: SegmentFrames,
         *,
-        preview_segments: Sequence[int],
+        preview_frames: Sequence[int],
         metrics: WorkerMetrics,
         progress: Progress,
         own: range,
@@ -288,12 +292,12 @@ class SegmentWriter:
         self.spec, self.folder, self.committer, self.frames = spec, folder, committer, frames
         self._metrics, self._progress, self._own = metrics, progress, own
         self._faces_swapped, self._faces_seen = faces_swapped, faces_swapped()
-        self._preview = frozenset(preview_segments)
+        self._preview = frozenset(preview_frames)
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
         self._encoder: VideoEncoder | None = None
         self._segment: Segment | None = None
-        self._thumbnails: bytes | None = None
+        self._thumbnails: dict[int, bytes] = {}  # the open segment's preview frames
         self._opened = 0.0
         self.frames_encoded = 0
 
@@ -307,8 +311,8 @@ class SegmentWriter:
                 f"frame {number} of segment {segment.index} arrived before segment {self._segment.index} was complete"
             )
         assert self._encoder is not None
-        if number == segment.start and segment.index in self._preview:
-            self._thumbnails = self._thumbnail(number, frame)
+        if number in self._preview and (thumbnail := self._thumbnail(number, frame)) is not None:
+            self._thumbnails[number] = thumbnail
         began = time.perf_counter()
         self._encoder.encode(frame, pts)
         self._metrics.stage_seconds("encode", time.perf_counter() - began)
@@ -332,7 +336,7 @@ class SegmentWriter:
         from facefusion_provider.media.merge import segment_pts_offset
 
         probe = self.spec.probe
-        self._segment, self._thumbnails, self._opened = segment, None, time.perf_counter()
+        self._segment, self._thumbnails, self._opened = segment, {}, time.perf_counter()
         self._encoder = VideoEncoder(
             os.path.join(self.folder, f"{segment.index:05d}.mp4"),
             encoder_settings(self.spec.options, probe),

@@ -117,7 +117,7 @@ def work_segments(
     owner: str = "",
 ) -> SpanResult:
     from facefusion_provider.media.decode import DecodeStats
-    from facefusion_provider.media.preview import preview_segments
+    from facefusion_provider.media.preview import preview_frames
     from facefusion_provider.worker.pipeline import run_pipeline
 
     began = time.perf_counter()
@@ -130,7 +130,7 @@ def work_segments(
     metrics = worker_metrics({JOB_ID: spec.work_id})
     claims = SegmentClaims(layout, owner=owner)
     picker = SegmentPicker(spec, own, claims, layout)
-    previews = preview_segments(len(spec.segments))
+    previews = preview_frames(spec.frame_start, spec.frame_end)
     decoding = DecodeStats()
     frames_done = 0
     own_frames = [spec.segments[index].frame_count for index in own]
@@ -162,14 +162,14 @@ def work_segments(
                     time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
                     continue
                 frames = SegmentFrames(
-                    picker, target, target_uri, stats=decoding, preview_segments=previews, metrics=metrics
+                    picker, target, target_uri, stats=decoding, preview_frames=previews, metrics=metrics
                 )
                 writer = SegmentWriter(
                     spec,
                     folder,
                     committer,
                     frames,
-                    preview_segments=previews,
+                    preview_frames=previews,
                     metrics=metrics,
                     progress=people,
                     own=own,

@@ -61,7 +61,7 @@ def test_layout(tmp_path: Path) -> None:
     assert analysis.segment_faces(3).endswith("/analysis/xyz/segments/00003.faces.npz")
     assert parse_segment_name("00007.json") == (7, "marker")
     assert parse_segment_name("00007.w1.mp4") == (7, "video")
-    assert parse_segment_name("00007.preview.jpg") == (7, "preview")
+    assert parse_segment_name("preview-00000037.jpg") is None  # a preview frame, not a segment's file
     assert parse_segment_name(".tmp-00007.json") is None
     assert parse_segment_name("00007.w1.mp4.tmp-123") is None
     assert parse_claim_name("00007.0002.json") == (7, 2)

@@ -10,17 +10,17 @@ import numpy as np
 from facefusion_provider import worker
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import read_image, rgb_array
-from facefusion_provider.media.preview import GAP, preview_segments
+from facefusion_provider.media.preview import GAP, preview_frames
 from facefusion_provider.media.probe import probe_video
 
 from .conftest import MakeVideo
 
 
-def test_preview_shows_the_first_last_and_evenly_spread_segments() -> None:
-    assert preview_segments(1) == [0]
-    assert preview_segments(3) == [0, 1, 2]
-    assert preview_segments(10) == [0, 3, 6, 9]
-    assert preview_segments(14) == [0, 4, 9, 13]
+def test_preview_shows_the_middle_of_four_equal_parts_of_the_frames() -> None:
+    assert preview_frames(0, 300) == [37, 112, 187, 262]  # one 300-frame segment still gives four columns
+    assert preview_frames(100, 108) == [101, 103, 105, 107]  # a trimmed range
+    assert preview_frames(0, 3) == [0, 1, 2]
+    assert preview_frames(0, 1) == [0]
 
 
 def test_preview_shows_originals_over_outputs(make_video: MakeVideo, tmp_path: Path) -> None:
@@ -28,9 +28,9 @@ def test_preview_shows_originals_over_outputs(make_video: MakeVideo, tmp_path: P
     result = worker.run([], target, str(tmp_path / "out.mp4"), str(tmp_path / "work"), processors=[], segment_size=8)
     sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview")
     pair_height, pair_width = 2 * 64 + 3 * GAP, 96 + 2 * GAP  # each segment's pair has its own border
-    assert sheet.shape == (pair_height + 2 * GAP, 3 * pair_width + 4 * GAP, 3)
+    assert sheet.shape == (pair_height + 2 * GAP, 4 * pair_width + 5 * GAP, 3)
     probe = probe_video(target, target)
-    for column, index in enumerate((0, 8, 16)):  # the first frame of each of the 3 segments
+    for column, index in enumerate((3, 9, 15, 21)):  # the middles of four equal parts, over three segments
         x = 2 * GAP + column * (pair_width + GAP)
         original = rgb_array(decode_frame(target, probe, index, target)).astype(int)
         top = sheet[2 * GAP : 2 * GAP + 64, x : x + 96].astype(int)
@@ -43,4 +43,5 @@ def test_preview_is_upright_for_rotated_video(make_video: MakeVideo, tmp_path: P
     target = make_video(frames=4, width=96, height=64, rotation=90)
     worker.run([], target, str(tmp_path / "out.mp4"), str(tmp_path / "work"), processors=[])
     sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview")
-    assert sheet.shape == (2 * 96 + 5 * GAP, 64 + 4 * GAP, 3)  # one segment, its frames turned upright (96 high)
+    # Four frames, one segment: a column each, turned upright (96 high).
+    assert sheet.shape == (2 * 96 + 5 * GAP, 4 * (64 + 2 * GAP) + 5 * GAP, 3)
