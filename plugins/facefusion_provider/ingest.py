@@ -252,11 +252,13 @@ def find_jobs(
 def _one_job_per_output(jobs: Sequence[Job]) -> tuple[list[Job], list[JobReport]]:
     """Jobs that would write one output (two faces named alike, two manifest lines) are all reported and none starts:
     which of them should win is the user's to say."""
-    distinct = list({job.job_id: job for job in reversed(jobs)}.values())[::-1]  # the same job found twice is one
+    distinct: dict[str, Job] = {}
+    for job in jobs:
+        distinct.setdefault(job.job_id, job)  # the same job found twice is one job
     by_output: dict[str, list[Job]] = {}
-    for job in distinct:
+    for job in distinct.values():
         by_output.setdefault(str(job.conf["output_uri"]), []).append(job)
-    kept = [job for job in distinct if len(by_output[str(job.conf["output_uri"])]) == 1]
+    kept = [job for job in distinct.values() if len(by_output[str(job.conf["output_uri"])]) == 1]
     reports = [
         JobReport(
             job.label,
