@@ -29,7 +29,7 @@ DEFAULT_SCHEDULE = "*/15 * * * *"
 LEDGER_FOLDER_NAME = ".facefusion-ledger/"
 OPTIONS_SECTION = "Swap options (every run)"
 LIMITS_SECTION = "Limits and retries"
-# The swap tasks whose failure XCom says a run failed on bad input (a span's map indexes come from plan's list).
+# The swap tasks whose failure XCom says why a run failed for good (a span's map indexes come from plan's list).
 FAILING_TASKS = ("validate", "prepare", "plan", "merge")
 
 INPUT_FIELDS = (
