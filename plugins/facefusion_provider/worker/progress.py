@@ -28,6 +28,7 @@ class Progress:
         done: int = 0,
         every_s: float = DEFAULT_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        faces_per_frame: Callable[[], float | None] | None = None,
     ) -> None:
         self.total = total
         self.done = done
@@ -37,6 +38,7 @@ class Progress:
         self._started = self._last_line = clock()
         self._frames = 0  # this process's
         self._faces = 0
+        self._faces_per_frame = faces_per_frame  # counted where the frames are processed, when given
 
     @property
     def remaining(self) -> int:
@@ -59,8 +61,11 @@ class Progress:
         fps = self._frames / elapsed if elapsed > 0 else 0.0
         percent = 100 * self.done / self.total if self.total else 100.0
         parts = [f"frames {self.done:,}/{self.total:,} ({percent:.1f} %)", f"{people_number(fps)} fps"]
-        if self._frames:
-            per_frame = people_number(self._faces / self._frames)
+        ratio = (
+            self._faces_per_frame() if self._faces_per_frame else self._faces / self._frames if self._frames else None
+        )
+        if ratio is not None:
+            per_frame = people_number(ratio)
             parts.append(f"{per_frame} {'face' if per_frame == '1' else 'faces'}/frame")
         parts.append(f"ETA {people_duration(self.remaining / fps)}" if fps > 0 else "ETA unknown")
         return ", ".join(parts)

@@ -287,11 +287,9 @@ class SegmentWriter:
         metrics: WorkerMetrics,
         progress: Progress,
         own: range,
-        faces_swapped: Callable[[], int],
     ) -> None:
         self.spec, self.folder, self.committer, self.frames = spec, folder, committer, frames
         self._metrics, self._progress, self._own = metrics, progress, own
-        self._faces_swapped, self._faces_seen = faces_swapped, faces_swapped()
         self._preview = frozenset(preview_frames)
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
@@ -318,10 +316,8 @@ class SegmentWriter:
         self._metrics.stage_seconds("encode", time.perf_counter() - began)
         self._metrics.frames("encode")
         self.frames_encoded += 1
-        swapped = self._faces_swapped()
-        faces, self._faces_seen = swapped - self._faces_seen, swapped
         if segment.index in self._own:
-            self._progress.frames_done(1, faces)  # a batch's faces arrive with its first frame: the ratio evens out
+            self._progress.frames_done(1)
         if self._encoder.frame_count == segment.frame_count:
             self._finish()
 

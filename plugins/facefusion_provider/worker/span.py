@@ -97,9 +97,13 @@ class FrameProcessors:
             self._processor = AnalysedProcessor(engine, self._spec, layout, metrics)
         return self._processor
 
-    def faces_swapped(self) -> int:
-        """Faces swapped by this process so far (0 before the processor is built)."""
-        return self._processor.engine.stats.swapped if self._processor is not None else 0
+    def faces_per_frame(self) -> float | None:
+        """Faces swapped per frame processed so far by this process; None before any frame."""
+        if self._processor is None:
+            return None
+        counts = self._processor.counts
+        frames = counts.analysed_frames + counts.reused_frames
+        return self._processor.engine.stats.swapped / frames if frames else None
 
     @property
     def analysis(self) -> AnalysisCounts:
@@ -135,7 +139,12 @@ def work_segments(
     frames_done = 0
     own_frames = [spec.segments[index].frame_count for index in own]
     done_frames = sum(count for index, count in zip(own, own_frames, strict=True) if index in state.committed)
-    people = Progress(sum(own_frames), emit=lambda line: logger.info("span %d: %s", span, line), done=done_frames)
+    people = Progress(
+        sum(own_frames),
+        emit=lambda line: logger.info("span %d: %s", span, line),
+        done=done_frames,
+        faces_per_frame=processors.faces_per_frame,
+    )
     metrics.frames_remaining(people.remaining)
     with claims.renewing(), scratch_folder("span-") as folder, storage.open_input(target_uri) as target:
         progress = SpanProgress(
@@ -173,7 +182,6 @@ def work_segments(
                     metrics=metrics,
                     progress=people,
                     own=own,
-                    faces_swapped=processors.faces_swapped,
                 )
                 stream = frames.stream()
                 try:
