@@ -4,7 +4,9 @@ A run writes ``runs/KEY.json`` before it uses the work, and cleanup removes the 
 a lease. The two race safely by writing first and looking second, on both sides: cleanup creates ``deleting.json``
 (exclusively) and then lists the leases; a run writes its lease and then looks for ``deleting.json``. Whatever the
 interleaving, either the cleanup sees the lease and keeps the work, or the run sees the deletion, waits for it to end
-and writes its lease again (the deletion may have removed it); the run then rebuilds what it needs.
+and writes its lease again (the deletion may have removed it); the run then rebuilds what it needs. Two cleanups at
+once: the second waits for the first's ``deleting.json`` to go and decides again, as the first may have kept the work
+for the lease the second had only just released.
 """
 
 from __future__ import annotations
@@ -60,17 +62,32 @@ def leases(layout: WorkLayout) -> dict[str, RunLease]:
     return found
 
 
-def remove_if_unused(layout: WorkLayout, run_key: str, is_live: Callable[[RunLease], bool]) -> list[str]:
+def remove_if_unused(
+    layout: WorkLayout, run_key: str, is_live: Callable[[RunLease], bool], *, wait: float = DELETION_WAIT_SECONDS
+) -> list[str]:
     """Remove the work unless another run holding a lease is live (``is_live``); returns the keys of those runs
-    (empty: the work was removed, or another cleanup is removing it now)."""
+    (empty: the work was removed).
+
+    Another run's cleanup deciding at the same time may keep the work for the lease this run has just released, so
+    this one waits for it to finish and decides again."""
+    deadline = time.monotonic() + wait
     marker = Deleting(run_key=run_key, started_at=datetime.now(UTC))
-    if not storage.write_bytes_exclusive(layout.deleting, marker.model_dump_json().encode()):
+    while not storage.write_bytes_exclusive(layout.deleting, marker.model_dump_json().encode()):
         deleting = _deletion(layout)
-        if deleting is not None and datetime.now(UTC) - deleting.started_at <= STALE_DELETION:
-            logger.info("%s: run %s is already removing it", layout.work_uri, deleting.run_key)
-            return []
-        storage.delete(layout.deleting)  # a cleanup that died mid-way: start again
-        return remove_if_unused(layout, run_key, is_live)
+        if deleting is None:
+            continue  # it ended between our two looks
+        if datetime.now(UTC) - deleting.started_at > STALE_DELETION:
+            storage.delete(layout.deleting)  # a cleanup that died mid-way: start again
+            continue
+        if time.monotonic() > deadline:
+            logger.info(
+                "%s: run %s is still deciding after %.0f s; left to it", layout.work_uri, deleting.run_key, wait
+            )
+            return [deleting.run_key]
+        logger.info(
+            "%s: run %s is deciding whether to remove it; deciding again after it", layout.work_uri, deleting.run_key
+        )
+        time.sleep(POLL_SECONDS)
     try:
         holders = [key for key, lease in leases(layout).items() if key != run_key and is_live(lease)]
         if holders:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -54,6 +55,31 @@ def test_a_run_waits_for_a_removal_in_progress_then_holds_the_work(layout: WorkL
     storage.write_bytes_atomic(layout.deleting, stale.model_dump_json().encode())
     leases.hold(layout, "a", _lease("a"), wait=1.5)  # a marker that old belongs to a cleanup that died
     assert not storage.exists(layout.deleting) and set(leases.leases(layout)) == {"a"}
+
+
+def test_a_cleanup_that_finds_another_deciding_waits_and_decides_again(layout: WorkLayout) -> None:
+    """Two runs' cleanups at once: a's looked while b still held its lease and keeps the work; b, finding a's deletion
+    marker, must not give up (nobody would remove the work), but decide again once a is done."""
+    leases.hold(layout, "b", _lease("b"))
+    storage.write_bytes_atomic(
+        layout.deleting, Deleting(run_key="a", started_at=datetime.now(UTC)).model_dump_json().encode()
+    )
+    leases.release(layout, "b")
+    finished = threading.Timer(0.5, storage.delete, [layout.deleting])  # a ends: the work kept for b's lease
+    finished.start()
+    try:
+        assert leases.remove_if_unused(layout, "b", is_live=lambda lease: True) == []
+    finally:
+        finished.join()
+    assert not _folder(layout).exists()
+    storage.write_bytes_atomic(layout.job_json, b"{}")
+    storage.write_bytes_atomic(
+        layout.deleting, Deleting(run_key="a", started_at=datetime.now(UTC)).model_dump_json().encode()
+    )
+    assert leases.remove_if_unused(layout, "b", is_live=lambda lease: True, wait=0.2) == [
+        "a"
+    ]  # a never ends: left to it
+    assert storage.exists(layout.job_json)
 
 
 RACE = textwrap.dedent(
