@@ -51,6 +51,7 @@ class AnalysedProcessor:
         self._pending: dict[int, dict[int, list[Face]]] = {}  # segment -> frame number -> faces found here
         self._seconds = dict(self.engine.stats.seconds)
         self._faces = (self.engine.stats.detected, self.engine.stats.swapped)
+        self.swapped_so_far = (0, 0)  # (frames, faces swapped) after the last whole batch: one value, read by progress
 
     def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]:
         numbers = [self._numbers[p] for p in pts]
@@ -119,4 +120,6 @@ class AnalysedProcessor:
         self.metrics.faces("detected", detected - self._faces[0])
         self.metrics.faces("swapped", swapped - self._faces[1])
         self.metrics.frames("swap", frames)
+        done, faces = self.swapped_so_far
+        self.swapped_so_far = (done + frames, faces + swapped - self._faces[1])
         self._seconds, self._faces = seconds, (detected, swapped)

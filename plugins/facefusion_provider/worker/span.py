@@ -99,11 +99,8 @@ class FrameProcessors:
 
     def faces_per_frame(self) -> float | None:
         """Faces swapped per frame processed so far by this process; None before any frame."""
-        if self._processor is None:
-            return None
-        counts = self._processor.counts
-        frames = counts.analysed_frames + counts.reused_frames
-        return self._processor.engine.stats.swapped / frames if frames else None
+        frames, faces = self._processor.swapped_so_far if self._processor is not None else (0, 0)
+        return faces / frames if frames else None
 
     @property
     def analysis(self) -> AnalysisCounts:
