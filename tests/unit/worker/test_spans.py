@@ -132,7 +132,9 @@ def test_a_fast_worker_takes_the_tail_of_a_slow_span(make_video: MakeVideo, tmp_
     alone = 8 * SEGMENT * delay  # the slow span's frames on the slow worker: what the run waits for without balancing
     assert fast_result["stolen"] >= 2 and slow_result["committed"] + fast_result["committed"] == 16
     # The slow worker's own time (from its start, which a busy machine may delay) is the run's critical path.
-    assert slow_result["timings"]["total_s"] < 0.75 * alone, (slow_result, fast_result)
+    # A slow worker that a busy machine started after the fast one had taken everything found its span done: 0 s.
+    slow_total = 0.0 if slow_result["skipped"] else slow_result["timings"]["total_s"]
+    assert slow_total < 0.75 * alone, (slow_result, fast_result)
     output = tmp_path / "out.mp4"
     worker.merge(work_uri, target, str(output))
     assert _digests(output) == _digests(target)
