@@ -221,6 +221,15 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "6",
     ),
     SettingSpec(
+        "help_other_runs_seconds",
+        "float",
+        "0",
+        "A swap_span worker whose own run has nothing left to claim works other live runs' free segments (same "
+        "models, same work_root) for at most this long before it exits, so a batch of short runs keeps its GPUs busy "
+        "instead of starting a pod per run; its own run's merge waits that long at most. 0: it exits at once.",
+        "600",
+    ),
+    SettingSpec(
         "allowed_input_prefixes",
         "string",
         "",
@@ -354,6 +363,7 @@ class FaceFusionSettings:
     span_wave: int
     max_active_spans_per_run: int
     batch_max_active_spans: int
+    help_other_runs_seconds: float
     allowed_input_prefixes: tuple[str, ...]
     allowed_output_prefixes: tuple[str, ...]
     keep_failed_work: timedelta
@@ -380,6 +390,7 @@ class FaceFusionSettings:
             span_wave=_number(raw, "span_wave", int, minimum=0) or _number(raw, "chunk_wave", int, minimum=0),
             max_active_spans_per_run=_number(raw, "max_active_spans_per_run", int, minimum=1),
             batch_max_active_spans=_number(raw, "batch_max_active_spans", int, minimum=0),
+            help_other_runs_seconds=_number(raw, "help_other_runs_seconds", float, minimum=0.0),
             allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
             allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
             keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),

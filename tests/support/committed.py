@@ -1,15 +1,16 @@
 """Work folders as the DAG makes them, for tests on any store: the content-addressed work URI of some inputs, a work
-with every segment committed, and the file a segment's marker names."""
+with every segment committed, the file a segment's marker names, and a run's lease."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from facefusion_provider import storage, worker
 from facefusion_provider.job.ids import work_id
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JobSpec, SegmentMarker
+from facefusion_provider.job.records import JobSpec, RunLease, SegmentMarker
 from facefusion_provider.options import Options
 
 
@@ -33,3 +34,11 @@ def segment_file_uri(work_uri: str, index: int) -> str:
     layout = WorkLayout(work_uri)
     marker = SegmentMarker.model_validate_json(storage.read_bytes(layout.segment_marker(index)))
     return layout.segment_file(marker.file)
+
+
+def run_lease(target: str, *, age: timedelta = timedelta(0)) -> RunLease:
+    """The lease ``validate`` writes for a run from Airflow over ``target``, started ``age`` ago."""
+    started = datetime.now(UTC) - age
+    return RunLease(
+        dag_id="facefusion_swap", run_id="run", output_uri="file:///out.mp4", created_at=started, target_uri=target
+    )

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's cleanup to finish removing the work
 STALE_DELETION = timedelta(minutes=10)  # a deletion marker this old belongs to a cleanup that died
 POLL_SECONDS = 1.0
+# How long a span worker done with its own run works other live runs' segments (worker/helping.py; 0 or unset: none).
+HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
 
 
 def hold(layout: WorkLayout, run_key: str, lease: RunLease, *, wait: float = DELETION_WAIT_SECONDS) -> None:

@@ -122,6 +122,7 @@ class RunLease(_Record):
     run_id: str
     output_uri: str
     created_at: datetime
+    target_uri: str = ""  # this run's path to the target: a worker with nothing left of its own run helps this one
 
 
 class Deleting(_Record):

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from facefusion_provider.exceptions import NON_RETRYABLE_EXIT_CODES, NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.operators.run_metrics import worker_metric_environment
 from facefusion_provider.options import Options, options_to_argv
 from facefusion_provider.settings import load_settings
@@ -70,6 +71,8 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") ->
     }
     if key:
         env[TASK_KEY_VARIABLE] = key
+    if settings.help_other_runs_seconds > 0:
+        env[HELP_SECONDS_VARIABLE] = f"{settings.help_other_runs_seconds:g}"
     if faults := environ.get(FAULTS_VARIABLE):
         env[FAULTS_VARIABLE] = faults
     return env

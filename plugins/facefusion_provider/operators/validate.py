@@ -185,7 +185,11 @@ class ValidateSwapConfOperator(BaseOperator):
             )
         key = run_key(dag_run.dag_id, dag_run.run_id)
         lease = RunLease(
-            dag_id=dag_run.dag_id, run_id=dag_run.run_id, output_uri=ticket["output_uri"], created_at=datetime.now(UTC)
+            dag_id=dag_run.dag_id,
+            run_id=dag_run.run_id,
+            output_uri=ticket["output_uri"],
+            created_at=datetime.now(UTC),
+            target_uri=ticket["target_uri"],
         )
         hook.hold_work(ticket["work_uri"], key, lease)
         self.log.info("Work %s in %s (run key %s)", ticket["work_id"], ticket["work_uri"], key)

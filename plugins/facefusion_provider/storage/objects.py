@@ -152,6 +152,20 @@ def list_files(prefix_uri: str) -> list[StoredObject]:
     return objects
 
 
+def list_folders(prefix_uri: str) -> list[str]:
+    """The URIs of the folders directly under ``prefix_uri`` (one delimited listing on S3), sorted; an absent prefix
+    lists nothing."""
+    fs, path = filesystem(prefix_uri)
+    scheme = urlparse(prefix_uri).scheme
+    with storage_errors(prefix_uri, fs, missing_is_input=False):
+        try:
+            found = fs.ls(path, detail=True, refresh=True) if scheme == "s3" else fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+    names = sorted(str(info["name"]).rstrip("/") for info in found if info.get("type") == "directory")
+    return [f"{scheme}://{name}" if scheme == "s3" else fs.unstrip_protocol(name) for name in names]
+
+
 def _stored_object(uri: str, info: dict[str, Any]) -> StoredObject:
     size = int(info.get("size") or 0)
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"')

@@ -63,7 +63,11 @@ def run(
     layout = WorkLayout.under(work_root or default_work_root(), work)
     run_key = f"cli-{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     lease = RunLease(
-        dag_id="facefusion-worker run", run_id=run_key, output_uri=uris.output_uri, created_at=datetime.now(UTC)
+        dag_id="facefusion-worker run",
+        run_id=run_key,
+        output_uri=uris.output_uri,
+        created_at=datetime.now(UTC),
+        target_uri=uris.target_uri,
     )
     leases.hold(layout, run_key, lease)
     try:

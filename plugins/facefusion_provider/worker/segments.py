@@ -52,14 +52,18 @@ class SegmentPicker:
     claims: SegmentClaims
     layout: WorkLayout
     scan: Callable[[WorkLayout], WorkState] = scan_work
+    deadline: float | None = None  # time.monotonic() after which it hands out no more segments (helping other runs)
     stolen: set[int] = field(default_factory=set)
 
     def has_free(self, state: WorkState) -> bool:
         return any(self.claims.is_free(segment.index, state) for segment in self.spec.segments)
 
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def take(self, after: int | None) -> Segment | None:
         """Claim and return the next segment to work on (the one after ``after`` when it is free), or None."""
-        while True:
+        while not self.past_deadline():
             state = self.scan(self.layout)
             candidates = self._candidates(state, after)
             if not candidates:
@@ -71,9 +75,11 @@ class SegmentPicker:
                         continue
                     if index not in self.own:
                         self.stolen.add(index)
-                        logger.info("segment %d: taken from another span's tail (balancing)", index)
+                        if self.own:
+                            logger.info("segment %d: taken from another span's tail (balancing)", index)
                     return self.spec.segments[index]
             # Every candidate was claimed by someone else since the listing: look again.
+        return None
 
     def _candidates(self, state: WorkState, after: int | None) -> list[int]:
         def free(index: int) -> bool:

@@ -4,17 +4,19 @@ Models load once; frames stream through the pipeline without a pause at segment 
 (file, then marker) as soon as its last frame is encoded, its upload overlapping the next segment's work. A retry, a
 cleared task or a new run over the same work starts at the first uncommitted segment of the span. When its own span
 has nothing left to claim, the worker takes segments from the tail of the span with the most work left; the task
-succeeds once every segment of its own span is committed, by whoever.
+succeeds once every segment of its own span is committed, by whoever. Where the deployment allows it, the worker then
+helps other live runs for a while before it exits (``worker/helping.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, InvalidOptionError
 from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, scan_work
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.job.progress import SpanProgress
@@ -22,6 +24,7 @@ from facefusion_provider.job.records import JobSpec, Segment
 from facefusion_provider.metric_names import JOB_ID
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
+from facefusion_provider.worker.helping import LiveWork, help_seconds, live_works, same_models
 from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.scratch import scratch_folder
@@ -47,6 +50,8 @@ class SpanResult:
     skipped: bool  # nothing to do: the span was committed already
     analysed_frames: int = 0  # frames whose faces this worker detected (not in the target's stored analysis)
     analysis_reused_frames: int = 0  # frames whose faces came from the stored analysis
+    helped_runs: int = 0  # other runs' works this worker committed segments of, its own span done
+    helped_segments: int = 0  # segments it committed there (not counted in ``committed``)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -70,7 +75,66 @@ def swap_span(
             f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
         )
     processors = FrameProcessors(spec, models_dir, work_root_of(layout))
-    return work_segments(spec, layout, target_uri, range(first, last), processors, span=span, owner=owner)
+    result = work_segments(spec, layout, target_uri, range(first, last), processors, span=span, owner=owner)
+    budget = help_seconds()
+    if budget <= 0:
+        return result
+    began = time.perf_counter()
+    helped = help_other_runs(spec, layout, models_dir, owner=owner, deadline=time.monotonic() + budget)
+    timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
+    return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)
+
+
+@dataclass
+class Helped:
+    runs: int = 0  # works of other runs this worker committed segments of
+    segments: int = 0
+
+
+def help_other_runs(
+    spec: JobSpec, layout: WorkLayout, models_dir: str | None, *, owner: str, deadline: float
+) -> Helped:
+    """Work the free segments of other live runs with the same models, oldest run first, until none is left or
+    ``deadline`` (``time.monotonic()``) passes. A run this worker cannot help (its target unreadable here, a broken
+    work) is left to its own tasks: helping never fails this worker's task."""
+    work_root = work_root_of(layout)
+    helped, given_up = Helped(), set[str]()
+    while time.monotonic() < deadline:
+        committed = 0
+        for other in live_works(work_root, besides=spec.work_id, now=datetime.now(UTC)):
+            if time.monotonic() >= deadline:
+                break
+            if other.layout.work_id in given_up:
+                continue
+            try:
+                result = _help(other, spec, models_dir, work_root, owner=owner, deadline=deadline)
+            except FaceFusionError as error:
+                logger.warning("work %s: not helped (%s)", other.layout.work_id, error)
+                given_up.add(other.layout.work_id)
+                continue
+            helped.runs += result > 0
+            helped.segments += result
+            committed += result
+        if not committed:
+            break  # nothing free anywhere (or nothing this worker may take): exit
+    logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
+    return helped
+
+
+def _help(
+    other: LiveWork, spec: JobSpec, models_dir: str | None, work_root: str, *, owner: str, deadline: float
+) -> int:
+    """Segments committed in ``other``'s work (0: nothing to take there, or other models)."""
+    try:
+        other_spec = load_job(other.layout)
+    except InvalidJobError:
+        return 0  # not prepared yet
+    if not same_models(spec.options, other_spec.options):
+        return 0
+    target_uri = checked_uris([], other.target_uri, None).target_uri
+    processors = FrameProcessors(other_spec, models_dir, work_root)  # sessions are cached: no model loads again
+    result = work_segments(other_spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
+    return result.committed
 
 
 class FrameProcessors:
@@ -116,21 +180,30 @@ def work_segments(
     *,
     span: int = 0,
     owner: str = "",
+    deadline: float | None = None,
 ) -> SpanResult:
+    """Work the segments of ``own`` (and then the tails of other spans) until every one of ``own`` is committed.
+
+    With ``own`` empty the worker is helping another run: it works that run's free segments until none is left or
+    ``deadline`` (``time.monotonic()``) passes, and waits for nobody.
+    """
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.preview import preview_frames
     from facefusion_provider.worker.pipeline import run_pipeline
 
     began = time.perf_counter()
+    helping = not own
     state = scan_work(layout)
     reused = sum(index in state.committed for index in own)
-    if reused == len(own):
+    claims = SegmentClaims(layout, owner=owner)
+    picker = SegmentPicker(spec, own, claims, layout, deadline=deadline)
+    if helping and not picker.has_free(state):
+        return _result(span, own, 0, skipped=True)
+    if not helping and reused == len(own):
         logger.info("span %d (segments %d-%d): every segment is committed already", span, own[0], own[-1])
         return _result(span, own, reused, skipped=True)
     check_conditional_writes(layout)
     metrics = worker_metrics({JOB_ID: spec.work_id})
-    claims = SegmentClaims(layout, owner=owner)
-    picker = SegmentPicker(spec, own, claims, layout)
     previews = preview_frames(spec.frame_start, spec.frame_end)
     decoding = DecodeStats()
     frames_done = 0
@@ -138,17 +211,22 @@ def work_segments(
     done_frames = sum(count for index, count in zip(own, own_frames, strict=True) if index in state.committed)
     people = Progress(
         sum(own_frames),
-        emit=lambda line: logger.info("span %d: %s", span, line),
+        emit=(lambda line: None) if helping else (lambda line: logger.info("span %d: %s", span, line)),
         done=done_frames,
         faces_per_frame=processors.faces_per_frame,
     )
-    metrics.frames_remaining(people.remaining)
+    if not helping:
+        metrics.frames_remaining(people.remaining)
     with claims.renewing(), scratch_folder("span-") as folder, storage.open_input(target_uri) as target:
         progress = SpanProgress(
             span=span, segments_committed=reused, segments_total=len(own), committed_here=0, frames_done=0
         )
 
         def report(segment: Segment) -> None:
+            metrics.segment_committed()
+            if helping:  # the span's progress (the task state store's record) is its own run's only
+                logger.info("segment %d of work %s committed (helping another run)", segment.index, spec.work_id)
+                return
             if segment.index in own:
                 progress.segments_committed += 1
             progress.committed_here += 1
@@ -156,13 +234,14 @@ def work_segments(
             logger.info("%s", progress.line())
             people.committed(segment.index)
             metrics.frames_remaining(people.remaining)
-            metrics.segment_committed()
 
         committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics)
         with committer:
             while True:
                 state = scan_work(layout)
-                if all(index in state.committed for index in own):
+                if helping and (not picker.has_free(state) or picker.past_deadline()):
+                    break
+                if all(index in state.committed for index in own) and not helping:
                     break
                 if not picker.has_free(state):
                     time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
@@ -191,8 +270,8 @@ def work_segments(
     stats = committer.stats
     total = time.perf_counter() - began
     logger.info(
-        "span %d: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
-        span,
+        "%s: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
+        f"work {spec.work_id} (helping)" if helping else f"span {span}",
         stats.committed,
         len(picker.stolen),
         reused,
@@ -201,8 +280,8 @@ def work_segments(
     )
     return SpanResult(
         span=span,
-        first=own[0],
-        last=own[-1] + 1,
+        first=own.start,
+        last=own.stop,
         committed=stats.committed,
         stolen=len(picker.stolen),
         reused=reused,
@@ -222,4 +301,4 @@ def work_segments(
 
 
 def _result(span: int, own: range, reused: int, *, skipped: bool) -> SpanResult:
-    return SpanResult(span, own[0], own[-1] + 1, 0, 0, reused, 0, 0, 0, skipped)
+    return SpanResult(span, own.start, own.stop, 0, 0, reused, 0, 0, 0, skipped)

@@ -60,6 +60,8 @@ def test_env_carries_try_number_task_and_allow_lists_and_faults_only_when_set(mo
     }
     faults = '[{"command": "swap-span", "indexes": [1]}]'
     assert worker_env(1, {"FACEFUSION_TEST_FAULTS": faults})["FACEFUSION_TEST_FAULTS"] == faults
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__HELP_OTHER_RUNS_SECONDS", "600")
+    assert worker_env(1, {})["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
 
 
 def test_a_tasks_env_adds_its_metric_labels_the_work_as_job_and_where_to_push() -> None:

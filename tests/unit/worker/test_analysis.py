@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from committed import work_uri_for
+from committed import run_lease, work_uri_for
 from matplotlib import cbook
 from PIL import Image
 from skimage import data
 
 from facefusion_provider import storage, worker
-from facefusion_provider.job.layout import AnalysisLayout
+from facefusion_provider.job import leases
+from facefusion_provider.job.layout import AnalysisLayout, WorkLayout
+from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.media.images import encode_image
 from facefusion_provider.media.readback import frame_digests
 
@@ -103,3 +105,23 @@ def _short(packed: bytes) -> bytes:
     from facefusion_provider.engine.face import pack_faces, unpack_faces
 
     return pack_faces(unpack_faces(packed)[:-1])
+
+
+def test_a_worker_done_with_its_own_run_swaps_another_face_into_another_run(
+    faces: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared, target = str(tmp_path / "shared"), _carphone()
+    mine = work_uri_for(shared, [faces["astronaut"]], target, **OPTIONS)
+    worker.prepare(mine, [faces["astronaut"]], target, **OPTIONS)
+    theirs = work_uri_for(shared, [faces["grace"]], target, **OPTIONS)
+    spec = worker.prepare(theirs, [faces["grace"]], target, **OPTIONS)
+    leases.hold(WorkLayout(theirs), "their-run", run_lease(target))  # what validate writes for a run from Airflow
+    monkeypatch.setenv(HELP_SECONDS_VARIABLE, "120")
+    helper = worker.swap_span(mine, target, 0, FRAMES // SEGMENT)
+    assert (helper.committed, helper.helped_runs, helper.helped_segments) == (FRAMES // SEGMENT, 1, len(spec.segments))
+    assert worker.swap_span(theirs, target, 0, len(spec.segments)).skipped  # their own span finds it done
+    worker.merge(theirs, target, str(tmp_path / "grace.mp4"))
+    worker.merge(mine, target, str(tmp_path / "astronaut.mp4"))
+    _swap(str(tmp_path / "fresh"), faces["grace"], tmp_path / "grace-alone.mp4")
+    assert _digests(tmp_path / "grace.mp4") == _digests(tmp_path / "grace-alone.mp4")  # their face, frame for frame
+    assert _digests(tmp_path / "grace.mp4") != _digests(tmp_path / "astronaut.mp4")

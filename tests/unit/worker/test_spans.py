@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from committed import work_uri_for
+from committed import run_lease, work_uri_for
 
 from facefusion_provider import storage, worker
+from facefusion_provider.job import leases
 from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.worker.faults import FAULTS_VARIABLE
 
@@ -23,6 +26,7 @@ from .conftest import MakeVideo
 
 SEGMENT = 8
 OPTIONS: dict[str, Any] = {"processors": [], "output_video_quality": 100, "segment_size": SEGMENT}
+MINE_AND_OTHERS = {"mine": 2, "live": 10, "old": 3, "unreadable": 4}  # segments of each run's target
 KEYFRAMES = {"preset": "ultrafast", "crf": "18", "g": str(SEGMENT)}  # a keyframe every segment: a short pre-roll
 
 
@@ -138,3 +142,24 @@ def test_a_fast_worker_takes_the_tail_of_a_slow_span(make_video: MakeVideo, tmp_
     output = tmp_path / "out.mp4"
     worker.merge(work_uri, target, str(output))
     assert _digests(output) == _digests(target)
+
+
+def test_a_worker_done_with_its_own_run_helps_other_live_runs(make_video: MakeVideo, work_root: str) -> None:
+    """Only recent runs are helped, a run whose target this worker cannot read is left alone, and the helped run's
+    own task then finds its span done."""
+    targets = {name: make_video(frames=count * SEGMENT, name=f"{name}.mp4") for name, count in MINE_AND_OTHERS.items()}
+    works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
+    for name, work_uri in works.items():
+        worker.prepare(work_uri, [], targets[name], **OPTIONS)
+    leases.hold(WorkLayout(works["live"]), "live-run", run_lease(targets["live"]))
+    leases.hold(WorkLayout(works["old"]), "old-run", run_lease(targets["old"], age=timedelta(hours=2)))
+    leases.hold(WorkLayout(works["unreadable"]), "run", run_lease(str(Path(work_root) / "gone.mp4")))
+    mine = _result(_span(works["mine"], targets["mine"], "0:2", env={HELP_SECONDS_VARIABLE: "60"}))
+    assert (mine["committed"], mine["helped_runs"], mine["helped_segments"]) == (2, 1, MINE_AND_OTHERS["live"])
+    assert len(_markers(works["live"])) == MINE_AND_OTHERS["live"]
+    assert _markers(works["old"]) == _markers(works["unreadable"]) == []
+    live = MINE_AND_OTHERS["live"]
+    assert _result(_span(works["live"], targets["live"], f"0:{live}"))["skipped"]
+    output = Path(work_root).parent / "live-swapped.mp4"
+    worker.merge(works["live"], targets["live"], str(output))
+    assert _digests(output) == _digests(targets["live"])
