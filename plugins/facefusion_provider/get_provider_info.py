@@ -36,6 +36,9 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.triggers.spans"]},
+        ],
         "hooks": [
             {
                 "integration-name": INTEGRATION,

@@ -24,6 +24,7 @@ from facefusion_provider.storage.uris import parse_prefixes
 
 SECTION = "facefusion"
 BACKENDS = ("local", "kubernetes")
+SPAN_WORKERS = ("task", "standing")
 DEFAULT_POOL = "default_pool"  # Airflow's own, present in every installation
 
 SettingType = Literal["string", "integer", "float", "boolean"]
@@ -221,6 +222,16 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "6",
     ),
     SettingSpec(
+        "span_workers",
+        "string",
+        "task",
+        "Who works the spans: `task` (each swap_span task starts its own worker, a subprocess or a pod) or `standing` "
+        "(a pool of `facefusion-worker serve` processes or pods, deploy/standing-workers.yaml, works every run's "
+        "segments with its models loaded; swap_span tasks only wait, deferred, holding no pool slot, and fail when no "
+        "standing worker has been alive for two minutes).",
+        "standing",
+    ),
+    SettingSpec(
         "help_other_runs_seconds",
         "float",
         "0",
@@ -364,6 +375,7 @@ class FaceFusionSettings:
     max_active_spans_per_run: int
     batch_max_active_spans: int
     help_other_runs_seconds: float
+    span_workers: str
     allowed_input_prefixes: tuple[str, ...]
     allowed_output_prefixes: tuple[str, ...]
     keep_failed_work: timedelta
@@ -391,6 +403,7 @@ class FaceFusionSettings:
             max_active_spans_per_run=_number(raw, "max_active_spans_per_run", int, minimum=1),
             batch_max_active_spans=_number(raw, "batch_max_active_spans", int, minimum=0),
             help_other_runs_seconds=_number(raw, "help_other_runs_seconds", float, minimum=0.0),
+            span_workers=_choice(raw, "span_workers", SPAN_WORKERS),
             allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
             allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
             keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),
@@ -401,6 +414,13 @@ class FaceFusionSettings:
             max_retry_delay=timedelta(seconds=_number(raw, "max_retry_delay_seconds", float, minimum=0.0)),
             kubernetes=KubernetesSettings.from_raw(raw),
         )
+
+
+def _choice(raw: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = raw[name].lower()
+    if value not in choices:
+        raise ValueError(f"[{SECTION}] {name}: {value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def _prefixes(raw: Mapping[str, str], name: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from facefusion_provider.job.claims import scan_work
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.outputs import output_done
 from facefusion_provider.job.records import JobSpec, OutputMarker, RunLease
+from facefusion_provider.job.standing import live_standing_workers
 from facefusion_provider.settings import load_settings
 
 
@@ -77,6 +78,11 @@ class FaceFusionStorageHook(BaseHook):
         """The indexes of the committed segments (one listing)."""
         with self.storage_access(work_uri):
             return scan_work(WorkLayout(work_uri)).committed
+
+    def standing_workers(self, work_root: str) -> list[str]:
+        """The standing workers (``facefusion-worker serve``) alive under ``work_root``."""
+        with self.storage_access(work_root):
+            return live_standing_workers(work_root)
 
     def output_done(self, output_uri: str, work_id: str) -> OutputMarker | None:
         """The marker beside ``output_uri`` when it names ``work_id`` and the output exists: nothing is left to do."""

@@ -115,6 +115,16 @@ class Claim(_Record):
     pid: int
 
 
+class StandingWorker(_Record):
+    """``{work_root}/workers/NAME.json``: a standing worker (``facefusion-worker serve``) is alive while it rewrites
+    this file; swap_span tasks that wait for standing workers fail when none is."""
+
+    name: str
+    host: str
+    pid: int
+    started_at: datetime
+
+
 class RunLease(_Record):
     """``runs/KEY.json``: a run that uses this work; cleanup removes the work only when no live run holds a lease."""
 

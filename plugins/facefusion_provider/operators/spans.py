@@ -1,17 +1,26 @@
-"""What a ``swap-span`` operator knows on every backend: the span of ``plan``'s list it works on, and how it records
-the span's progress in Airflow's task state store."""
+"""What a ``swap-span`` operator knows on every backend: the span of ``plan``'s list it works on, how it records the
+span's progress in Airflow's task state store, and (``[facefusion] span_workers = standing``) how it waits for the
+standing workers instead of starting one."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.progress import PROGRESS_PREFIX
-from facefusion_provider.operators.commands import span_worker_args
+from facefusion_provider.operators.commands import completed_work, fail_on_bad_input, span_worker_args
+from facefusion_provider.settings import load_settings
+from facefusion_provider.triggers.spans import SpanCommittedTrigger
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger
 
 logger = logging.getLogger(__name__)  # an operator's own log shows in its task log like this one
 
@@ -29,6 +38,43 @@ class SwapSpanMixin:
 
     span: dict[str, Any]
     target_uri: str
+    work_uri: str
+    output_uri: str
+
+    if TYPE_CHECKING:
+
+        def defer(
+            self,
+            *,
+            trigger: BaseTrigger,
+            method_name: str,
+            kwargs: dict[str, Any] | None = None,
+            timeout: timedelta | float | None = None,
+        ) -> NoReturn: ...
+
+    def execute(self, context: Context) -> Any:
+        """With standing workers, wait (deferred: no pool slot, no process) until the span is committed; else the
+        backend's operator starts a worker for the span."""
+        if load_settings().span_workers != "standing":
+            return super().execute(context)  # type: ignore[misc]
+        hook = FaceFusionStorageHook()
+        with fail_on_bad_input(context):
+            reason = completed_work(hook, "swap-span", self.work_uri, self.output_uri, self.span)
+            if not reason:
+                self.before_launch(hook, self.work_uri, context)
+        if reason:
+            logger.info("Nothing to do: %s", reason)
+            return None
+        logger.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
+        first, last = int(self.span["first"]), int(self.span["last"])
+        self.defer(trigger=SpanCommittedTrigger(self.work_uri, first, last), method_name="span_committed")
+
+    def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:
+        if event.get("status") != "committed":
+            raise AirflowException(str(event.get("message") or event))  # retried: the workers may be starting
+        segments = int(event["segments"])
+        logger.info("Span %s: all %d segments committed by the standing workers", self.span["index"], segments)
+        self.record_progress(context, {"segments_committed": segments, "segments_total": segments})
 
     def worker_arguments(self) -> list[str]:
         return span_worker_args(self.target_uri, self.span)

@@ -1,11 +1,23 @@
-"""The face-swap worker: the Python API behind ``facefusion-worker`` (prepare, swap-span, merge, run)."""
+"""The face-swap worker: the Python API behind ``facefusion-worker`` (prepare, swap-span, merge, run, serve)."""
 
 from __future__ import annotations
 
 from facefusion_provider.worker.merge import MergeResult, merge
 from facefusion_provider.worker.prepare import prepare
 from facefusion_provider.worker.run import RunResult, run
+from facefusion_provider.worker.serve import ServeResult, serve
 from facefusion_provider.worker.span import SpanResult, swap_span
 from facefusion_provider.worker.work import load_job
 
-__all__ = ["MergeResult", "RunResult", "SpanResult", "load_job", "merge", "prepare", "run", "swap_span"]
+__all__ = [
+    "MergeResult",
+    "RunResult",
+    "ServeResult",
+    "SpanResult",
+    "load_job",
+    "merge",
+    "prepare",
+    "run",
+    "serve",
+    "swap_span",
+]

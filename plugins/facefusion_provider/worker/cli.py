@@ -1,4 +1,4 @@
-"""``facefusion-worker``: prepare, swap-span, merge and run, as a thin layer over ``facefusion_provider.worker``.
+"""``facefusion-worker``: prepare, swap-span, merge, run and serve, as a thin layer over ``facefusion_provider.worker``.
 
 Stdout carries one JSON line per command (what the orchestrator reads); logs go to stderr. A failure prints a one-line
 JSON report to stderr (and to ``$FACEFUSION_TERMINATION_LOG``, Kubernetes' termination message) and exits with the
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROGRAM, description="Swap faces in a video, segment by segment (see `facefusion-worker run -h`)."
     )
     _add_global_arguments(parser, defaults=True)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-span,merge,run}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-span,merge,run,serve}")
 
     prepare = commands.add_parser(
         "prepare", help="probe the target, plan the segments, compute the identity, write the shared job.json"
@@ -78,7 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-work", action="store_true", help="keep the work folder after success")
     add_option_arguments(run)
 
-    for command in (prepare, swap, merge, run):
+    serve = commands.add_parser(
+        "serve", help="a standing worker: work the free segments of every live run under a work root, until stopped"
+    )
+    serve.add_argument("--work-root", required=True, help="the [facefusion] work_root the runs use")
+    serve.add_argument(
+        "--idle-exit", type=float, default=None, metavar="SECONDS", help="exit after this long with nothing to do"
+    )
+
+    for command in (prepare, swap, merge, run, serve):
         _add_global_arguments(command, defaults=False)
     return parser
 
@@ -137,6 +145,8 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.command == "merge":
         return asdict(worker.merge(args.work_uri, args.target, args.output))
+    if args.command == "serve":
+        return asdict(worker.serve(args.work_root, args.models_dir, idle_exit=args.idle_exit))
     result = worker.run(
         args.source,
         args.target,

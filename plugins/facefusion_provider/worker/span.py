@@ -22,6 +22,7 @@ from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root
 from facefusion_provider.job.progress import SpanProgress
 from facefusion_provider.job.records import JobSpec, Segment
 from facefusion_provider.metric_names import JOB_ID
+from facefusion_provider.options import Options
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
 from facefusion_provider.worker.helping import LiveWork, help_seconds, live_works, same_models
@@ -80,60 +81,75 @@ def swap_span(
     if budget <= 0:
         return result
     began = time.perf_counter()
-    helped = help_other_runs(spec, layout, models_dir, owner=owner, deadline=time.monotonic() + budget)
+    deadline = time.monotonic() + budget
+    work_root = work_root_of(layout)
+    helped = help_other_runs(
+        work_root, models_dir, owner=owner, deadline=deadline, besides=spec.work_id, models=spec.options
+    )
+    logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
     timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
     return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)
 
 
 @dataclass
 class Helped:
-    runs: int = 0  # works of other runs this worker committed segments of
+    works: set[str] = field(default_factory=set)  # the works of other runs this worker committed segments of
     segments: int = 0
+
+    @property
+    def runs(self) -> int:
+        return len(self.works)
 
 
 def help_other_runs(
-    spec: JobSpec, layout: WorkLayout, models_dir: str | None, *, owner: str, deadline: float
+    work_root: str,
+    models_dir: str | None,
+    *,
+    owner: str,
+    deadline: float,
+    besides: str = "",
+    models: Options | None = None,
 ) -> Helped:
-    """Work the free segments of other live runs with the same models, oldest run first, until none is left or
-    ``deadline`` (``time.monotonic()``) passes. A run this worker cannot help (its target unreadable here, a broken
-    work) is left to its own tasks: helping never fails this worker's task."""
-    work_root = work_root_of(layout)
+    """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
+    runs needing no other models), oldest run first, until none is left or ``deadline`` (``time.monotonic()``) passes.
+    A run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
+    fails the worker."""
     helped, given_up = Helped(), set[str]()
     while time.monotonic() < deadline:
         committed = 0
-        for other in live_works(work_root, besides=spec.work_id, now=datetime.now(UTC)):
+        for other in live_works(work_root, besides=besides, now=datetime.now(UTC)):
             if time.monotonic() >= deadline:
                 break
             if other.layout.work_id in given_up:
                 continue
             try:
-                result = _help(other, spec, models_dir, work_root, owner=owner, deadline=deadline)
+                result = _help(other, models, models_dir, work_root, owner=owner, deadline=deadline)
             except FaceFusionError as error:
                 logger.warning("work %s: not helped (%s)", other.layout.work_id, error)
                 given_up.add(other.layout.work_id)
                 continue
-            helped.runs += result > 0
+            if result:
+                helped.works.add(other.layout.work_id)
             helped.segments += result
             committed += result
         if not committed:
-            break  # nothing free anywhere (or nothing this worker may take): exit
-    logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
+            break  # nothing free anywhere (or nothing this worker may take)
     return helped
 
 
 def _help(
-    other: LiveWork, spec: JobSpec, models_dir: str | None, work_root: str, *, owner: str, deadline: float
+    other: LiveWork, models: Options | None, models_dir: str | None, work_root: str, *, owner: str, deadline: float
 ) -> int:
     """Segments committed in ``other``'s work (0: nothing to take there, or other models)."""
     try:
-        other_spec = load_job(other.layout)
+        spec = load_job(other.layout)
     except InvalidJobError:
         return 0  # not prepared yet
-    if not same_models(spec.options, other_spec.options):
+    if models is not None and not same_models(models, spec.options):
         return 0
     target_uri = checked_uris([], other.target_uri, None).target_uri
-    processors = FrameProcessors(other_spec, models_dir, work_root)  # sessions are cached: no model loads again
-    result = work_segments(other_spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
+    processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: a model loads once per process
+    result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
     return result.committed
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +50,41 @@ def test_dag_swaps_the_face_in_every_frame(dags_test_env: dict[str, str], tmp_pa
         closer += judge.distance(moved, source_descriptor) < judge.distance(moved, judge.descriptor(original, where))
     assert judged >= 10, "the clip has a face in nearly every frame"
     assert closer >= 0.9 * judged, f"only {closer} of {judged} sampled frames moved towards the source"
+
+
+def test_with_standing_workers_the_spans_wait_and_a_serve_process_swaps_the_face(
+    dags_test_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``span_workers = standing``: the swap_span tasks start no worker and defer; one ``facefusion-worker serve``
+    started beside Airflow works the run's segments, and the run ends with the face swapped."""
+    target = carphone(tmp_path / "carphone.mp4", frames=60)
+    source = tmp_path / "astronaut.png"
+    source.write_bytes(encode_image(np.ascontiguousarray(data.astronaut()), codec="png"))
+    output = tmp_path / "out" / "swapped.mp4"
+    env = {**dags_test_env, "AIRFLOW__FACEFUSION__SPAN_WORKERS": "standing"}
+    work_root = env["AIRFLOW__FACEFUSION__WORK_ROOT"]
+    standing = subprocess.Popen(
+        [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        result = dags_test(conf([source], target, output, segment_size=20), env, timeout=600)
+    finally:
+        standing.terminate()  # SIGTERM: a standing worker unwinds; its log says what it committed
+        _, err = standing.communicate(timeout=60)
+    text = result.stdout + result.stderr
+    assert run_succeeded(result), text[-6000:]
+    assert "waiting, deferred" in text
+    assert not [line for line in text.splitlines() if "Running command" in line and "swap-span" in line]
+    assert "3 segments of 1 runs committed so far" in err, err[-3000:]  # the standing worker did all three
+    assert count_frames(output) == count_frames(target) == 60
+    judge = identity_judge()
+    source_descriptor = judge.descriptor(np.ascontiguousarray(data.astronaut()))
+    original, swapped = _frames(target)[30], _frames(output)[30]
+    where = judge.locate(original, upsample=0)
+    assert where is not None
+    moved = judge.descriptor(swapped, where)
+    assert judge.distance(moved, source_descriptor) < judge.distance(moved, judge.descriptor(original, where))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,44 +16,6 @@ from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_RETRYABLE
 from facefusion_provider.job.progress import SpanProgress
 from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
 from facefusion_provider.operators.plan import span_list
-
-FAKE_WORKER = """
-import json, os, sys
-with open(os.environ["FAKE_WORKER_RECORD"], "a") as record:
-    record.write(json.dumps({"argv": sys.argv[1:], "try": os.environ.get("FACEFUSION_TRY_NUMBER"),
-                             "faults": os.environ.get("FACEFUSION_TEST_FAULTS"),
-                             "task": os.environ.get("FACEFUSION_TASK_KEY"),
-                             "allowed": os.environ.get("FACEFUSION_ALLOWED_OUTPUT_PREFIXES"),
-                             "metrics": {k: v for k, v in os.environ.items()
-                                         if k.startswith(("FACEFUSION_METRIC_", "OTEL_"))}}) + "\\n")
-for line in os.environ.get("FAKE_WORKER_LINES", "").split("|"):
-    if line:
-        print(line, file=sys.stderr, flush=True)
-code = int(os.environ.get("FAKE_WORKER_EXIT", "0"))
-if code:
-    report = json.dumps({"failure_class": os.environ["FAKE_WORKER_CLASS"], "retryable": code == 75,
-                         "message": os.environ["FAKE_WORKER_MESSAGE"]})
-    print("worker log line", file=sys.stderr)
-    print(report, file=sys.stderr)
-    if os.environ.get("FAKE_WORKER_TERMINATION_LOG") == "1":
-        with open(os.environ["FACEFUSION_TERMINATION_LOG"], "w") as log:
-            log.write(report)
-sys.exit(code)
-"""
-
-
-@pytest.fixture
-def fake_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[dict[str, Any]]]:
-    script = tmp_path / "fake_worker.py"
-    script.write_text(FAKE_WORKER)
-    record = tmp_path / "launches.jsonl"
-    monkeypatch.setenv("FAKE_WORKER_RECORD", str(record))
-    monkeypatch.setenv("AIRFLOW__FACEFUSION__WORKER_COMMAND", f"{sys.executable} {script}")
-
-    def launches() -> list[dict[str, Any]]:
-        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-
-    return launches
 
 
 class _StateStore:

@@ -1,5 +1,6 @@
 """Spans of segments between real worker processes: a killed worker's retry resumes at its first uncommitted segment,
-a duplicated worker changes nothing, and a fast worker takes a slow span's tail."""
+a duplicated worker changes nothing, a fast worker takes a slow span's tail, a worker done with its run helps other
+runs, and a standing worker works every live run."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from facefusion_provider import storage, worker
 from facefusion_provider.job import leases
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
+from facefusion_provider.job.standing import live_standing_workers
 from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.worker.faults import FAULTS_VARIABLE
 
@@ -163,3 +165,29 @@ def test_a_worker_done_with_its_own_run_helps_other_live_runs(make_video: MakeVi
     output = Path(work_root).parent / "live-swapped.mp4"
     worker.merge(works["live"], targets["live"], str(output))
     assert _digests(output) == _digests(targets["live"])
+
+
+def test_a_standing_worker_works_every_live_run_and_leaves_no_heartbeat(make_video: MakeVideo, work_root: str) -> None:
+    targets = {name: make_video(frames=count * SEGMENT, name=f"{name}.mp4") for name, count in {"a": 3, "b": 5}.items()}
+    works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
+    for name, work_uri in works.items():
+        worker.prepare(work_uri, [], targets[name], **OPTIONS)
+        leases.hold(WorkLayout(works[name]), f"run-{name}", run_lease(targets[name]))
+    root = storage.normalize_uri(work_root)
+    standing = subprocess.Popen(
+        [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, "--idle-exit", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not live_standing_workers(root):  # its heartbeat says it is alive while it works
+        assert standing.poll() is None and time.monotonic() < deadline, standing.communicate()[1][-3000:]
+        time.sleep(0.05)
+    served = _result(standing)
+    assert (served["runs"], served["segments"]) == (2, 8)
+    assert live_standing_workers(root) == []  # gone with the worker
+    for name, work_uri in works.items():
+        output = Path(work_root).parent / f"{name}-swapped.mp4"
+        worker.merge(work_uri, targets[name], str(output))
+        assert _digests(output) == _digests(targets[name])

@@ -1,0 +1,101 @@
+"""``[facefusion] span_workers = standing``: a swap_span task starts no worker and waits, deferred, until standing
+workers have committed its span; with no standing worker alive it fails, saying what to start."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from facefusion_provider.job.layout import work_root_of
+from facefusion_provider.job.records import StandingWorker
+from facefusion_provider.job.standing import heartbeat
+from facefusion_provider.operators.local import LocalSwapSpanOperator
+from facefusion_provider.operators.plan import span_list
+from facefusion_provider.triggers.spans import SpanCommittedTrigger
+
+FAST = {"poll_seconds": 0.05, "no_worker_seconds": 0.5}
+
+
+def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout=30))
+
+
+def _standing_worker() -> StandingWorker:
+    return StandingWorker(name="gpu-node-1", host="gpu-node-1", pid=1, started_at="2026-12-03T00:00:00Z")
+
+
+def test_the_trigger_fires_once_every_segment_of_the_span_is_committed(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path]
+) -> None:
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")  # 5 segments
+    root = work_root_of(job.layout)
+
+    def commit_later() -> None:
+        for index in (1, 2):
+            time.sleep(0.2)
+            commit_segment(job, index)
+
+    with heartbeat(root, _standing_worker(), every=0.1):  # a standing worker is alive: the wait may be long
+        writer = threading.Thread(target=commit_later)
+        writer.start()
+        events = _events(SpanCommittedTrigger(job.work_uri, 1, 3, **FAST))
+        writer.join()
+    assert events == [{"status": "committed", "segments": 2}]
+
+
+def test_with_no_standing_worker_alive_the_trigger_says_what_to_start(
+    tmp_path: Path, write_job: Callable[..., Any]
+) -> None:
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    (event,) = _events(SpanCommittedTrigger(job.work_uri, 0, 5, **FAST))
+    assert event["status"] == "no_standing_worker" and event["left"] == 5
+    assert "facefusion-worker serve --work-root" in event["message"] and "span_workers = task" in event["message"]
+
+
+def test_the_trigger_serializes_to_what_it_was_made_of() -> None:
+    trigger = SpanCommittedTrigger("s3://work/work/w1", 4, 8, poll_seconds=1.0, no_worker_seconds=60.0)
+    path, kwargs = trigger.serialize()
+    assert path == "facefusion_provider.triggers.spans.SpanCommittedTrigger"
+    assert SpanCommittedTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_worker: Callable[[], list[dict[str, Any]]],
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+) -> None:
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    span = span_list(job.spec, 2)[0]
+    operator = LocalSwapSpanOperator(
+        task_id="swap_span", work_uri=job.work_uri, output_uri=job.output_uri, target_uri="file:///in.mp4", span=span
+    )
+    ti = SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="swap_span", map_index=0)
+    context: Any = {"ti": ti}
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SpanCommittedTrigger) and (trigger.first, trigger.last) == (span["first"], span["last"])
+    assert deferred.value.method_name == "span_committed"
+
+    for index in range(span["first"], span["last"]):
+        commit_segment(job, index)
+    (event,) = _events(trigger)
+    operator.span_committed(context, event)  # succeeds
+    with pytest.raises(AirflowException, match="no standing worker"):
+        operator.span_committed(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
+    assert fake_worker() == []  # no process was started for the span
