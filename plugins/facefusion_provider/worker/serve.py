@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from facefusion_provider import storage
 from facefusion_provider.job.records import StandingWorker
 from facefusion_provider.job.standing import heartbeat
-from facefusion_provider.worker.span import Helped, help_other_runs
+from facefusion_provider.worker.span import Helped, HelpMemory, help_other_runs
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +42,11 @@ def serve(
     host = socket.gethostname()
     me = StandingWorker(name=f"{host}-{os.getpid()}", host=host, pid=os.getpid(), started_at=datetime.now(UTC))
     began = idle_since = time.monotonic()
-    done = Helped()
+    done, memory = Helped(), HelpMemory()
     logger.info("standing worker %s serves the runs under %s", me.name, root)
     with heartbeat(root, me):
         while True:
-            helped = help_other_runs(root, models_dir, owner=f"standing/{me.name}", deadline=math.inf)
+            helped = help_other_runs(root, models_dir, owner=f"standing/{me.name}", deadline=math.inf, memory=memory)
             done.works |= helped.works
             done.segments += helped.segments
             if helped.segments:

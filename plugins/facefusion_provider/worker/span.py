@@ -101,6 +101,21 @@ class Helped:
         return len(self.works)
 
 
+@dataclass
+class HelpMemory:
+    """What a helping worker remembers between passes, to spare requests: job specs (``job.json`` never changes),
+    works found complete, works it gave up on. Works no longer live are forgotten."""
+
+    specs: dict[str, JobSpec] = field(default_factory=dict)
+    complete: set[str] = field(default_factory=set)
+    given_up: set[str] = field(default_factory=set)
+
+    def keep_only(self, live: set[str]) -> None:
+        self.specs = {work: spec for work, spec in self.specs.items() if work in live}
+        self.complete &= live
+        self.given_up &= live
+
+
 def help_other_runs(
     work_root: str,
     models_dir: str | None,
@@ -109,27 +124,31 @@ def help_other_runs(
     deadline: float,
     besides: str = "",
     models: Options | None = None,
+    memory: HelpMemory | None = None,
 ) -> Helped:
     """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
     runs needing no other models), oldest run first, until none is left or ``deadline`` (``time.monotonic()``) passes.
     A run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
     fails the worker."""
-    helped, given_up = Helped(), set[str]()
+    helped, memory = Helped(), memory or HelpMemory()
     while time.monotonic() < deadline:
         committed = 0
-        for other in live_works(work_root, besides=besides, now=datetime.now(UTC)):
+        live = live_works(work_root, besides=besides, now=datetime.now(UTC))
+        memory.keep_only({other.layout.work_id for other in live})
+        for other in live:
+            work = other.layout.work_id
             if time.monotonic() >= deadline:
                 break
-            if other.layout.work_id in given_up:
+            if work in memory.complete or work in memory.given_up:
                 continue
             try:
-                result = _help(other, models, models_dir, work_root, owner=owner, deadline=deadline)
+                result = _help(other, models, models_dir, work_root, memory, owner=owner, deadline=deadline)
             except FaceFusionError as error:
-                logger.warning("work %s: not helped (%s)", other.layout.work_id, error)
-                given_up.add(other.layout.work_id)
+                logger.warning("work %s: not helped (%s)", work, error)
+                memory.given_up.add(work)
                 continue
             if result:
-                helped.works.add(other.layout.work_id)
+                helped.works.add(work)
             helped.segments += result
             committed += result
         if not committed:
@@ -138,14 +157,27 @@ def help_other_runs(
 
 
 def _help(
-    other: LiveWork, models: Options | None, models_dir: str | None, work_root: str, *, owner: str, deadline: float
+    other: LiveWork,
+    models: Options | None,
+    models_dir: str | None,
+    work_root: str,
+    memory: HelpMemory,
+    *,
+    owner: str,
+    deadline: float,
 ) -> int:
     """Segments committed in ``other``'s work (0: nothing to take there, or other models)."""
-    try:
-        spec = load_job(other.layout)
-    except InvalidJobError:
-        return 0  # not prepared yet
+    work = other.layout.work_id
+    spec = memory.specs.get(work)
+    if spec is None:
+        try:
+            spec = memory.specs[work] = load_job(other.layout)
+        except InvalidJobError:
+            return 0  # not prepared yet
     if models is not None and not same_models(models, spec.options):
+        return 0
+    if len(scan_work(other.layout).committed) == len(spec.segments):
+        memory.complete.add(work)
         return 0
     target_uri = checked_uris([], other.target_uri, None).target_uri
     processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: a model loads once per process
