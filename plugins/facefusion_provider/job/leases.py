@@ -54,14 +54,19 @@ def release(layout: WorkLayout, run_key: str) -> None:
 
 def leases(layout: WorkLayout) -> dict[str, RunLease]:
     """Every lease on the work by run key; an unreadable one counts as live (never remove work on a guess)."""
-    found: dict[str, RunLease] = {}
-    for item in storage.list_files(layout.runs_dir):
-        key = item.uri.rsplit("/", 1)[-1].removesuffix(".json")
-        try:
-            found[key] = RunLease.model_validate_json(storage.read_bytes(item.uri))
-        except (FaceFusionError, ValueError):
-            found[key] = RunLease(dag_id="?", run_id=key, output_uri="?", created_at=datetime.now(UTC))
-    return found
+    return {
+        item.uri.rsplit("/", 1)[-1].removesuffix(".json"): read_lease(item.uri)
+        for item in storage.list_files(layout.runs_dir)
+    }
+
+
+def read_lease(uri: str) -> RunLease:
+    """The lease at ``uri``; an unreadable one as a live lease of an unknown run (no target: nobody helps it)."""
+    try:
+        return RunLease.model_validate_json(storage.read_bytes(uri))
+    except (FaceFusionError, ValueError):
+        key = uri.rsplit("/", 1)[-1].removesuffix(".json")
+        return RunLease(dag_id="?", run_id=key, output_uri="?", created_at=datetime.now(UTC))
 
 
 def remove_if_unused(

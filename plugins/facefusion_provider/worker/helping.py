@@ -17,6 +17,7 @@ from facefusion_provider import storage
 from facefusion_provider.job import leases
 from facefusion_provider.job.layout import WORK_FOLDER, WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
+from facefusion_provider.job.records import RunLease
 from facefusion_provider.options import Options
 
 RECENT_RUNS = timedelta(hours=1)
@@ -41,20 +42,27 @@ def help_seconds() -> float:
     return max(seconds, 0.0)
 
 
-def live_works(work_root: str, *, besides: str, now: datetime) -> list[LiveWork]:
-    """Works under ``work_root`` that a recent run holds a lease on, oldest run first; not ``besides``, nor any being
-    removed. One listing of the work folders, then one of each work's leases."""
+def live_works(
+    work_root: str, *, besides: str, now: datetime, seen: dict[str, RunLease] | None = None
+) -> list[LiveWork]:
+    """Works under ``work_root`` that a recent run holds a lease on, oldest run first; not ``besides``. One listing of
+    the work folders, then one of each work's leases; a lease is read only when its version is new to ``seen``
+    (a cache by URI and version, kept by the caller)."""
+    seen = {} if seen is None else seen
     found = []
     for folder in storage.list_folders(storage.join(work_root, WORK_FOLDER)):
         layout = WorkLayout(folder)
         if layout.work_id == besides:
             continue
-        recent = [
-            lease
-            for lease in leases.leases(layout).values()
-            if lease.target_uri and now - lease.created_at < RECENT_RUNS
-        ]
-        if recent and not storage.exists(layout.deleting):
+        recent = []
+        for item in storage.list_files(layout.runs_dir):
+            key = f"{item.uri}@{item.version}"
+            if key not in seen:
+                seen[key] = leases.read_lease(item.uri)
+            lease = seen[key]
+            if lease.target_uri and now - lease.created_at < RECENT_RUNS:
+                recent.append(lease)
+        if recent:
             first = min(recent, key=lambda lease: lease.created_at)
             found.append(LiveWork(layout, first.target_uri, first.created_at))
     return sorted(found, key=lambda work: work.started_at)

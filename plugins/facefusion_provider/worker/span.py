@@ -20,7 +20,7 @@ from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, Inv
 from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, scan_work
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.job.progress import SpanProgress
-from facefusion_provider.job.records import JobSpec, Segment
+from facefusion_provider.job.records import JobSpec, RunLease, Segment
 from facefusion_provider.metric_names import JOB_ID
 from facefusion_provider.options import Options
 from facefusion_provider.worker import faults
@@ -109,11 +109,15 @@ class HelpMemory:
     specs: dict[str, JobSpec] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
+    leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
 
     def keep_only(self, live: set[str]) -> None:
         self.specs = {work: spec for work, spec in self.specs.items() if work in live}
         self.complete &= live
         self.given_up &= live
+        self.leases = {
+            key: lease for key, lease in self.leases.items() if WorkLayout(key.rsplit("/runs/")[0]).work_id in live
+        }
 
 
 def help_other_runs(
@@ -133,7 +137,7 @@ def help_other_runs(
     helped, memory = Helped(), memory or HelpMemory()
     while time.monotonic() < deadline:
         committed = 0
-        live = live_works(work_root, besides=besides, now=datetime.now(UTC))
+        live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
         for other in live:
             work = other.layout.work_id
@@ -179,6 +183,8 @@ def _help(
     if len(scan_work(other.layout).committed) == len(spec.segments):
         memory.complete.add(work)
         return 0
+    if storage.exists(other.layout.deleting):
+        return 0  # its last run's cleanup is removing it
     target_uri = checked_uris([], other.target_uri, None).target_uri
     processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: a model loads once per process
     result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
