@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, InvalidOptionError
-from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, scan_work
+from facefusion_provider.job.claims import (
+    SegmentClaims,
+    check_conditional_writes,
+    claimed_segments,
+    longest_free_run,
+    scan_work,
+)
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.job.progress import SpanProgress
 from facefusion_provider.job.records import JobSpec, RunLease, Segment
@@ -120,6 +126,9 @@ class HelpMemory:
         }
 
 
+PIECE_SEGMENTS = 32  # a helper joins a started run only for a free run this long: the seek is < 1 % of its half
+
+
 def help_other_runs(
     work_root: str,
     models_dir: str | None,
@@ -131,63 +140,90 @@ def help_other_runs(
     memory: HelpMemory | None = None,
 ) -> Helped:
     """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
-    runs needing no other models), oldest run first, until none is left or ``deadline`` (``time.monotonic()``) passes.
-    A run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
-    fails the worker."""
+    runs needing no other models) until none is left or ``deadline`` (``time.monotonic()``) passes.
+
+    Oldest run first, but a worker joins a run that others have started only where a free run of at least
+    ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch); failing that, at the end of a pass, the run with
+    the longest free run. A run this worker cannot help (its target unreadable here, a broken work) is left to its own
+    tasks: helping never fails the worker."""
     helped, memory = Helped(), memory or HelpMemory()
     while time.monotonic() < deadline:
-        committed = 0
+        committed, best, best_free = 0, None, 0
         live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
         for other in live:
-            work = other.layout.work_id
             if time.monotonic() >= deadline:
                 break
-            if work in memory.complete or work in memory.given_up:
-                continue
-            try:
-                result = _help(other, models, models_dir, work_root, memory, owner=owner, deadline=deadline)
-            except FaceFusionError as error:
-                logger.warning("work %s: not helped (%s)", work, error)
-                memory.given_up.add(work)
-                continue
-            if result:
-                helped.works.add(work)
-            helped.segments += result
-            committed += result
+            free = _free_run(other, models, memory)
+            if free >= PIECE_SEGMENTS or free == _UNTOUCHED:
+                committed += _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
+            elif free > best_free:
+                best, best_free = other, free
+        if not committed and best is not None and time.monotonic() < deadline:
+            committed += _help(best, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
         if not committed:
             break  # nothing free anywhere (or nothing this worker may take)
     return helped
 
 
-def _help(
-    other: LiveWork,
-    models: Options | None,
-    models_dir: str | None,
-    work_root: str,
-    memory: HelpMemory,
-    *,
-    owner: str,
-    deadline: float,
-) -> int:
-    """Segments committed in ``other``'s work (0: nothing to take there, or other models)."""
+_UNTOUCHED = -1  # _free_run of a run nobody has started: the best place to go
+
+
+def _free_run(other: LiveWork, models: Options | None, memory: HelpMemory) -> int:
+    """The longest run of never-claimed segments in ``other``'s work (one listing; a lapsed claim counts as taken
+    here), ``_UNTOUCHED`` if nobody has claimed any; 0 when this worker cannot or need not help there (complete,
+    given up, not prepared yet, other models)."""
     work = other.layout.work_id
+    if work in memory.complete or work in memory.given_up:
+        return 0
     spec = memory.specs.get(work)
     if spec is None:
         try:
             spec = memory.specs[work] = load_job(other.layout)
         except InvalidJobError:
             return 0  # not prepared yet
+        except FaceFusionError as error:
+            logger.warning("work %s: not helped (%s)", work, error)
+            memory.given_up.add(work)
+            return 0
     if models is not None and not same_models(models, spec.options):
         return 0
-    if len(scan_work(other.layout).committed) == len(spec.segments):
-        memory.complete.add(work)
+    claimed = claimed_segments(other.layout)
+    if not claimed:
+        return _UNTOUCHED
+    if len(claimed) == len(spec.segments):
+        if len(scan_work(other.layout).committed) == len(spec.segments):
+            memory.complete.add(work)
         return 0
-    if storage.exists(other.layout.deleting):
-        return 0  # its last run's cleanup is removing it
-    target_uri = checked_uris([], other.target_uri, None).target_uri
-    processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: a model loads once per process
-    result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
+    return len(longest_free_run(range(len(spec.segments)), lambda index: index not in claimed))
+
+
+def _help(
+    other: LiveWork,
+    models_dir: str | None,
+    work_root: str,
+    memory: HelpMemory,
+    helped: Helped,
+    *,
+    owner: str,
+    deadline: float,
+) -> int:
+    """Work ``other``'s free segments; returns how many this worker committed."""
+    work = other.layout.work_id
+    try:
+        if storage.exists(other.layout.deleting):
+            return 0  # its last run's cleanup is removing it
+        target_uri = checked_uris([], other.target_uri, None).target_uri
+        spec = memory.specs[work]
+        processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: models load once a process
+        result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
+    except FaceFusionError as error:
+        logger.warning("work %s: not helped (%s)", work, error)
+        memory.given_up.add(work)
+        return 0
+    if result.committed:
+        helped.works.add(work)
+        helped.segments += result.committed
     return result.committed
 
 

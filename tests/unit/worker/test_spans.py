@@ -18,6 +18,7 @@ from committed import run_lease, work_uri_for
 
 from facefusion_provider import storage, worker
 from facefusion_provider.job import leases
+from facefusion_provider.job.claims import SegmentClaims, scan_work
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.job.standing import live_standing_workers
@@ -191,3 +192,26 @@ def test_a_standing_worker_works_every_live_run_and_leaves_no_heartbeat(make_vid
         output = Path(work_root).parent / f"{name}-swapped.mp4"
         worker.merge(work_uri, targets[name], str(output))
         assert _digests(output) == _digests(targets[name])
+
+
+def test_a_helper_goes_to_a_run_nobody_has_started_before_the_short_free_runs_of_a_started_one(
+    make_video: MakeVideo, work_root: str
+) -> None:
+    """Joining a started run costs a seek for a short piece; an untouched run is a whole one."""
+    targets = {
+        name: make_video(frames=count * SEGMENT, name=f"{name}.mp4")
+        for name, count in {"mine": 1, "started": 6, "fresh": 4}.items()
+    }
+    works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
+    for name, work_uri in works.items():
+        worker.prepare(work_uri, [], targets[name], **OPTIONS)
+    leases.hold(WorkLayout(works["started"]), "older-run", run_lease(targets["started"], age=timedelta(minutes=5)))
+    leases.hold(WorkLayout(works["fresh"]), "newer-run", run_lease(targets["fresh"]))
+    other = SegmentClaims(WorkLayout(works["started"]), owner="another-task")
+    assert all(other.take(index, scan_work(WorkLayout(works["started"]))) for index in (0, 1, 2))  # alive, held
+    process = _span(works["mine"], targets["mine"], "0:1", env={HELP_SECONDS_VARIABLE: "60"})
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    helped = [line.split(" of work ")[1].split()[0] for line in err.splitlines() if "(helping another run)" in line]
+    fresh, started = WorkLayout(works["fresh"]).work_id, WorkLayout(works["started"]).work_id
+    assert helped == [fresh] * 4 + [started] * 3, helped  # the whole fresh run, then the started run's free tail
