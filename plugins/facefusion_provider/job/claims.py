@@ -67,13 +67,6 @@ def scan_work(layout: WorkLayout) -> WorkState:
     return WorkState(frozenset(committed), claims)
 
 
-def claimed_segments(layout: WorkLayout) -> frozenset[int]:
-    """Segments anybody has ever claimed (one listing of ``claims/``): a claim stays after its commit, so the others
-    are free, whatever has been committed."""
-    found = (parse_claim_name(item.uri.rsplit("/", 1)[-1]) for item in storage.list_files(layout.claims_dir))
-    return frozenset(claim[0] for claim in found if claim is not None)
-
-
 def lease_seconds() -> float:
     return float(storage.positive_setting(LEASE_SECONDS_VARIABLE, DEFAULT_LEASE_SECONDS))
 

@@ -20,7 +20,7 @@ from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, Inv
 from facefusion_provider.job.claims import (
     SegmentClaims,
     check_conditional_writes,
-    claimed_segments,
+    lease_seconds,
     longest_free_run,
     scan_work,
 )
@@ -107,18 +107,30 @@ class Helped:
         return len(self.works)
 
 
+@dataclass(frozen=True)
+class FreeRun:
+    """The longest run of free segments of a work when a helper looked: it only shrinks until a claim lapses."""
+
+    length: int
+    untouched: bool  # nobody had claimed a segment
+    at: float  # time.monotonic() of the look
+
+
 @dataclass
 class HelpMemory:
     """What a helping worker remembers between passes, to spare requests: job specs (``job.json`` never changes),
-    works found complete, works it gave up on. Works no longer live are forgotten."""
+    works found complete, works it gave up on, what it saw of each work's free segments. Works no longer live are
+    forgotten."""
 
     specs: dict[str, JobSpec] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
     leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
+    free_runs: dict[str, FreeRun] = field(default_factory=dict)
 
     def keep_only(self, live: set[str]) -> None:
         self.specs = {work: spec for work, spec in self.specs.items() if work in live}
+        self.free_runs = {work: seen for work, seen in self.free_runs.items() if work in live}
         self.complete &= live
         self.given_up &= live
         self.leases = {
@@ -144,58 +156,74 @@ def help_other_runs(
 
     Oldest run first, but a worker joins a run that others have started only where a free run of at least
     ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch); failing that, at the end of a pass, the run with
-    the longest free run. A run this worker cannot help (its target unreadable here, a broken work) is left to its own
-    tasks: helping never fails the worker."""
+    the longest free run. Free runs only shrink while claims are held, so a run seen too short is not looked at again
+    until a claim could have lapsed. A run this worker cannot help (its target unreadable here, a broken work) is left
+    to its own tasks: helping never fails the worker."""
     helped, memory = Helped(), memory or HelpMemory()
+
+    def join(other: LiveWork) -> int:
+        return _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
+
     while time.monotonic() < deadline:
-        committed, best, best_free = 0, None, 0
+        committed, shorter = 0, list[tuple[int, LiveWork]]()
         live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
         for other in live:
             if time.monotonic() >= deadline:
                 break
-            free = _free_run(other, models, memory)
-            if free >= PIECE_SEGMENTS or free == _UNTOUCHED:
-                committed += _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
-            elif free > best_free:
-                best, best_free = other, free
-        if not committed and best is not None and time.monotonic() < deadline:
-            committed += _help(best, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
+            seen = _look(other, models, memory, owner)
+            if seen is not None and _worth_joining(seen):
+                seen = _look(other, models, memory, owner, fresh=True)  # it may have shrunk since
+            if seen is not None and _worth_joining(seen):
+                committed += join(other)
+            elif seen is not None and seen.length:
+                shorter.append((seen.length, other))
+        for _, other in sorted(shorter, key=lambda item: -item[0]) if not committed else []:
+            seen = _look(other, models, memory, owner, fresh=True)
+            if seen is not None and seen.length and time.monotonic() < deadline:
+                committed += join(other)
+                break
         if not committed:
             break  # nothing free anywhere (or nothing this worker may take)
     return helped
 
 
-_UNTOUCHED = -1  # _free_run of a run nobody has started: the best place to go
+def _worth_joining(seen: FreeRun) -> bool:
+    return seen.untouched or seen.length >= PIECE_SEGMENTS
 
 
-def _free_run(other: LiveWork, models: Options | None, memory: HelpMemory) -> int:
-    """The longest run of never-claimed segments in ``other``'s work (one listing; a lapsed claim counts as taken
-    here), ``_UNTOUCHED`` if nobody has claimed any; 0 when this worker cannot or need not help there (complete,
-    given up, not prepared yet, other models)."""
+def _look(
+    other: LiveWork, models: Options | None, memory: HelpMemory, owner: str, *, fresh: bool = False
+) -> FreeRun | None:
+    """What this worker knows of ``other``'s free segments: remembered for a claim lease unless ``fresh``, else
+    both listings. None when it cannot or need not help there (complete, given up, not prepared yet, other models)."""
     work = other.layout.work_id
     if work in memory.complete or work in memory.given_up:
-        return 0
+        return None
+    remembered = memory.free_runs.get(work)
+    if remembered is not None and not fresh and time.monotonic() - remembered.at < lease_seconds():
+        return remembered
     spec = memory.specs.get(work)
     if spec is None:
         try:
             spec = memory.specs[work] = load_job(other.layout)
         except InvalidJobError:
-            return 0  # not prepared yet
+            return None  # not prepared yet
         except FaceFusionError as error:
             logger.warning("work %s: not helped (%s)", work, error)
             memory.given_up.add(work)
-            return 0
+            return None
     if models is not None and not same_models(models, spec.options):
-        return 0
-    claimed = claimed_segments(other.layout)
-    if not claimed:
-        return _UNTOUCHED
-    if len(claimed) == len(spec.segments):
-        if len(scan_work(other.layout).committed) == len(spec.segments):
-            memory.complete.add(work)
-        return 0
-    return len(longest_free_run(range(len(spec.segments)), lambda index: index not in claimed))
+        return None
+    state = scan_work(other.layout)
+    if len(state.committed) == len(spec.segments):
+        memory.complete.add(work)
+        return None
+    claims = SegmentClaims(other.layout, owner=owner)
+    free = longest_free_run(range(len(spec.segments)), lambda index: claims.is_free(index, state))
+    seen = FreeRun(len(free), not state.committed and not state.claims, time.monotonic())
+    memory.free_runs[work] = seen
+    return seen
 
 
 def _help(
@@ -221,6 +249,7 @@ def _help(
         logger.warning("work %s: not helped (%s)", work, error)
         memory.given_up.add(work)
         return 0
+    memory.free_runs[work] = FreeRun(0, False, time.monotonic())  # it took every free segment it found
     if result.committed:
         helped.works.add(work)
         helped.segments += result.committed
