@@ -101,6 +101,9 @@ class SeekCosts:
     preroll_frames: float  # frames decoded before it (mean)
     keyint: int
     analysis_load_s: float  # reading a segment's stored faces (npz) when the analysis is reused
+    # A standing or helping worker moving to another run's work: reading its job.json and building its frame
+    # processor with the models already loaded (CPU; the requests are the model's, at the stated S3 latency).
+    switch_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -770,6 +773,36 @@ def analysis_load_seconds(frames: int = MEASURED_SEGMENT) -> float:
     return median_seconds(lambda: unpack_faces(data), 10)
 
 
+def switch_seconds(scratch: Path, clip: Path) -> float:
+    """A worker that has swapped one face into ``clip`` moving to another face's work over the same clip: the median
+    of reading that work's job.json and building its frame processor (its sessions cached)."""
+    import numpy as np
+    from skimage import data
+
+    from facefusion_provider import storage, worker
+    from facefusion_provider.job.ids import work_id
+    from facefusion_provider.job.layout import WorkLayout
+    from facefusion_provider.media.images import encode_image
+    from facefusion_provider.options import Options
+    from facefusion_provider.worker.metrics import worker_metrics
+    from facefusion_provider.worker.span import FrameProcessors
+    from facefusion_provider.worker.work import load_job
+
+    root, options = (scratch / "switch").as_uri(), Options(trim_frame_end=8, segment_size=8)
+    face = np.ascontiguousarray(data.astronaut())  # type: ignore[no-untyped-call]
+    layouts = []
+    for number, image in enumerate((face, np.ascontiguousarray(face[:, ::-1]))):
+        path = scratch / f"switch-face-{number}.png"
+        path.write_bytes(encode_image(image, "png"))
+        ids = [storage.content_id(path.as_uri())]
+        layout = WorkLayout.under(root, work_id(storage.content_id(clip.as_uri()), ids, options))
+        worker.prepare(layout.work_uri, [str(path)], str(clip), options=options)
+        layouts.append(layout)
+    metrics = worker_metrics()
+    FrameProcessors(load_job(layouts[0]), None, root).get(metrics)
+    return median_seconds(lambda: FrameProcessors(load_job(layouts[1]), None, root).get(metrics), 10)
+
+
 # --- all of it ---------------------------------------------------------------------------------------------------
 
 
@@ -804,6 +837,7 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
             preroll_frames=preroll,
             keyint=KEYINT,
             analysis_load_s=analysis_load_seconds(),
+            switch_s=switch_seconds(scratch, short),
         ),
         cpu_cores=os.cpu_count() or 1,
         clip=f"carphone scaled to 1920x1080, H.264 keyframe every {KEYINT} frames, {short_frames} and {long_frames} "

@@ -326,13 +326,24 @@ def run_plan(
     return plan, hops, model
 
 
-def pool_of(stated: Stated, hops: Hops, gpus: int, **options: Any) -> Pool:
+SWITCH_REQUESTS = 10  # moving to another run's work: job.json (2), two scans (4), the target (1), the write probe (3)
+
+
+def switch_s(measured: Measured, stated: Stated) -> float:
+    """A standing or helping worker moving to another run's work (the seek is counted apart)."""
+    return float(measured.seek.switch_s + SWITCH_REQUESTS * stated.s3_request_s)
+
+
+def pool_of(stated: Stated, hops: Hops, gpus: int, *, measured: Measured | None = None, **options: Any) -> Pool:
+    """The pool for ``hops``; standing workers (``standing=True``) are up, models loaded, before the runs."""
     return Pool(
         gpus=gpus,
         task_s=hops.span_task_s,
         pod_fixed_s=hops.span_pod_s,
         lease_s=stated.lease_s,
         retry_delay_s=stated.retry_delay_s,
+        switch_s=switch_s(measured, stated) if measured is not None else 0.0,
+        look_s=stated.s3_list_page_s,
         **options,
     )
 

@@ -11,9 +11,14 @@ job/claims.py, operators/commands.py):
 - a pod with nothing to claim waits (polling) until its own span is committed, then its task ends; the merge starts
   when every span task of the run has ended.
 
-Options beyond the worker as it is: ``across_runs`` lets a pod with nothing left in its own work take segments of
-other live runs (a what-if), and several pods may share one GPU (``pods_per_gpu``; pods working at once share its
-speed equally). Times are seconds; a segment's work is given at a whole GPU's speed.
+Options: ``across_runs`` lets a pod with nothing left in its own work take segments of other live runs
+(``[facefusion] help_other_runs_seconds``, unbounded here); ``standing`` replaces the span pods by standing workers
+(``facefusion-worker serve``, ``span_workers = standing``): ``gpus x pods_per_gpu`` of them, started once, take the
+free segments of the oldest live run (the back half of its longest free run, working forward), pay ``switch_s`` on
+moving to another run's work and poll every ``POLL_S`` when idle; a run's span tasks wait deferred (no pool slot) and
+its merge starts a trigger poll and a task hop after its last commit. Several pods may share one GPU
+(``pods_per_gpu``; pods working at once share its speed equally). Times are seconds; a segment's work is given at a
+whole GPU's speed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again
+PIECE_SEGMENTS = 32  # worker/span.py: a helper joins a started run only for a free run this long
+LOOKS_AT_ONCE = 8  # worker/span.py: runs a helper looks at side by side
 Key = tuple[int, int]  # (run, segment)
 
 
@@ -57,6 +64,11 @@ class Pool:
     pods_per_gpu: int = 1
     balancing: bool = True
     across_runs: bool = False
+    standing: bool = False
+    standing_start_s: float = 0.0  # when the standing workers are up (0: running with models loaded before the runs)
+    switch_s: float = 0.0  # a standing or helping worker moving to another run's work: job.json, listings, processor
+    look_s: float = 0.0  # a standing or helping worker looking at one run's claims to choose where to go
+    trigger_poll_s: float = 5.0  # triggers/spans.py POLL_SECONDS: a deferred span task learns of its last commit
     lease_s: float = 60.0
     retry_delay_s: float = 30.0
 
@@ -87,6 +99,8 @@ class _Worker:
     version: int = 0
     warm: bool = False
     pending: dict[Key, float] = field(default_factory=dict)  # finished, not yet committed: frame work
+    looking_s: float = 0.0  # the last _join's listings, paid before the segment it chose
+    looked: dict[int, float] = field(default_factory=dict)  # run -> when this worker last listed its claims
     died_at: float | None = None
 
 
@@ -134,8 +148,16 @@ class Simulation:
         self.pods = self.stolen = self.seeks = self.analysed_count = self.cold_count = 0
 
     def run(self) -> Result:
+        if self.pool.standing:
+            assert not self.kills, "kills are modelled for span pods only"
+            for slot in range(self.pool.gpus * self.pool.pods_per_gpu):
+                gpu = slot // self.pool.pods_per_gpu
+                worker = _Worker(len(self.workers), -1, -1, gpu, slot, range(0), state="waiting")
+                self.workers.append(worker)
+                self.pods += 1
+                self._push(self.pool.standing_start_s, "check", (worker.number,))
         for number, plan in enumerate(self.runs):
-            for span in range(len(plan.spans)):
+            for span in range(len(plan.spans) if not self.pool.standing else 0):
                 self._push(plan.ready_s, "ready", (number, span))
         for kill in self.kills:
             self._push(kill.at_s, "kill", (kill.run, kill.span))
@@ -238,7 +260,8 @@ class Simulation:
         if holder.died_at is None:
             return False
         lapsed = now - holder.died_at > self.pool.lease_s
-        return lapsed or ((holder.run, holder.span) == (worker.run, worker.span) and holder is not worker)
+        same_task = worker.run >= 0 and (holder.run, holder.span) == (worker.run, worker.span)
+        return lapsed or (same_task and holder is not worker)
 
     def _longest_free(self, worker: _Worker, run: int, now: float) -> tuple[int, int]:
         """(start, length) of the longest run of free segments of ``run``: the tail of its busiest span."""
@@ -253,7 +276,9 @@ class Simulation:
         return best_start, best_length
 
     def _other_runs(self, now: float) -> list[int]:
-        """Runs whose segments other pods may take (``across_runs``): planned, not yet merged."""
+        """Runs whose segments other pods may take (``across_runs``, ``standing``): planned, not yet merged."""
+        if self.pool.standing:
+            return [run for run, plan in enumerate(self.runs) if plan.ready_s <= now and not all(self.committed[run])]
         if not self.pool.across_runs:
             return []
         return [run for run, plan in enumerate(self.runs) if plan.ready_s <= now and self.open_tasks[run] > 0]
@@ -262,6 +287,8 @@ class Simulation:
         """SegmentPicker._candidates: the next one while it is free, else its own span's first free one, else
         (balancing) the back half of the longest run of free segments."""
         previous, run = worker.previous, worker.work_run
+        if worker.run < 0:
+            return self._pick_standing(worker, now)
         if previous is not None and previous + 1 < len(self.runs[run].work_s):
             following = previous + 1
             own = run == worker.run and following in worker.own
@@ -273,17 +300,48 @@ class Simulation:
                 return worker.run, index
         if not self.pool.balancing:
             return None
+        start, length = self._longest_free(worker, worker.run, now)
+        if length:
+            return worker.run, start + length // 2  # its own run's tail first
+        return self._join(worker, now, self._other_runs(now)) if self.pool.across_runs else None
+
+    def _pick_standing(self, worker: _Worker, now: float) -> Key | None:
+        """A standing worker: the next segment while it is free, else ``_join``."""
+        previous, run = worker.previous, worker.work_run
+        if (
+            previous is not None
+            and previous + 1 < len(self.runs[run].work_s)
+            and self._free(worker, run, previous + 1, now)
+        ):
+            return run, previous + 1
+        return self._join(worker, now, self._other_runs(now))
+
+    def _join(self, worker: _Worker, now: float, runs: Sequence[int]) -> Key | None:
+        """help_other_runs: oldest run first, a started one only for a free run of ``PIECE_SEGMENTS``, an untouched
+        one whole; else the longest free run. A look is two listings (``Pool.look_s`` each): one for each run this
+        worker has not looked at yet, ``LOOKS_AT_ONCE`` side by side (a free run only shrinks meanwhile), and one
+        before joining."""
         best: tuple[int, int, int] = (0, 0, 0)  # length, run, start
-        for other in [worker.run, *(r for r in self._other_runs(now) if r != worker.run)]:
-            start, length = self._longest_free(worker, other, now)
+        unseen = [run for run in runs if run not in worker.looked]
+        worker.looked.update(dict.fromkeys(unseen, now))
+        looks = -(-len(unseen) // LOOKS_AT_ONCE)
+        for run in sorted(runs, key=lambda number: (self.runs[number].ready_s, number)):
+            if run == worker.run:
+                continue
+            start, length = self._longest_free(worker, run, now)
+            untouched = not any(self.committed[run]) and all(holder is None for holder in self.holder[run])
+            if length >= PIECE_SEGMENTS or (untouched and length):
+                best = (length, run, start)
+                break
             if length > best[0]:
-                best = (length, other, start)
-            if other == worker.run and length:
-                break  # its own work first
+                best = (length, run, start)
         length, other, start = best
+        worker.looking_s = 2 * (looks + bool(length)) * self.pool.look_s
         return (other, start + length // 2) if length else None
 
     def _anything_free(self, worker: _Worker, now: float) -> bool:
+        if worker.run < 0:
+            return self._pick_standing(worker, now) is not None
         runs = [worker.run, *self._other_runs(now)] if self.pool.balancing else [worker.run]
         indexes = {run: range(len(self.runs[run].work_s)) for run in runs}
         if not self.pool.balancing:
@@ -305,10 +363,14 @@ class Simulation:
         self.cold_count += plan.warm_work_s is not None and not worker.warm
         work = plan.warm_work_s[index] if worker.warm and plan.warm_work_s is not None else plan.work_s[index]
         seek = worker.previous is None or run != worker.work_run or index != worker.previous + 1
+        switch = self.pool.switch_s if run != worker.work_run and (worker.run < 0 or run != worker.run) else 0.0
+        switch, worker.looking_s = switch + worker.looking_s, 0.0
         self.seeks += seek
         self.stolen += run != worker.run or index not in worker.own
+        if self.first_pod is None:
+            self.first_pod = now  # standing workers: the first segment's start
         worker.work_run, worker.segment, worker.segment_work, worker.updated = run, index, work, now
-        worker.total = work + plan.overheads.per_segment_s + (plan.overheads.seek_s if seek else 0.0)
+        worker.total = work + plan.overheads.per_segment_s + (plan.overheads.seek_s if seek else 0.0) + switch
         worker.remaining = worker.total
         self._set_working(worker, now, working=True)
 
@@ -316,12 +378,20 @@ class Simulation:
         """Nothing to claim: the pipeline drains, the commits land, then the pod looks whether its span is done."""
         self._set_working(worker, now, working=False)
         worker.previous, worker.state = None, "waiting"
-        latency = self.runs[worker.work_run].overheads.commit_latency_s if worker.pending else 0.0
+        latency = (
+            self.runs[worker.work_run].overheads.commit_latency_s if worker.pending and worker.work_run >= 0 else 0.0
+        )
         self._push(now + latency, "check", (worker.number,))
 
     def _check(self, now: float, payload: tuple[int, ...]) -> None:
         worker = self.workers[payload[0]]
         if worker.state != "waiting":
+            return
+        if worker.run < 0:  # a standing worker: work, or poll until every run is committed
+            if self._anything_free(worker, now):
+                self._next(worker, now)
+            elif not all(all(committed) for committed in self.committed):
+                self._push(now + POLL_S, "check", (worker.number,))
             return
         if self._own_committed(worker) and not (self.pool.across_runs and self._anything_free(worker, now)):
             self._finish(worker, now)
@@ -355,6 +425,10 @@ class Simulation:
         if not self.committed[run][index]:  # the marker is created exclusively: one commit counts
             self.committed[run][index] = True
             self.useful += work
+            if self.pool.standing and all(self.committed[run]):  # the deferred span tasks learn it, then the merge
+                self.last_span_end = max(self.last_span_end, now)
+                poll = self.pool.trigger_poll_s / 2
+                self.outputs[run] = now + poll + self.pool.task_s + self.runs[run].after_s
         self.holder[run][index] = None
 
     def _kill(self, now: float, payload: tuple[int, ...]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -139,6 +140,7 @@ class HelpMemory:
 
 
 PIECE_SEGMENTS = 32  # a helper joins a started run only for a free run this long: the seek is < 1 % of its half
+LOOKS_AT_ONCE = 8  # runs a helper looks at side by side: each look is two listings that wait on the store
 
 
 def help_other_runs(
@@ -156,9 +158,10 @@ def help_other_runs(
 
     Oldest run first, but a worker joins a run that others have started only where a free run of at least
     ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch); failing that, at the end of a pass, the run with
-    the longest free run. Free runs only shrink while claims are held, so a run seen too short is not looked at again
-    until a claim could have lapsed. A run this worker cannot help (its target unreadable here, a broken work) is left
-    to its own tasks: helping never fails the worker."""
+    the longest free run. Free runs only shrink while claims are held, so a run is looked at once (new runs side by
+    side), then again only just before joining it, or a lease after it had nothing free (a holder may have died). A
+    run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
+    fails the worker."""
     helped, memory = Helped(), memory or HelpMemory()
 
     def join(other: LiveWork) -> int:
@@ -168,6 +171,9 @@ def help_other_runs(
         committed, shorter = 0, list[tuple[int, LiveWork]]()
         live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
+        unseen = [other for other in live if other.layout.work_id not in memory.free_runs]
+        with ThreadPoolExecutor(LOOKS_AT_ONCE, thread_name_prefix="facefusion-look") as looks:
+            list(looks.map(lambda other: _look(other, models, memory, owner), unseen))  # listings wait on the store
         for other in live:
             if time.monotonic() >= deadline:
                 break
@@ -178,7 +184,8 @@ def help_other_runs(
                 committed += join(other)
             elif seen is not None and seen.length:
                 shorter.append((seen.length, other))
-        for _, other in sorted(shorter, key=lambda item: -item[0]) if not committed else []:
+        lapsed = [(0, other) for other in live if _may_have_lapsed(memory.free_runs.get(other.layout.work_id))]
+        for _, other in sorted(shorter, key=lambda item: -item[0]) + lapsed if not committed else []:
             seen = _look(other, models, memory, owner, fresh=True)
             if seen is not None and seen.length and time.monotonic() < deadline:
                 committed += join(other)
@@ -192,6 +199,11 @@ def _worth_joining(seen: FreeRun) -> bool:
     return seen.untouched or seen.length >= PIECE_SEGMENTS
 
 
+def _may_have_lapsed(seen: FreeRun | None) -> bool:
+    """A run seen with nothing free a lease ago may have a segment free again: its holder may have died."""
+    return seen is not None and not seen.length and time.monotonic() - seen.at >= lease_seconds()
+
+
 def _look(
     other: LiveWork, models: Options | None, memory: HelpMemory, owner: str, *, fresh: bool = False
 ) -> FreeRun | None:
@@ -201,8 +213,8 @@ def _look(
     if work in memory.complete or work in memory.given_up:
         return None
     remembered = memory.free_runs.get(work)
-    if remembered is not None and not fresh and time.monotonic() - remembered.at < lease_seconds():
-        return remembered
+    if remembered is not None and not fresh:
+        return remembered  # a free run only shrinks while its claims are held: what was too short stays so
     spec = memory.specs.get(work)
     if spec is None:
         try:
