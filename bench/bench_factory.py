@@ -30,7 +30,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from bench_scaling import machine, percent
+from bench_scaling import HELPING, SPAN_PODS, STANDING, WORKERS_SETTING, machine, percent, pool_options
 from scaling_measure import Measured
 from scaling_model import PodRate, Stated, pool_of, run_plan
 from scaling_sim import Simulation
@@ -249,19 +249,19 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
     frames = round(FULL["video_seconds"] * stated.frame_rate)
     gpus = int(FULL["gpus"])
     rows = []
-    plans = [(wave, 1, False, True) for wave in WAVES]
-    plans += [(1, 2, False, True), (1, 1, True, True), (1, 1, False, False)]
-    for wave, pods_per_gpu, across, reuse in plans:
+    plans = [(wave, 1, SPAN_PODS, True) for wave in WAVES]
+    plans += [(1, 2, SPAN_PODS, True), (1, 1, HELPING, True), (1, 1, STANDING, True), (1, 1, STANDING, False)]
+    for wave, pods_per_gpu, mode, reuse in plans:
         plan, hops, _ = run_plan(
             measured, stated, SEGMENT_FRAMES, wave, frames=frames, reuse_analysis=reuse, target="standard"
         )
-        pool = pool_of(stated, hops, gpus, pods_per_gpu=pods_per_gpu, across_runs=across)
+        pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
         result = Simulation([plan] * int(FULL["runs"]), pool).run()
         rows.append(
             {
                 "spans_per_run": wave,
                 "pods_per_gpu": pods_per_gpu,
-                "across_runs": across,
+                "workers": mode,
                 "analysis_reused": reuse,
                 "pods": result.pods,
                 "minutes": round(result.makespan_s / 60, 2),
@@ -277,8 +277,7 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
 
 def model(measured: Measured, stated: Stated) -> dict[str, Any]:
     rows = full_scale(measured, stated)
-    as_built = [row for row in rows if row["pods_per_gpu"] == 1 and not row["across_runs"] and row["analysis_reused"]]
-    best = min(as_built, key=lambda row: row["minutes"])
+    best = min((row for row in rows if row["analysis_reused"]), key=lambda row: row["minutes"])
     cold, warm = PodRate.of(measured, stated), PodRate.of(measured, stated, warm=True)
     _, hops, _ = run_plan(measured, stated, SEGMENT_FRAMES, 1, frames=round(FULL["video_seconds"] * stated.frame_rate))
     return {
@@ -291,6 +290,7 @@ def model(measured: Measured, stated: Stated) -> dict[str, Any]:
             "minutes": best["minutes"],
             "gpu_busy": best["gpu_busy"],
             "spans_per_run": best["spans_per_run"],
+            "workers": best["workers"],
             "met": {
                 "minutes": best["minutes"] <= FULL["minutes_goal"],
                 "gpu_busy": best["gpu_busy"] >= FULL["busy_goal"],
@@ -354,7 +354,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"**{full['minutes']:.1f} minutes end to end** (goal <= {FULL['minutes_goal']:.0f}, the reference design under "
         f"{FULL['reference_minutes']}): {'met' if full['met']['minutes'] else '**not met**'}; **GPU busy "
         f"{percent(full['gpu_busy'])}** (goal >= 95 %): {'met' if full['met']['gpu_busy'] else '**not met**'} "
-        f"({full['spans_per_run']} span a run, one pod per GPU, the worker as it is).",
+        f"({full['workers']}, `{WORKERS_SETTING[full['workers']]}`).",
         "",
         f"One standard target, {FULL['runs']} runs triggered together, {SEGMENT_FRAMES}-frame segments; each run's "
         "validate, prepare, plan, merge and cleanup on CPU beside the pool. A pod swaps "
@@ -362,13 +362,14 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "with its stored analysis (bench_scaling's measured costs; detection and landmarks are a stated share of the "
         "GPU's inference). GPU busy: frame work over G x the time from the first pod to the last span's end.",
         "",
-        "| spans a run | pods per GPU | balancing across runs | target analysis reused | pods started | minutes | "
+        "| who works the spans | spans a run | pods per GPU | target analysis reused | pods started | minutes | "
         "GPU busy | trigger to last output | segments worked without the analysis |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in modelled["rows"]:
         lines.append(
-            f"| {row['spans_per_run']} | {row['pods_per_gpu']} | {'yes (what-if)' if row['across_runs'] else 'no'} | "
+            f"| {row['workers']} (`{WORKERS_SETTING[row['workers']]}`) | "
+            f"{row['spans_per_run'] if row['workers'] != STANDING else '-'} | {row['pods_per_gpu']} | "
             f"{'yes' if row['analysis_reused'] else 'no (100 different videos)'} | {row['pods']} | {row['minutes']:.1f} "
             f"| {percent(row['gpu_busy'])} | {percent(row['gpu_busy_trigger_to_last_output'])} | "
             f"{row['segments_worked_cold'] if row['analysis_reused'] else row['segments']} of {row['segments']} |"
@@ -378,31 +379,37 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
 
 
 def verdict(modelled: dict[str, Any], hops_s: float) -> list[str]:
-    best = modelled["recommended"]
-    across = next(row for row in modelled["rows"] if row["across_runs"])
-    shared = next(row for row in modelled["rows"] if row["pods_per_gpu"] == 2)
-    no_reuse = next(row for row in modelled["rows"] if not row["analysis_reused"])
+    rows = modelled["rows"]
+    pods = min(
+        (row for row in rows if row["workers"] == SPAN_PODS and row["pods_per_gpu"] == 1),
+        key=lambda row: row["minutes"],
+    )
+    helping = next(row for row in rows if row["workers"] == HELPING)
+    standing = next(row for row in rows if row["workers"] == STANDING and row["analysis_reused"])
+    shared = next(row for row in rows if row["pods_per_gpu"] == 2)
+    no_reuse = next(row for row in rows if not row["analysis_reused"])
     frames_s = FULL["video_seconds"] * 30 / modelled["pod_fps_with_stored_analysis"]
     return [
-        f"With the worker as it is, the best plan is {best['spans_per_run']} span a run: every run starts a pod that "
-        f"pays about {hops_s:.0f} s (Airflow task, pod start, model load) for about {frames_s:.0f} s of frames, so "
-        f"the GPUs are busy {percent(best['gpu_busy'])} and the batch takes {best['minutes']:.1f} minutes; more spans a "
-        "run only start more pods. The first runs, started together, each analyse the target "
-        f"({best['segments_worked_cold']} segments worked without the stored analysis for "
-        f"{best['segments'] // FULL['runs']} distinct ones): nothing claims a segment's analysis, so runs that start "
-        "together repeat it; every later run reuses it.",
+        f"With span pods alone (`span_workers = task`) every run starts a pod that pays about {hops_s:.0f} s (Airflow "
+        f"task, pod start, model load) for about {frames_s:.0f} s of frames: at best {pods['minutes']:.1f} minutes "
+        f"and {percent(pods['gpu_busy'])} busy ({pods['spans_per_run']} span a run; more spans only start more pods; "
+        f"two pods a GPU, time-slicing, {shared['minutes']:.1f} minutes and {percent(shared['gpu_busy'])}).",
+        "",
+        "Span pods that go on to other live runs' free segments once their own run is done (`help_other_runs_seconds`, "
+        f"unbounded here) start {helping['pods']} pods instead of {pods['pods']}: {helping['minutes']:.1f} minutes, "
+        f"{percent(helping['gpu_busy'])} busy; the rest is every later run's span task passing through a pool slot, "
+        "for Airflow's task time, to find its span committed.",
+        "",
+        f"Standing workers (`span_workers = standing`: `facefusion-worker serve`, one per GPU, up before the batch) "
+        f"start no pod per run and hold no pool slot while runs wait: {standing['minutes']:.1f} minutes, "
+        f"{percent(standing['gpu_busy'])} busy. Each takes a run nobody has started, whole (one seek, one switch of "
+        "identity), and the tail is split between them. The first runs, started together, each analyse the target "
+        f"({standing['segments_worked_cold']} segments worked without the stored analysis): nothing claims a "
+        "segment's analysis, so runs that start together repeat it; every later run reuses it.",
         "",
         f"The stored analysis saves little here: a pod is bound by its CPU cores, and detection is "
         f"{percent(1 - modelled['pod_fps'] / modelled['pod_fps_with_stored_analysis'])} of a frame's cost there "
         f"(100 different videos, nothing reused: {no_reuse['minutes']:.1f} minutes).",
-        "",
-        f"What-ifs closer to the goals: two pods a GPU (time-slicing, a pool of 2 x GPUs) hide one pod's start behind the "
-        f"other's frames ({shared['minutes']:.1f} minutes, {percent(shared['gpu_busy'])} busy, the two sharing the GPU "
-        "when both work); a pod that, its own run done, went on to other live runs' segments (the same models, another "
-        f"identity from their job.json) would start {across['pods']} pods instead of {best['pods']}: "
-        f"{across['minutes']:.1f} minutes, {percent(across['gpu_busy'])} busy, the rest being the later runs' span "
-        "tasks, which still hold a pool slot for Airflow's task time to find their segments committed (what-ifs: the "
-        "worker does neither today).",
     ]
 
 
@@ -438,7 +445,7 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     rows = result["model"]["rows"]
     labels = [
         f"{r['spans_per_run']} span, {r['pods_per_gpu']} pod/GPU"
-        + (", across runs" if r["across_runs"] else "")
+        + {SPAN_PODS: "", HELPING: ", then other runs", STANDING: ", standing"}[r["workers"]]
         + ("" if r["analysis_reused"] else ", no reuse")
         for r in rows
     ]
