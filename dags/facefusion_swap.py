@@ -51,7 +51,7 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
         doc_md=doc,
         tags=["facefusion"],
     ) as dag:
-        validate = ValidateSwapConfOperator(task_id="validate")
+        validate = ValidateSwapConfOperator(task_id="validate", run_priority=priority)
         work_uri, output_uri = validate.ticket("work_uri"), validate.ticket("output_uri")
         prepare = worker_operator(
             "prepare",

@@ -133,6 +133,7 @@ class RunLease(_Record):
     output_uri: str
     created_at: datetime
     target_uri: str = ""  # this run's path to the target: a worker with nothing left of its own run helps this one
+    priority: int = 0  # standing and helping workers take a run of higher priority first
 
 
 class Deleting(_Record):

@@ -152,15 +152,18 @@ class ValidateSwapConfOperator(BaseOperator):
     Bad conf fails the task at once (no retries) with a message that names the field.
 
     :param work_root: fsspec URI of the shared work; default from the ``[facefusion] work_root`` setting.
+    :param run_priority: written in the run's lease: standing and helping workers take the free segments of a run of
+        higher priority first (the interactive DAG's runs before the batch DAG's).
     """
 
     template_fields: tuple[str, ...] = (*BaseOperator.template_fields, "work_root")
 
-    def __init__(self, *, work_root: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, work_root: str | None = None, run_priority: int = 0, **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)
         kwargs.setdefault("retries", 0)  # bad conf stays bad; storage hiccups are retried inside each request
         super().__init__(**kwargs)
         self.work_root = work_root
+        self.run_priority = run_priority
 
     def ticket(self, key: str) -> str:
         """A template of one ticket field (``work_uri``, ``output_uri``, ``prepare_args``, ...) for a templated field
@@ -190,6 +193,7 @@ class ValidateSwapConfOperator(BaseOperator):
             output_uri=ticket["output_uri"],
             created_at=datetime.now(UTC),
             target_uri=ticket["target_uri"],
+            priority=self.run_priority,
         )
         hook.hold_work(ticket["work_uri"], key, lease)
         self.log.info("Work %s in %s (run key %s)", ticket["work_id"], ticket["work_uri"], key)

@@ -25,11 +25,13 @@ RECENT_RUNS = timedelta(hours=1)
 
 @dataclass(frozen=True)
 class LiveWork:
-    """Another run's work folder, the target its oldest live run reads, and when that run started."""
+    """Another run's work folder, the target its oldest live run reads, when that run started, and the highest
+    priority of its live runs."""
 
     layout: WorkLayout
     target_uri: str
     started_at: datetime
+    priority: int = 0
 
 
 def help_seconds() -> float:
@@ -45,7 +47,8 @@ def help_seconds() -> float:
 def live_works(
     work_root: str, *, besides: str, now: datetime, seen: dict[str, RunLease] | None = None
 ) -> list[LiveWork]:
-    """Works under ``work_root`` that a recent run holds a lease on, oldest run first; not ``besides``. One listing of
+    """Works under ``work_root`` that a recent run holds a lease on, highest priority first, then oldest run first;
+    not ``besides``. One listing of
     the work folders, then one of each work's leases; a lease is read only when its version is new to ``seen``
     (a cache by URI and version, kept by the caller)."""
     seen = {} if seen is None else seen
@@ -64,8 +67,9 @@ def live_works(
                 recent.append(lease)
         if recent:
             first = min(recent, key=lambda lease: lease.created_at)
-            found.append(LiveWork(layout, first.target_uri, first.created_at))
-    return sorted(found, key=lambda work: work.started_at)
+            priority = max(lease.priority for lease in recent)
+            found.append(LiveWork(layout, first.target_uri, first.created_at, priority))
+    return sorted(found, key=lambda work: (-work.priority, work.started_at))
 
 
 def same_models(one: Options, other: Options) -> bool:

@@ -156,9 +156,9 @@ def help_other_runs(
     """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
     runs needing no other models) until none is left or ``deadline`` (``time.monotonic()``) passes.
 
-    Oldest run first, but a worker joins a run that others have started only where a free run of at least
-    ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch); failing that, at the end of a pass, the run with
-    the longest free run. Free runs only shrink while claims are held, so a run is looked at once (new runs side by
+    Highest priority, then oldest run first, but a worker joins a run that others have started only where a free run
+    of at least ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch), unless the run's priority is above
+    the lowest live one's; failing that, at the end of a pass, the run with the longest free run. Free runs only shrink while claims are held, so a run is looked at once (new runs side by
     side), then again only just before joining it, or a lease after it had nothing free (a holder may have died). A
     run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
     fails the worker."""
@@ -178,9 +178,10 @@ def help_other_runs(
             if time.monotonic() >= deadline:
                 break
             seen = _look(other, models, memory, owner)
-            if seen is not None and _worth_joining(seen):
+            first = other.priority > live[-1].priority  # a run before others: any free segment is worth a seek
+            if seen is not None and (first or _worth_joining(seen)):
                 seen = _look(other, models, memory, owner, fresh=True)  # it may have shrunk since
-            if seen is not None and _worth_joining(seen):
+            if seen is not None and seen.length and (first or _worth_joining(seen)):
                 committed += join(other)
             elif seen is not None and seen.length:
                 shorter.append((seen.length, other))
