@@ -82,6 +82,78 @@ def test_the_deployment_files_agree_with_the_settings_they_feed() -> None:
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == dict(settings.kubernetes.node_selector)
 
 
+def test_the_standing_worker_deployment_agrees_with_the_settings_and_the_span_pods() -> None:
+    values = helm_values()
+    config = values["config"]["facefusion"]
+    (claim,) = by_kind("PersistentVolumeClaim")
+    # The span pod the settings give, with the models claim the standing workers mount.
+    settings = FaceFusionSettings.from_values(
+        {**config, "models_volume_claim": claim["metadata"]["name"]}, airflow_home="/opt/airflow"
+    )
+    span = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 1024}
+    operator = KubernetesSwapSpanOperator(
+        task_id="swap_span",
+        work_uri=f"{settings.work_root}/work/0123456789abcdef01234567",
+        output_uri="s3://facefusion-out/a.mp4",
+        target_uri="s3://facefusion-in/a.mp4",
+        span=span,
+        pod_settings=settings.kubernetes,
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+    pod = serialize(operator.build_pod_request_obj(dry_run=True))["spec"]
+    (span_container,) = pod["containers"]
+
+    (deployment,) = [item for item in by_kind("Deployment") if item["metadata"]["name"] == "facefusion-standing-worker"]
+    (namespace,) = by_kind("Namespace")
+    (secret,) = by_kind("Secret")
+    (account,) = by_kind("ServiceAccount")
+    (quota,) = by_kind("ResourceQuota")
+    assert deployment["metadata"]["namespace"] == namespace["metadata"]["name"] == settings.kubernetes.namespace
+    template = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert deployment["spec"]["replicas"] <= int(quota["spec"]["hard"][f"requests.{settings.kubernetes.gpu_resource}"])
+    spec = template["spec"]
+    (container,) = spec["containers"]
+
+    # Who it is, where it runs, what it may do: the span pods' choices.
+    assert spec["serviceAccountName"] == pod["serviceAccountName"] == account["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is False
+    assert container["envFrom"] == span_container["envFrom"]
+    assert container["envFrom"][0]["secretRef"]["name"] == secret["metadata"]["name"]
+    assert container["image"] == span_container["image"] == config["worker_image"]
+    assert "command" not in container and not span_container["command"]  # the image's entrypoint (tini, the worker)
+    assert container["resources"] == span_container["resources"]
+    assert container["resources"]["limits"][settings.kubernetes.gpu_resource] == str(settings.kubernetes.gpu_count)
+    assert spec["nodeSelector"] == pod["nodeSelector"] == dict(settings.kubernetes.node_selector)
+    assert spec["tolerations"] == pod["tolerations"] == [dict(item) for item in settings.kubernetes.tolerations]
+    assert spec["securityContext"] == pod["securityContext"] and spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == span_container["securityContext"]
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["terminationMessagePolicy"] == span_container["terminationMessagePolicy"]
+    assert spec["volumes"] == pod["volumes"] and container["volumeMounts"] == span_container["volumeMounts"]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
+    assert spec["terminationGracePeriodSeconds"] >= 30  # the unwinding and the last metrics push (5 s) fit
+    assert deployment["spec"]["progressDeadlineSeconds"] >= settings.kubernetes.startup_timeout_seconds
+
+    # What it serves: every live run under the work root of the Airflow side.
+    assert container["args"] == ["serve", "--work-root", config["work_root"]]
+    assert settings.work_root == config["work_root"]
+    env = {variable["name"]: variable for variable in container["env"]}
+    span_env = {variable["name"]: variable for variable in span_container["env"]}
+    for name in ("FACEFUSION_MODELS_CACHE", "FACEFUSION_MODELS_DIR", "FACEFUSION_MODELS_URI", "NODE_NAME"):
+        assert env[name] == span_env[name], name
+    assert env["FACEFUSION_TERMINATION_LOG"]["value"] == span_env["FACEFUSION_TERMINATION_LOG"]["value"]
+    assert (
+        env["FACEFUSION_MODELS_DIR"]["value"] == "/models"
+        and env["FACEFUSION_MODELS_URI"]["value"] == config["models_uri"]
+    )
+    assert env["FACEFUSION_ALLOWED_INPUT_PREFIXES"]["value"] == ",".join(settings.allowed_input_prefixes)
+    assert env["FACEFUSION_ALLOWED_OUTPUT_PREFIXES"]["value"] == ",".join(settings.allowed_output_prefixes)
+    airflow_env = {variable["name"]: variable["value"] for variable in values["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == airflow_env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert set(env) - set(span_env) <= {"OTEL_EXPORTER_OTLP_ENDPOINT"}  # forwarded to span pods from Airflow's env
+
+
 def test_the_pod_operator_may_do_what_it_does_in_the_worker_namespace() -> None:
     (role,) = by_kind("Role")
     (binding,) = by_kind("RoleBinding")
