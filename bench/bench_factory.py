@@ -253,7 +253,14 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
     plans += [(1, 2, SPAN_PODS, True), (1, 1, HELPING, True), (1, 1, STANDING, True), (1, 1, STANDING, False)]
     for wave, pods_per_gpu, mode, reuse in plans:
         plan, hops, _ = run_plan(
-            measured, stated, SEGMENT_FRAMES, wave, frames=frames, reuse_analysis=reuse, target="standard"
+            measured,
+            stated,
+            SEGMENT_FRAMES,
+            wave,
+            frames=frames,
+            reuse_analysis=reuse,
+            target="standard",
+            standing=mode == STANDING,
         )
         pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
         result = Simulation([plan] * int(FULL["runs"]), pool).run()

@@ -49,7 +49,9 @@ def simulate(
     """One run of the stated video on ``gpus`` (one wave of ``wave`` spans, default one per GPU)."""
     kills = options.pop("kills", ())
     skew = options.pop("skew", None)
-    plan, hops, model = run_plan(measured, stated, size, wave or gpus, skew=skew)
+    plan, hops, model = run_plan(
+        measured, stated, size, wave or gpus, skew=skew, standing=options.get("standing", False)
+    )
     result = Simulation([plan], pool_of(stated, hops, gpus, measured=measured, **options), kills).run()
     return result, hops, model
 
@@ -165,7 +167,7 @@ def batch(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]
     gpus = int(BATCH["gpus"])
     rows = []
     for pods_per_gpu, wave, mode in BATCH_PLANS:
-        plan, hops, _ = run_plan(measured, stated, size, wave, frames=frames)
+        plan, hops, _ = run_plan(measured, stated, size, wave, frames=frames, standing=mode == STANDING)
         pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
         result = Simulation([plan] * int(BATCH["videos"]), pool).run()
         rows.append(
@@ -202,11 +204,14 @@ SCENARIOS: tuple[tuple[str, dict[str, float], str], ...] = (
 
 
 def serial_s(hops: Hops, mode: str) -> float:
-    """Trigger to output less the frame work: standing workers find the work one poll after prepare and the span
-    tasks learn of the last commit one trigger poll later, instead of a span task and a pod start before frames."""
+    """Trigger to output less the frame work: standing workers find the work one poll after prepare (plan runs beside
+    them) and the span task learns of the last commit one trigger poll later, instead of plan, a span task and a pod
+    start before frames."""
     if mode != STANDING:
         return float(hops.serial_s)
-    return float(hops.before_spans_s + POLL_S / 2 + Pool.trigger_poll_s / 2 + hops.span_task_s + hops.merge_s)
+    return float(
+        hops.validate_s + hops.prepare_s + POLL_S / 2 + Pool.trigger_poll_s / 2 + hops.span_task_s + hops.merge_s
+    )
 
 
 def scenarios(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]:

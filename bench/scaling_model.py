@@ -303,8 +303,10 @@ def run_plan(
     skew: tuple[float, float, float] | None = None,
     reuse_analysis: bool = False,
     target: str = "",
+    standing: bool = False,
 ) -> tuple[RunPlan, Hops, SegmentModel]:
-    """One run of ``frames`` (default: the stated video) in segments of ``size``, ``wave`` spans."""
+    """One run of ``frames`` (default: the stated video) in segments of ``size``, ``wave`` spans; ``standing``: the
+    segments are free for standing workers once ``prepare`` has written job.json (``plan`` runs beside them)."""
     frames = frames or stated.frames
     segments = plan_segments(0, frames, size)
     model = SegmentModel.of(measured, stated, size, len(segments))
@@ -315,7 +317,7 @@ def run_plan(
         warm_s = SegmentModel.of(measured, stated, size, len(segments), warm=True).frame_s
         warm = segment_works(frames, size, warm_s, skew=skew)
     plan = RunPlan(
-        ready_s=hops.before_spans_s if ready_s is None else ready_s,
+        ready_s=(hops.validate_s + hops.prepare_s if standing else hops.before_spans_s) if ready_s is None else ready_s,
         work_s=segment_works(frames, size, model.frame_s, skew=skew),
         spans=tuple((span.first, span.last) for span in spans),
         overheads=model.overheads(),

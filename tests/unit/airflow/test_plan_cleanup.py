@@ -54,6 +54,11 @@ def test_plan_makes_one_wave_of_the_configured_width(
         )
         == 3
     )
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")  # the workers split it: one waiting task
+    (whole,) = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(
+        _plan_context()
+    )
+    assert whole["label"] == "frames 0-399 (50 segments)"
 
 
 def test_plan_of_a_published_output_needs_no_work(
