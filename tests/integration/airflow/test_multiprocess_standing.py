@@ -1,5 +1,7 @@
 """Standing workers on a real multi-process Airflow (scheduler, dag-processor, API server and triggerer as separate
-processes, LocalExecutor, Postgres), ``[facefusion] span_workers = standing``, driven over REST:
+processes, LocalExecutor, Postgres), ``[facefusion] span_workers = standing``, driven over REST, with the work and the
+outputs on S3 (moto's server) that the cluster reaches only through an Airflow AWS connection: the span tasks'
+trigger reads the segment markers from the triggerer with it.
 
 - three runs triggered at once are worked by two ``facefusion-worker serve`` processes started beside Airflow; the
   swap_span tasks start no worker and wait deferred on the triggerer;
@@ -16,11 +18,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from airflow_harness import conf, frame_md5s, make_clip, make_image
 from multiprocess_harness import AirflowCluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))  # the S3 servers of tests/integration/s3
+from s3_servers import REGION, MotoServer
 
 pytestmark = pytest.mark.slow
 
@@ -29,27 +35,50 @@ SEGMENTS = 8
 RUNS = 3
 FRAME_DELAY = 0.15  # seconds per frame in the standing workers: a run's 32 frames take about 5 s, time to kill one
 LEASE_SECONDS = 3  # a killed worker's claims lapse this soon (FACEFUSION_CLAIM_LEASE_SECONDS)
+CONN_ID = "facefusion_s3"
+WORK_ROOT = "s3://work/standing"
+
+
+@dataclass(frozen=True)
+class S3Cluster:
+    cluster: AirflowCluster
+    moto: MotoServer
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    airflow_cluster_factory: Callable[..., AirflowCluster], tmp_path_factory: pytest.TempPathFactory
-) -> AirflowCluster:
-    settings = {"work_root": tmp_path_factory.mktemp("work").as_uri(), "span_workers": "standing"}
-    return airflow_cluster_factory(settings)
+def s3_cluster(airflow_cluster_factory: Callable[..., AirflowCluster]) -> Iterator[S3Cluster]:
+    moto = MotoServer()
+    try:
+        for bucket in ("videos", "work"):
+            moto.client().create_bucket(Bucket=bucket)
+        connection = {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {"endpoint_url": moto.url, "region_name": REGION},
+        }
+        settings = {"work_root": WORK_ROOT, "aws_conn_id": CONN_ID, "span_workers": "standing"}
+        env = {f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection)}
+        yield S3Cluster(airflow_cluster_factory(settings, env, drop_env=("AWS_", "FACEFUSION_")), moto)
+    finally:
+        moto.stop()
 
 
-def _standing_worker(cluster: AirflowCluster, log: Path) -> subprocess.Popen[bytes]:
+def _standing_worker(s3: S3Cluster, log: Path) -> subprocess.Popen[bytes]:
+    """``facefusion-worker serve`` as a standing worker's pod runs it: the storage secret's variables, no Airflow."""
     faults = [{"command": "swap-span", "indexes": [0], "frame_delay": FRAME_DELAY}]  # helping works as span 0
     env = {
-        **cluster.env,
+        **{name: value for name, value in os.environ.items() if not name.startswith(("AWS_", "FACEFUSION_"))},
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "FACEFUSION_S3_ENDPOINT_URL": s3.moto.url,
         "FACEFUSION_TEST_FAULTS": json.dumps(faults),
         "FACEFUSION_CLAIM_LEASE_SECONDS": str(LEASE_SECONDS),
     }
-    work_root = cluster.env["AIRFLOW__FACEFUSION__WORK_ROOT"]
     with log.open("wb") as handle:
         return subprocess.Popen(
-            [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root],
+            [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", WORK_ROOT],
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -58,8 +87,8 @@ def _standing_worker(cluster: AirflowCluster, log: Path) -> subprocess.Popen[byt
 
 
 @pytest.fixture
-def standing_workers(cluster: AirflowCluster, tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
-    workers = [(_standing_worker(cluster, tmp_path / f"serve-{n}.log"), tmp_path / f"serve-{n}.log") for n in (1, 2)]
+def standing_workers(s3_cluster: S3Cluster, tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
+    workers = [(_standing_worker(s3_cluster, tmp_path / f"serve-{n}.log"), tmp_path / f"serve-{n}.log") for n in (1, 2)]
     yield workers
     for process, _ in workers:
         if process.poll() is None:
@@ -73,14 +102,22 @@ def _commits(log: Path) -> int:
 
 
 def test_standing_workers_finish_runs_at_once_and_survive_kill_9_of_one(
-    cluster: AirflowCluster, standing_workers: list[tuple[subprocess.Popen[bytes], Path]], tmp_path: Path
+    s3_cluster: S3Cluster, standing_workers: list[tuple[subprocess.Popen[bytes], Path]], tmp_path: Path
 ) -> None:
+    cluster, client = s3_cluster.cluster, s3_cluster.moto.client()
     media = tmp_path / "media"
     make_image(media / "face.png")
-    targets = [make_clip(media / f"clip-{n}.mp4", SEGMENTS * SEGMENT_FRAMES, seed=20 + n, gop=4) for n in range(RUNS)]
-    outputs = [tmp_path / "out" / f"clip-{n}.mp4" for n in range(RUNS)]
+    client.upload_file(str(media / "face.png"), "videos", "in/face.png")
+    clips = [make_clip(media / f"clip-{n}.mp4", SEGMENTS * SEGMENT_FRAMES, seed=20 + n, gop=4) for n in range(RUNS)]
+    for clip in clips:
+        client.upload_file(str(clip), "videos", f"in/{clip.name}")
     options = {"segment_size": SEGMENT_FRAMES, "processors": [], "output_video_quality": 100}  # lossless
-    runs = [cluster.trigger(conf([media / "face.png"], t, o, **options)) for t, o in zip(targets, outputs, strict=True)]
+    runs = [
+        cluster.trigger(
+            conf(["s3://videos/in/face.png"], f"s3://videos/in/{clip.name}", f"s3://videos/out/{clip.name}", **options)
+        )
+        for clip in clips
+    ]
     (victim, victim_log), (_, survivor_log) = standing_workers
     deadline = time.monotonic() + 180
     while _commits(victim_log) < 2:  # then it is working its next segment, claimed
@@ -91,8 +128,9 @@ def test_standing_workers_finish_runs_at_once_and_survive_kill_9_of_one(
 
     for run_id in runs:
         assert cluster.wait(run_id, timeout=240) == "success", cluster.task_states(run_id)
-    for target, output in zip(targets, outputs, strict=True):
-        assert frame_md5s(output) == frame_md5s(target)
+    for clip in clips:
+        client.download_file("videos", f"out/{clip.name}", str(tmp_path / clip.name))
+        assert frame_md5s(tmp_path / clip.name) == frame_md5s(clip)
     survivor_text = survivor_log.read_text()
     assert "took over claim generation" in survivor_text, survivor_text[-3000:]  # the victim's claims, once lapsed
     for run_id in runs:
