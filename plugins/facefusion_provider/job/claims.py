@@ -12,6 +12,7 @@ workers that did race on one segment exactly one file is ever merged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -158,25 +159,9 @@ class SegmentClaims:
             )
             storage.write_bytes_atomic(self.layout.claim(index, generation), record.model_dump_json().encode())
 
-    @contextmanager
-    def renewing(self) -> Iterator[None]:
+    def renewing(self) -> contextlib.AbstractContextManager[None]:
         """Renew the held claims in a thread every quarter lease while the block runs."""
-        stop = threading.Event()
-
-        def loop() -> None:
-            while not stop.wait(self.lease / RENEWALS_PER_LEASE):
-                try:
-                    self.renew()
-                except FaceFusionError as error:  # a storage hiccup: the next renewal may succeed within the lease
-                    logger.warning("renewing claims failed: %s", error)
-
-        thread = threading.Thread(target=loop, name="facefusion-claims", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
+        return repeating(self.renew, self.lease / RENEWALS_PER_LEASE, name="facefusion-claims", what="renewing claims")
 
     def _lapsed(self, claim: ClaimState) -> bool:
         return self._clock() - claim.written_at > self.lease
@@ -194,6 +179,28 @@ class SegmentClaims:
                 return False
             self._owners[key] = record.owner
         return self._owners[key] == self.owner
+
+
+@contextmanager
+def repeating(action: Callable[[], None], every: float, *, name: str, what: str) -> Iterator[None]:
+    """Call ``action`` in a thread every ``every`` seconds while the block runs (a lease's renewal); a storage failure
+    is logged, as the next call may succeed within the lease."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                action()
+            except FaceFusionError as error:
+                logger.warning("%s failed: %s", what, error)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def check_conditional_writes(layout: WorkLayout) -> None:

@@ -7,17 +7,13 @@ slot) until its span is committed. Each standing worker rewrites ``{work_root}/w
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError
+from facefusion_provider.job.claims import repeating
 from facefusion_provider.job.records import StandingWorker
-
-logger = logging.getLogger(__name__)
 
 WORKERS_FOLDER = "workers"
 HEARTBEAT_SECONDS = 15.0
@@ -48,20 +44,8 @@ def heartbeat(work_root: str, worker: StandingWorker, *, every: float = HEARTBEA
     uri = heartbeat_uri(work_root, worker.name)
     data = worker.model_dump_json().encode()
     storage.write_bytes_atomic(uri, data)
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(every):
-            try:
-                storage.write_bytes_atomic(uri, data)
-            except FaceFusionError as error:  # a storage hiccup: the next beat may succeed within the lapse
-                logger.warning("heartbeat %s failed: %s", uri, error)
-
-    thread = threading.Thread(target=loop, name="facefusion-heartbeat", daemon=True)
-    thread.start()
     try:
-        yield
+        with repeating(lambda: storage.write_bytes_atomic(uri, data), every, name="facefusion-heartbeat", what=uri):
+            yield
     finally:
-        stop.set()
-        thread.join()
         storage.delete(uri)
