@@ -249,9 +249,10 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
     frames = round(FULL["video_seconds"] * stated.frame_rate)
     gpus = int(FULL["gpus"])
     rows = []
-    plans = [(wave, 1, SPAN_PODS, True) for wave in WAVES]
-    plans += [(1, 2, SPAN_PODS, True), (1, 1, HELPING, True), (1, 1, STANDING, True), (1, 1, STANDING, False)]
-    for wave, pods_per_gpu, mode, reuse in plans:
+    plans = [(wave, 1, SPAN_PODS, True, False) for wave in WAVES]
+    plans += [(1, 2, SPAN_PODS, True, False), (1, 1, HELPING, True, False), (1, 1, STANDING, True, False)]
+    plans += [(1, 1, STANDING, True, True), (1, 1, STANDING, False, False)]
+    for wave, pods_per_gpu, mode, reuse, cold in plans:
         plan, hops, _ = run_plan(
             measured,
             stated,
@@ -263,16 +264,20 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
             standing=mode == STANDING,
         )
         pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
+        if cold:  # the standing workers' pods are started with the batch: their GPUs count from the trigger
+            pool = replace(pool, standing_start_s=hops.span_pod_s)
         result = Simulation([plan] * int(FULL["runs"]), pool).run()
+        busy_from = 0.0 if cold else result.first_pod_s
         rows.append(
             {
                 "spans_per_run": wave,
                 "pods_per_gpu": pods_per_gpu,
                 "workers": mode,
+                "cold": cold,
                 "analysis_reused": reuse,
                 "pods": result.pods,
                 "minutes": round(result.makespan_s / 60, 2),
-                "gpu_busy": round(result.busy_fraction(gpus, (result.first_pod_s, result.last_span_end_s)), 4),
+                "gpu_busy": round(result.busy_fraction(gpus, (busy_from, result.last_span_end_s)), 4),
                 "gpu_busy_trigger_to_last_output": round(result.busy_fraction(gpus), 4),
                 "segments_analysed": result.analysed_segments,
                 "segments_worked_cold": result.cold_segments,
@@ -284,7 +289,7 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
 
 def model(measured: Measured, stated: Stated) -> dict[str, Any]:
     rows = full_scale(measured, stated)
-    best = min((row for row in rows if row["analysis_reused"]), key=lambda row: row["minutes"])
+    best = min((row for row in rows if row["analysis_reused"] and not row["cold"]), key=lambda row: row["minutes"])
     cold, warm = PodRate.of(measured, stated), PodRate.of(measured, stated, warm=True)
     _, hops, _ = run_plan(measured, stated, SEGMENT_FRAMES, 1, frames=round(FULL["video_seconds"] * stated.frame_rate))
     return {
@@ -375,7 +380,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
     ]
     for row in modelled["rows"]:
         lines.append(
-            f"| {row['workers']} (`{WORKERS_SETTING[row['workers']]}`) | "
+            f"| {row['workers']}{', started with the batch' if row['cold'] else ''} (`{WORKERS_SETTING[row['workers']]}`) | "
             f"{row['spans_per_run'] if row['workers'] != STANDING else '-'} | {row['pods_per_gpu']} | "
             f"{'yes' if row['analysis_reused'] else 'no (100 different videos)'} | {row['pods']} | {row['minutes']:.1f} "
             f"| {percent(row['gpu_busy'])} | {percent(row['gpu_busy_trigger_to_last_output'])} | "
@@ -392,7 +397,8 @@ def verdict(modelled: dict[str, Any], hops_s: float) -> list[str]:
         key=lambda row: row["minutes"],
     )
     helping = next(row for row in rows if row["workers"] == HELPING)
-    standing = next(row for row in rows if row["workers"] == STANDING and row["analysis_reused"])
+    standing = next(row for row in rows if row["workers"] == STANDING and row["analysis_reused"] and not row["cold"])
+    started = next(row for row in rows if row["cold"])
     shared = next(row for row in rows if row["pods_per_gpu"] == 2)
     no_reuse = next(row for row in rows if not row["analysis_reused"])
     frames_s = FULL["video_seconds"] * 30 / modelled["pod_fps_with_stored_analysis"]
@@ -409,7 +415,8 @@ def verdict(modelled: dict[str, Any], hops_s: float) -> list[str]:
         "",
         f"Standing workers (`span_workers = standing`: `facefusion-worker serve`, one per GPU, up before the batch) "
         f"start no pod per run and hold no pool slot while runs wait: {standing['minutes']:.1f} minutes, "
-        f"{percent(standing['gpu_busy'])} busy. Each takes a run nobody has started, whole (one seek, one switch of "
+        f"{percent(standing['gpu_busy'])} busy (started with the batch, their GPUs counted from the trigger: "
+        f"{started['minutes']:.1f} minutes, {percent(started['gpu_busy'])}). Each takes a run nobody has started, whole (one seek, one switch of "
         "identity), and the tail is split between them. The first runs, started together, each analyse the target "
         f"({standing['segments_worked_cold']} segments worked without the stored analysis): nothing claims a "
         "segment's analysis, so runs that start together repeat it; every later run reuses it.",
@@ -453,6 +460,7 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     labels = [
         f"{r['spans_per_run']} span, {r['pods_per_gpu']} pod/GPU"
         + {SPAN_PODS: "", HELPING: ", then other runs", STANDING: ", standing"}[r["workers"]]
+        + (" (started with the batch)" if r["cold"] else "")
         + ("" if r["analysis_reused"] else ", no reuse")
         for r in rows
     ]
