@@ -3,11 +3,13 @@ with every segment committed, the file a segment's marker names, and a run's lea
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from facefusion_provider import storage, worker
+from facefusion_provider.job import leases
 from facefusion_provider.job.ids import work_id
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.records import JobSpec, RunLease, SegmentMarker
@@ -36,9 +38,22 @@ def segment_file_uri(work_uri: str, index: int) -> str:
     return layout.segment_file(marker.file)
 
 
-def run_lease(target: str, *, age: timedelta = timedelta(0)) -> RunLease:
-    """The lease ``validate`` writes for a run from Airflow over ``target``, started ``age`` ago."""
+def hold_run_lease(
+    layout: WorkLayout, run_key: str, target: str, *, age: timedelta = timedelta(0), priority: int = 0
+) -> RunLease:
+    """The lease ``validate`` writes for a run from Airflow over ``target``, written ``age`` ago (a local file's
+    modification time too: nothing renewed it since)."""
     started = datetime.now(UTC) - age
-    return RunLease(
-        dag_id="facefusion_swap", run_id="run", output_uri="file:///out.mp4", created_at=started, target_uri=target
+    lease = RunLease(
+        dag_id="facefusion_swap",
+        run_id=run_key,
+        output_uri="file:///out.mp4",
+        created_at=started,
+        target_uri=target,
+        priority=priority,
     )
+    leases.hold(layout, run_key, lease)
+    path = storage.local_path(layout.run_lease(run_key))
+    if path is not None:
+        os.utime(path, (started.timestamp(), started.timestamp()))
+    return lease

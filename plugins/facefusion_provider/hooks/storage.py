@@ -79,6 +79,11 @@ class FaceFusionStorageHook(BaseHook):
         with self.storage_access(work_uri):
             return scan_work(WorkLayout(work_uri)).committed
 
+    def renew_lease(self, work_uri: str, run_key: str) -> None:
+        """Say that this run still waits for its work (standing workers help only recently renewed runs)."""
+        with self.storage_access(work_uri):
+            leases.renew(WorkLayout(work_uri), run_key)
+
     def standing_workers(self, work_root: str) -> list[str]:
         """The standing workers (``facefusion-worker serve``) alive under ``work_root``."""
         with self.storage_access(work_root):

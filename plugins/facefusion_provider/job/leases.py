@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, RetryableError
+from facefusion_provider.exceptions import FaceFusionError, InputMissingError, RetryableError
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.records import Deleting, RunLease
 
@@ -46,6 +46,15 @@ def hold(layout: WorkLayout, run_key: str, lease: RunLease, *, wait: float = DEL
             raise RetryableError(f"{layout.work_uri}: still being removed by run {deleting.run_key} after {wait:.0f} s")
         logger.info("%s: run %s is removing this work; waiting for it to finish", layout.work_uri, deleting.run_key)
         time.sleep(POLL_SECONDS)
+
+
+def renew(layout: WorkLayout, run_key: str) -> None:
+    """Rewrite this run's lease as it is (its modification time says the run still waits); a released one stays gone."""
+    try:
+        data = storage.read_bytes(layout.run_lease(run_key))
+    except InputMissingError:
+        return
+    storage.write_bytes_atomic(layout.run_lease(run_key), data)
 
 
 def release(layout: WorkLayout, run_key: str) -> None:

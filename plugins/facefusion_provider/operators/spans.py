@@ -14,6 +14,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.job.ids import run_key
 from facefusion_provider.job.progress import PROGRESS_PREFIX
 from facefusion_provider.operators.commands import completed_work, fail_on_bad_input, span_worker_args
 from facefusion_provider.settings import load_settings
@@ -67,7 +68,9 @@ class SwapSpanMixin:
             return None
         logger.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
         first, last = int(self.span["first"]), int(self.span["last"])
-        self.defer(trigger=SpanCommittedTrigger(self.work_uri, first, last), method_name="span_committed")
+        key = run_key(context["ti"].dag_id, context["ti"].run_id)  # the lease validate wrote, renewed while waiting
+        trigger = SpanCommittedTrigger(self.work_uri, first, last, run_key=key)
+        self.defer(trigger=trigger, method_name="span_committed")
 
     def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:
         if event.get("status") != "committed":

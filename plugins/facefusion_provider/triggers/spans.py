@@ -13,24 +13,30 @@ from facefusion_provider.job.layout import WorkLayout, work_root_of
 
 POLL_SECONDS = 5.0
 NO_WORKER_SECONDS = 120.0  # a span waits this long for a standing worker to appear before its task fails
+RENEW_SECONDS = 600.0  # how often the run's lease is rewritten: standing workers help runs renewed within the hour
 
 
 class SpanCommittedTrigger(BaseTrigger):
     """Fires ``{"status": "committed"}`` once segments ``[first, last)`` of the work are committed, or
     ``{"status": "no_standing_worker"}`` when no standing worker has had a live heartbeat for ``no_worker_seconds``
-    (one listing of the segments and one of the workers per poll)."""
+    (one listing of the segments and one of the workers per poll). While it waits it renews the run's lease
+    (``run_key``), so standing workers keep taking a run that waits behind a long queue."""
 
     def __init__(
         self,
         work_uri: str,
         first: int,
         last: int,
+        *,
         poll_seconds: float = POLL_SECONDS,
         no_worker_seconds: float = NO_WORKER_SECONDS,
+        run_key: str = "",
+        renew_seconds: float = RENEW_SECONDS,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.work_uri, self.first, self.last = work_uri, first, last
         self.poll_seconds, self.no_worker_seconds = poll_seconds, no_worker_seconds
+        self.run_key, self.renew_seconds = run_key, renew_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -39,6 +45,8 @@ class SpanCommittedTrigger(BaseTrigger):
             "last": self.last,
             "poll_seconds": self.poll_seconds,
             "no_worker_seconds": self.no_worker_seconds,
+            "run_key": self.run_key,
+            "renew_seconds": self.renew_seconds,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -46,7 +54,11 @@ class SpanCommittedTrigger(BaseTrigger):
         work_root = work_root_of(WorkLayout(self.work_uri))
         loop = asyncio.get_running_loop()
         alone_since: float | None = None
+        renewed = loop.time()
         while True:
+            if self.run_key and loop.time() - renewed >= self.renew_seconds:
+                await asyncio.to_thread(hook.renew_lease, self.work_uri, self.run_key)
+                renewed = loop.time()
             # Storage calls block: they run in a thread, never on the triggerer's event loop.
             committed = await asyncio.to_thread(hook.committed_segments, self.work_uri)
             left = [index for index in range(self.first, self.last) if index not in committed]

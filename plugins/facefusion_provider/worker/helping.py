@@ -4,14 +4,15 @@ A pod that exits when its own span is done leaves its GPU idle until the next ta
 models (about 14 s); in a batch of many short runs that is a quarter of the pool's time. So a worker may go on to the
 free segments of other live runs under the same work root, through the same claims and markers, for at most
 ``FACEFUSION_HELP_OTHER_RUNS_SECONDS`` (its own run's merge waits for it that long at most). A run is live for this
-while it holds a lease naming its target and started within ``RECENT_RUNS``: a failed run's work is left to its retry.
+while it holds a lease naming its target, written (or renewed: the trigger of a run waiting for standing workers
+renews it) within ``RECENT_RUNS``: a failed run's work is left to its retry.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from facefusion_provider import storage
 from facefusion_provider.job import leases
@@ -63,7 +64,8 @@ def live_works(
             if key not in seen:
                 seen[key] = leases.read_lease(item.uri)
             lease = seen[key]
-            if lease.target_uri and now - lease.created_at < RECENT_RUNS:
+            renewed = datetime.fromtimestamp(item.modified, UTC)  # a waiting standing-mode run renews its lease
+            if lease.target_uri and now - max(lease.created_at, renewed) < RECENT_RUNS:
                 recent.append(lease)
         if recent:
             first = min(recent, key=lambda lease: lease.created_at)

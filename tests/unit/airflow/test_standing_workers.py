@@ -7,28 +7,41 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from committed import hold_run_lease
 
-from facefusion_provider.job.layout import work_root_of
+from facefusion_provider import storage
+from facefusion_provider.job.layout import WorkLayout, work_root_of
 from facefusion_provider.job.records import StandingWorker
 from facefusion_provider.job.standing import heartbeat
 from facefusion_provider.operators.local import LocalSwapSpanOperator
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.worker.helping import live_works
 
 FAST = {"poll_seconds": 0.05, "no_worker_seconds": 0.5}
 
 
-def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
-    async def collect() -> list[dict[str, Any]]:
-        return [event.payload async for event in trigger.run()]
+def _events(trigger: SpanCommittedTrigger, *, for_seconds: float | None = None) -> list[dict[str, Any]]:
+    """What the trigger fires; with ``for_seconds``, what it fired by then (it is cancelled, as the triggerer may)."""
+    events: list[dict[str, Any]] = []
 
-    return asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    async def collect() -> None:
+        async for event in trigger.run():
+            events.append(event.payload)
+
+    try:
+        asyncio.run(asyncio.wait_for(collect(), timeout=for_seconds or 30))
+    except TimeoutError:
+        if for_seconds is None:
+            raise
+    return events
 
 
 def _standing_worker() -> StandingWorker:
@@ -99,3 +112,20 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
     with pytest.raises(AirflowException, match="no standing worker"):
         operator.span_committed(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
     assert fake_worker() == []  # no process was started for the span
+
+
+def test_a_waiting_run_renews_its_lease_so_standing_workers_keep_taking_it(
+    tmp_path: Path, write_job: Callable[..., Any]
+) -> None:
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    layout = WorkLayout(job.work_uri)
+    queued_long = hold_run_lease(layout, "waiting-run", "/in/target.mp4", age=timedelta(hours=2))  # still waiting
+    lease_file = Path(storage.local_path(layout.run_lease("waiting-run")) or "")
+    assert live_works(work_root_of(layout), besides="", now=datetime.now(UTC)) == []  # looks abandoned
+
+    trigger = SpanCommittedTrigger(job.work_uri, 0, 5, **FAST, run_key="waiting-run", renew_seconds=0.1)
+    with heartbeat(work_root_of(layout), _standing_worker(), every=0.1):
+        assert _events(trigger, for_seconds=0.5) == []  # a worker is alive: it waits, renewing the lease
+
+    (found,) = live_works(work_root_of(layout), besides="", now=datetime.now(UTC))
+    assert found.layout.work_id == layout.work_id and lease_file.read_bytes() == queued_long.model_dump_json().encode()

@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from committed import run_lease, work_uri_for
+from committed import hold_run_lease, work_uri_for
 from matplotlib import cbook
 from PIL import Image
 from skimage import data
 
 from facefusion_provider import storage, worker
-from facefusion_provider.job import leases
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.media.images import encode_image
@@ -115,7 +114,7 @@ def test_a_worker_done_with_its_own_run_swaps_another_face_into_another_run(
     worker.prepare(mine, [faces["astronaut"]], target, **OPTIONS)
     theirs = work_uri_for(shared, [faces["grace"]], target, **OPTIONS)
     spec = worker.prepare(theirs, [faces["grace"]], target, **OPTIONS)
-    leases.hold(WorkLayout(theirs), "their-run", run_lease(target))  # what validate writes for a run from Airflow
+    hold_run_lease(WorkLayout(theirs), "their-run", target)  # what validate writes for a run from Airflow
     monkeypatch.setenv(HELP_SECONDS_VARIABLE, "120")
     helper = worker.swap_span(mine, target, 0, FRAMES // SEGMENT)
     assert (helper.committed, helper.helped_runs, helper.helped_segments) == (FRAMES // SEGMENT, 1, len(spec.segments))

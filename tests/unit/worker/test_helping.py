@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from committed import run_lease
+from committed import hold_run_lease
 
-from facefusion_provider.job import leases
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.worker.helping import live_works
 
@@ -15,15 +14,15 @@ from facefusion_provider.worker.helping import live_works
 def test_interactive_runs_come_first_then_the_oldest_and_only_recent_runs_with_a_target(tmp_path: Path) -> None:
     root = tmp_path.as_uri()
     runs = {
-        "batch-old": run_lease("/in/a.mp4", age=timedelta(minutes=30)),
-        "batch-new": run_lease("/in/b.mp4", age=timedelta(minutes=10)),
-        "interactive": run_lease("/in/c.mp4", age=timedelta(minutes=1)).model_copy(update={"priority": 10}),
-        "stale": run_lease("/in/d.mp4", age=timedelta(hours=3)),  # failed long ago: left to its retry
-        "cli": run_lease("", age=timedelta(minutes=5)),  # no target named: nobody can help it
-        "mine": run_lease("/in/e.mp4"),
+        "batch-old": ("/in/a.mp4", timedelta(minutes=30), 1),
+        "batch-new": ("/in/b.mp4", timedelta(minutes=10), 1),
+        "interactive": ("/in/c.mp4", timedelta(minutes=1), 10),
+        "stale": ("/in/d.mp4", timedelta(hours=3), 1),  # failed long ago, its lease not renewed: left to its retry
+        "cli": ("", timedelta(minutes=5), 0),  # no target named: nobody can help it
+        "mine": ("/in/e.mp4", timedelta(0), 10),
     }
-    for work, lease in runs.items():
-        leases.hold(WorkLayout.under(root, work), f"run-{work}", lease)
+    for work, (target, age, priority) in runs.items():
+        hold_run_lease(WorkLayout.under(root, work), f"run-{work}", target, age=age, priority=priority)
 
     found = live_works(root, besides="mine", now=datetime.now(UTC))
 

@@ -14,10 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from committed import run_lease, work_uri_for
+from committed import hold_run_lease, work_uri_for
 
 from facefusion_provider import storage, worker
-from facefusion_provider.job import leases
 from facefusion_provider.job.claims import SegmentClaims, scan_work
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
@@ -154,9 +153,9 @@ def test_a_worker_done_with_its_own_run_helps_other_live_runs(make_video: MakeVi
     works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
     for name, work_uri in works.items():
         worker.prepare(work_uri, [], targets[name], **OPTIONS)
-    leases.hold(WorkLayout(works["live"]), "live-run", run_lease(targets["live"]))
-    leases.hold(WorkLayout(works["old"]), "old-run", run_lease(targets["old"], age=timedelta(hours=2)))
-    leases.hold(WorkLayout(works["unreadable"]), "run", run_lease(str(Path(work_root) / "gone.mp4")))
+    hold_run_lease(WorkLayout(works["live"]), "live-run", targets["live"])
+    hold_run_lease(WorkLayout(works["old"]), "old-run", targets["old"], age=timedelta(hours=2))
+    hold_run_lease(WorkLayout(works["unreadable"]), "run", str(Path(work_root) / "gone.mp4"))
     mine = _result(_span(works["mine"], targets["mine"], "0:2", env={HELP_SECONDS_VARIABLE: "60"}))
     assert (mine["committed"], mine["helped_runs"], mine["helped_segments"]) == (2, 1, MINE_AND_OTHERS["live"])
     assert len(_markers(works["live"])) == MINE_AND_OTHERS["live"]
@@ -173,7 +172,7 @@ def test_a_standing_worker_works_every_live_run_and_leaves_no_heartbeat(make_vid
     works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
     for name, work_uri in works.items():
         worker.prepare(work_uri, [], targets[name], **OPTIONS)
-        leases.hold(WorkLayout(works[name]), f"run-{name}", run_lease(targets[name]))
+        hold_run_lease(WorkLayout(works[name]), f"run-{name}", targets[name])
     root = storage.normalize_uri(work_root)
     standing = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, "--idle-exit", "3"],
@@ -205,8 +204,8 @@ def test_a_helper_goes_to_a_run_nobody_has_started_before_the_short_free_runs_of
     works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
     for name, work_uri in works.items():
         worker.prepare(work_uri, [], targets[name], **OPTIONS)
-    leases.hold(WorkLayout(works["started"]), "older-run", run_lease(targets["started"], age=timedelta(minutes=5)))
-    leases.hold(WorkLayout(works["fresh"]), "newer-run", run_lease(targets["fresh"]))
+    hold_run_lease(WorkLayout(works["started"]), "older-run", targets["started"], age=timedelta(minutes=5))
+    hold_run_lease(WorkLayout(works["fresh"]), "newer-run", targets["fresh"])
     other = SegmentClaims(WorkLayout(works["started"]), owner="another-task")
     assert all(other.take(index, scan_work(WorkLayout(works["started"]))) for index in (0, 1, 2))  # alive, held
     process = _span(works["mine"], targets["mine"], "0:1", env={HELP_SECONDS_VARIABLE: "60"})
