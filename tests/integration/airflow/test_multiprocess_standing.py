@@ -135,4 +135,6 @@ def test_standing_workers_finish_runs_at_once_and_survive_kill_9_of_one(
     assert "took over claim generation" in survivor_text, survivor_text[-3000:]  # the victim's claims, once lapsed
     for run_id in runs:
         log = cluster.task_log(run_id, "swap_span", 1, map_index=0)
-        assert "waiting, deferred" in log and "Running command" not in log  # no worker started by the task
+        # It waited deferred, or (a busy machine starting it late) found its span committed: never a worker of its own.
+        assert "waiting, deferred" in log or "Nothing to do" in log, log[-3000:]
+        assert "Running command" not in log, log[-3000:]
