@@ -29,6 +29,7 @@ from facefusion_provider.operators.commands import span_worker_args, worker_argv
 from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator, KubernetesWorkerOperator
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.settings import KubernetesSettings
+from facefusion_provider.triggers.spans import SpanCommittedTrigger
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 TARGET, OUTPUT = "s3://in/talk.mp4", "s3://out/talk.mp4"
@@ -328,6 +329,25 @@ def test_a_committed_span_launches_no_pod(
 
     assert operator.execute(task_context("swap_span", map_index=2)) is None  # type: ignore[arg-type]
 
+    assert recording_client.calls == []
+
+
+def test_with_standing_workers_a_span_defers_and_launches_no_pod(
+    tmp_path: Path,
+    recording_client: RecordingCoreV1Api,
+    write_job: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")
+    job = write_job(tmp_path, tmp_path / "out.mp4")
+    operator = _span_operator(job, span_list(job.spec, 1)[0], make_pod_settings())
+    _use_client(operator, recording_client)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(task_context("swap_span", map_index=0))  # type: ignore[arg-type]
+
+    assert deferred.value.method_name == "span_committed"
+    assert isinstance(deferred.value.trigger, SpanCommittedTrigger) and deferred.value.trigger.work_uri == job.work_uri
     assert recording_client.calls == []
 
 
