@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again
-PIECE_SEGMENTS = 32  # worker/span.py: a helper joins a started run only for a free run this long
-LOOKS_AT_ONCE = 8  # worker/span.py: runs a helper looks at side by side
+PIECE_SEGMENTS = 32  # worker/helping.py: a helper joins a started run only for a free run this long
+LOOKS_AT_ONCE = 8  # worker/helping.py: runs a helper looks at side by side
 Key = tuple[int, int]  # (run, segment)
 
 

@@ -12,6 +12,7 @@ for the lease the second had only just released.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,16 @@ STALE_DELETION = timedelta(minutes=10)  # a deletion marker this old belongs to 
 POLL_SECONDS = 1.0
 # How long a span worker done with its own run works other live runs' segments (worker/helping.py; 0 or unset: none).
 HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
+
+
+def help_seconds() -> float:
+    """How long a span worker helps other runs after its own span (0: it exits at once, the default)."""
+    raw = os.environ.get(HELP_SECONDS_VARIABLE, "").strip()
+    try:
+        seconds = float(raw) if raw else 0.0
+    except ValueError:
+        raise ValueError(f"{HELP_SECONDS_VARIABLE}: expected seconds, got {raw!r}") from None
+    return max(seconds, 0.0)
 
 
 def hold(layout: WorkLayout, run_key: str, lease: RunLease, *, wait: float = DELETION_WAIT_SECONDS) -> None:

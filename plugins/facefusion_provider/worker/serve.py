@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from facefusion_provider import storage
 from facefusion_provider.job.records import StandingWorker
 from facefusion_provider.job.standing import heartbeat
-from facefusion_provider.worker.span import Helped, HelpMemory, help_other_runs
+from facefusion_provider.worker.helping import Helped, HelpMemory, help_other_runs
 
 logger = logging.getLogger(__name__)
 

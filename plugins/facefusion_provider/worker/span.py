@@ -12,27 +12,22 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, InvalidOptionError
+from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.job.claims import (
     SegmentClaims,
     check_conditional_writes,
-    lease_seconds,
-    longest_free_run,
     scan_work,
 )
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
+from facefusion_provider.job.leases import help_seconds
 from facefusion_provider.job.progress import SpanProgress
-from facefusion_provider.job.records import JobSpec, RunLease, Segment
+from facefusion_provider.job.records import JobSpec, Segment
 from facefusion_provider.metric_names import JOB_ID
-from facefusion_provider.options import Options
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
-from facefusion_provider.worker.helping import LiveWork, help_seconds, live_works, same_models
 from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.scratch import scratch_folder
@@ -87,6 +82,8 @@ def swap_span(
     budget = help_seconds()
     if budget <= 0:
         return result
+    from facefusion_provider.worker.helping import help_other_runs  # helping works segments with this module
+
     began = time.perf_counter()
     deadline = time.monotonic() + budget
     work_root = work_root_of(layout)
@@ -96,177 +93,6 @@ def swap_span(
     logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
     timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
     return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)
-
-
-@dataclass
-class Helped:
-    works: set[str] = field(default_factory=set)  # the works of other runs this worker committed segments of
-    segments: int = 0
-
-    @property
-    def runs(self) -> int:
-        return len(self.works)
-
-
-@dataclass(frozen=True)
-class FreeRun:
-    """The longest run of free segments of a work when a helper looked: it only shrinks until a claim lapses."""
-
-    length: int
-    untouched: bool  # nobody had claimed a segment
-    at: float  # time.monotonic() of the look
-
-
-@dataclass
-class HelpMemory:
-    """What a helping worker remembers between passes, to spare requests: job specs (``job.json`` never changes),
-    works found complete, works it gave up on, what it saw of each work's free segments. Works no longer live are
-    forgotten."""
-
-    specs: dict[str, JobSpec] = field(default_factory=dict)
-    complete: set[str] = field(default_factory=set)
-    given_up: set[str] = field(default_factory=set)
-    leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
-    free_runs: dict[str, FreeRun] = field(default_factory=dict)
-
-    def keep_only(self, live: set[str]) -> None:
-        self.specs = {work: spec for work, spec in self.specs.items() if work in live}
-        self.free_runs = {work: seen for work, seen in self.free_runs.items() if work in live}
-        self.complete &= live
-        self.given_up &= live
-        self.leases = {
-            key: lease for key, lease in self.leases.items() if WorkLayout(key.rsplit("/runs/")[0]).work_id in live
-        }
-
-
-PIECE_SEGMENTS = 32  # a helper joins a started run only for a free run this long: the seek is < 1 % of its half
-LOOKS_AT_ONCE = 8  # runs a helper looks at side by side: each look is two listings that wait on the store
-
-
-def help_other_runs(
-    work_root: str,
-    models_dir: str | None,
-    *,
-    owner: str,
-    deadline: float,
-    besides: str = "",
-    models: Options | None = None,
-    memory: HelpMemory | None = None,
-) -> Helped:
-    """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
-    runs needing no other models) until none is left or ``deadline`` (``time.monotonic()``) passes.
-
-    Highest priority, then oldest run first, but a worker joins a run that others have started only where a free run
-    of at least ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch), unless the run's priority is above
-    the lowest live one's; failing that, at the end of a pass, the run with the longest free run. Free runs only shrink while claims are held, so a run is looked at once (new runs side by
-    side), then again only just before joining it, or a lease after it had nothing free (a holder may have died). A
-    run this worker cannot help (its target unreadable here, a broken work) is left to its own tasks: helping never
-    fails the worker."""
-    helped, memory = Helped(), memory or HelpMemory()
-
-    def join(other: LiveWork) -> int:
-        return _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
-
-    while time.monotonic() < deadline:
-        committed, shorter = 0, list[tuple[int, LiveWork]]()
-        live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
-        memory.keep_only({other.layout.work_id for other in live})
-        unseen = [other for other in live if other.layout.work_id not in memory.free_runs]
-        with ThreadPoolExecutor(LOOKS_AT_ONCE, thread_name_prefix="facefusion-look") as looks:
-            list(looks.map(lambda other: _look(other, models, memory, owner), unseen))  # listings wait on the store
-        for other in live:
-            if time.monotonic() >= deadline:
-                break
-            seen = _look(other, models, memory, owner)
-            first = other.priority > live[-1].priority  # a run before others: any free segment is worth a seek
-            if seen is not None and (first or _worth_joining(seen)):
-                seen = _look(other, models, memory, owner, fresh=True)  # it may have shrunk since
-            if seen is not None and seen.length and (first or _worth_joining(seen)):
-                committed += join(other)
-            elif seen is not None and seen.length:
-                shorter.append((seen.length, other))
-        lapsed = [(0, other) for other in live if _may_have_lapsed(memory.free_runs.get(other.layout.work_id))]
-        for _, other in sorted(shorter, key=lambda item: -item[0]) + lapsed if not committed else []:
-            seen = _look(other, models, memory, owner, fresh=True)
-            if seen is not None and seen.length and time.monotonic() < deadline:
-                committed += join(other)
-                break
-        if not committed:
-            break  # nothing free anywhere (or nothing this worker may take)
-    return helped
-
-
-def _worth_joining(seen: FreeRun) -> bool:
-    return seen.untouched or seen.length >= PIECE_SEGMENTS
-
-
-def _may_have_lapsed(seen: FreeRun | None) -> bool:
-    """A run seen with nothing free a lease ago may have a segment free again: its holder may have died."""
-    return seen is not None and not seen.length and time.monotonic() - seen.at >= lease_seconds()
-
-
-def _look(
-    other: LiveWork, models: Options | None, memory: HelpMemory, owner: str, *, fresh: bool = False
-) -> FreeRun | None:
-    """What this worker knows of ``other``'s free segments: remembered for a claim lease unless ``fresh``, else
-    both listings. None when it cannot or need not help there (complete, given up, not prepared yet, other models)."""
-    work = other.layout.work_id
-    if work in memory.complete or work in memory.given_up:
-        return None
-    remembered = memory.free_runs.get(work)
-    if remembered is not None and not fresh:
-        return remembered  # a free run only shrinks while its claims are held: what was too short stays so
-    spec = memory.specs.get(work)
-    if spec is None:
-        try:
-            spec = memory.specs[work] = load_job(other.layout)
-        except InvalidJobError:
-            return None  # not prepared yet
-        except FaceFusionError as error:
-            logger.warning("work %s: not helped (%s)", work, error)
-            memory.given_up.add(work)
-            return None
-    if models is not None and not same_models(models, spec.options):
-        return None
-    state = scan_work(other.layout)
-    if len(state.committed) == len(spec.segments):
-        memory.complete.add(work)
-        return None
-    claims = SegmentClaims(other.layout, owner=owner)
-    free = longest_free_run(range(len(spec.segments)), lambda index: claims.is_free(index, state))
-    seen = FreeRun(len(free), not state.committed and not state.claims, time.monotonic())
-    memory.free_runs[work] = seen
-    return seen
-
-
-def _help(
-    other: LiveWork,
-    models_dir: str | None,
-    work_root: str,
-    memory: HelpMemory,
-    helped: Helped,
-    *,
-    owner: str,
-    deadline: float,
-) -> int:
-    """Work ``other``'s free segments; returns how many this worker committed."""
-    work = other.layout.work_id
-    try:
-        if storage.exists(other.layout.deleting):
-            return 0  # its last run's cleanup is removing it
-        target_uri = checked_uris([], other.target_uri, None).target_uri
-        spec = memory.specs[work]
-        processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: models load once a process
-        result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
-    except FaceFusionError as error:
-        logger.warning("work %s: not helped (%s)", work, error)
-        memory.given_up.add(work)
-        return 0
-    memory.free_runs[work] = FreeRun(0, False, time.monotonic())  # it took every free segment it found
-    if result.committed:
-        helped.works.add(work)
-        helped.segments += result.committed
-    return result.committed
 
 
 class FrameProcessors:
