@@ -1,4 +1,5 @@
-"""``serve``: a standing worker that works the free segments of every live run under a work root, oldest run first.
+"""``serve``: a standing worker that works the free segments of every live run under a work root (``worker/helping.py``
+chooses which: an interactive run before batch runs, then the oldest).
 
 Its models load once per model set for the life of the process, so with ``[facefusion] span_workers = standing`` no
 run pays a pod start or a model load: swap_span tasks only wait for their spans to be committed. Claims, markers and
