@@ -46,9 +46,8 @@ def live_works(
     work_root: str, *, besides: str, now: datetime, seen: dict[str, RunLease] | None = None
 ) -> list[LiveWork]:
     """Works under ``work_root`` that a recent run holds a lease on, highest priority first, then oldest run first;
-    not ``besides``. One listing of
-    the work folders, then one of each work's leases; a lease is read only when its version is new to ``seen``
-    (a cache by URI and version, kept by the caller)."""
+    not ``besides``. One listing of the work folders, then one of each work's leases; a lease is read only when its
+    version is new to ``seen`` (a cache by URI and version, kept by the caller)."""
     seen = {} if seen is None else seen
     found = []
     for folder in storage.list_folders(storage.join(work_root, WORK_FOLDER)):
