@@ -97,10 +97,11 @@ class OutputMarker(_Record):
     work_id: str
     output_uri: str
     frame_count: int
-    sha256: str
+    sha256: str | None  # None where the output was joined from its inputs' indexes: its bytes never passed the merge
     size: int
     # Optional, so the markers of earlier merges still read: the work a marker names is unchanged, so no format bump.
     timings: dict[str, float] = Field(default_factory=dict)
+    method: str = "remux"  # "index": the moov built from the segments' indexes, the media data copied as it is
 
 
 class Claim(_Record):

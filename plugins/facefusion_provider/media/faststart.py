@@ -19,6 +19,7 @@ import numpy as np
 from facefusion_provider.media.mp4index import (
     Box,
     UnsupportedLayoutError,
+    box_bytes,
     child_boxes,
     read_exactly,
     top_level_boxes,
@@ -110,7 +111,7 @@ def _shifted_container(data: bytes, header_start: int, end: int, kind: str, shif
     if struct.unpack_from(">I", data, header_start)[0] in {0, 1}:
         raise UnsupportedLayoutError(f"a {kind} box with a 64-bit or open size")
     children = child_boxes(data, header_start + 8, end)
-    return _box(kind, b"".join(_shifted_child(data, child, shift) for child in children))
+    return box_bytes(kind, b"".join(_shifted_child(data, child, shift) for child in children))
 
 
 def _shifted_child(data: bytes, box: Box, shift: int) -> bytes:
@@ -128,8 +129,4 @@ def _shifted_offsets(data: bytes, box: Box, shift: int) -> bytes:
     entries = np.frombuffer(data, width, count, box.start + 8).astype(np.uint64) + np.uint64(shift)
     wide = box.kind == "co64" or (count > 0 and int(entries.max()) > MAX_STCO_OFFSET)
     table = entries.astype(">u8" if wide else ">u4").tobytes()
-    return _box("co64" if wide else "stco", version_flags + struct.pack(">I", count) + table)
-
-
-def _box(kind: str, payload: bytes) -> bytes:
-    return struct.pack(">I4s", 8 + len(payload), kind.encode("latin-1")) + payload
+    return box_bytes("co64" if wide else "stco", version_flags + struct.pack(">I", count) + table)

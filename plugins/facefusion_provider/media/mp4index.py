@@ -66,6 +66,7 @@ class TrackIndex:
     has_composition_offsets: bool
     sizes: Int64Array  # from stsz
     offsets: Int64Array  # from stsc + stco/co64: where each sample starts in the file
+    chunk_sizes: Int64Array  # from stsc: samples in each chunk, in file order of the chunk offset table
     sync_samples: Int64Array | None  # stss sample numbers (1-based); None without stss: every sample is a sync sample
     other_sync_info: bool  # stps or 'rap ' sample groups also mark sync samples
     edits: tuple[EditEntry, ...]
@@ -123,6 +124,12 @@ def track_frame_times(movie: MovieIndex, track: TrackIndex, name: str) -> VideoF
 
 def read_movie_index(source: MediaSource) -> MovieIndex | None:
     """The sample tables of every track, read from the moov box alone; None for a layout this module does not handle."""
+    found = read_moov(source)
+    return None if found is None else parse_movie(*found)
+
+
+def read_moov(source: MediaSource) -> tuple[bytes, int] | None:
+    """The moov box's payload and the file's size; None when the file is not a plain (non-fragmented) ISO BMFF file."""
     with _binary_handle(source) as handle:
         start = handle.tell()
         try:
@@ -131,8 +138,11 @@ def read_movie_index(source: MediaSource) -> MovieIndex | None:
             moov = _find_moov(handle, file_size)
         finally:
             handle.seek(start)
-    if moov is None:
-        return None
+    return None if moov is None else (moov, file_size)
+
+
+def parse_movie(moov: bytes, file_size: int) -> MovieIndex | None:
+    """The sample tables of a moov payload (of a file of ``file_size`` bytes); None for a layout not handled here."""
     try:
         return _parse_moov(moov, file_size)
     except (UnsupportedLayoutError, struct.error, ValueError, IndexError):  # a malformed table
@@ -427,6 +437,7 @@ def _parse_trak(data: bytes, trak: Box, movie_timescale: int) -> TrackIndex:
     if _only(stbl, "stz2") is not None:
         raise UnsupportedLayoutError("compact sample sizes")
     sizes = _sample_sizes(data, _required(stbl, "stsz"))
+    sample_offsets, chunk_sizes = _sample_offsets(data, stbl, sizes)
     deltas = _per_sample(data, _required(stbl, "stts"), signed=False)
     if len(deltas) != len(sizes) or (len(deltas) and (deltas.min() <= 0 or deltas.max() > MAX_STTS_DELTA)):
         raise UnsupportedLayoutError("decode deltas")
@@ -446,11 +457,17 @@ def _parse_trak(data: bytes, trak: Box, movie_timescale: int) -> TrackIndex:
         composition_offsets=offsets,
         has_composition_offsets=ctts is not None,
         sizes=sizes,
-        offsets=_sample_offsets(data, stbl, sizes),
+        offsets=sample_offsets,
+        chunk_sizes=chunk_sizes,
         sync_samples=None if stss is None else _sync_samples(data, stss, len(sizes)),
         other_sync_info=_has_other_sync_info(data, stbl),
         edits=() if edts is None else _edits(data, child_boxes(data, edts.start, edts.end)),
     )
+
+
+def box_bytes(kind: str, payload: bytes) -> bytes:
+    """A box of ``kind`` around ``payload`` (a 32-bit size)."""
+    return struct.pack(">I4s", 8 + len(payload), kind.encode("latin-1")) + payload
 
 
 def _span(box: Box) -> tuple[int, int]:
@@ -495,8 +512,8 @@ def _sample_sizes(data: bytes, box: Box) -> Int64Array:
     return sizes
 
 
-def _sample_offsets(data: bytes, stbl: list[Box], sizes: Int64Array) -> Int64Array:
-    """Where each sample starts: chunks from stco/co64, samples per chunk from stsc, sizes in between."""
+def _sample_offsets(data: bytes, stbl: list[Box], sizes: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """Where each sample starts, and the samples of each chunk: chunks from stco/co64, stsc, sizes in between."""
     stco, co64 = _only(stbl, "stco"), _only(stbl, "co64")
     table, dtype = (stco, ">u4") if co64 is None else (co64, ">u8")
     if table is None or (stco is not None and co64 is not None):
@@ -505,7 +522,7 @@ def _sample_offsets(data: bytes, stbl: list[Box], sizes: Int64Array) -> Int64Arr
     chunk_offsets = np.frombuffer(data, dtype=dtype, count=count, offset=start).astype(np.int64)
     start, count = _full_box_entries(data, _required(stbl, "stsc"), 12)
     if count == 0 and len(chunk_offsets) == 0 and len(sizes) == 0:
-        return np.zeros(0, dtype=np.int64)  # an empty track
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)  # an empty track
     stsc = np.frombuffer(data, dtype=">u4", count=count * 3, offset=start).reshape(count, 3).astype(np.int64)
     first_chunks, per_chunk = stsc[:, 0], stsc[:, 1]
     chunk_count = len(chunk_offsets)
@@ -526,7 +543,7 @@ def _sample_offsets(data: bytes, stbl: list[Box], sizes: Int64Array) -> Int64Arr
     first_sample_of_chunk = np.cumsum(samples_per_chunk) - samples_per_chunk
     within_chunk = before_sample - before_sample[first_sample_of_chunk][chunk_of_sample]
     offsets: Int64Array = chunk_offsets[chunk_of_sample] + within_chunk
-    return offsets
+    return offsets, samples_per_chunk.astype(np.int64)
 
 
 def _sync_samples(data: bytes, box: Box, sample_count: int) -> Int64Array:

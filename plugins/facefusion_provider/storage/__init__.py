@@ -6,12 +6,14 @@
 - ``inputs``: inputs as PyAV reads them (local path, ranged remote file, node-local input cache)
 - ``ranges``: ranged reads ahead of a demuxer
 - ``multipart``: S3 multipart uploads of a growing file
+- ``compose``: one object from bytes and ranges of other objects (S3 copies what it can itself)
 
 The names below are the package's API; callers write ``storage.exists(uri)``.
 """
 
 from __future__ import annotations
 
+from facefusion_provider.storage.compose import ByteSlice, Composed, Piece, compose
 from facefusion_provider.storage.filesystems import (
     S3_ENDPOINT_VARIABLE,
     S3_MAX_ATTEMPTS_VARIABLE,
@@ -99,7 +101,10 @@ __all__ = [
     "UPLOAD_MAX_PARTS",
     "UPLOAD_MIN_PART_BYTES",
     "ByteRange",
+    "ByteSlice",
+    "Composed",
     "MultipartUpload",
+    "Piece",
     "RangeReader",
     "S3Credentials",
     "StoredObject",
@@ -108,6 +113,7 @@ __all__ = [
     "cached_input",
     "check_allowed",
     "check_writable",
+    "compose",
     "content_id",
     "delete",
     "exists",

@@ -28,8 +28,10 @@ _DOWNLOAD_BLOCK = 16 * 1024 * 1024
 
 
 @contextlib.contextmanager
-def open_input(uri: str) -> Iterator[str | IO[bytes]]:
-    """A local path where there is one (fastest for PyAV), else a seekable remote file read by ranges.
+def open_input(uri: str, *, block_size: int | None = None) -> Iterator[str | IO[bytes]]:
+    """A local path where there is one (fastest for PyAV), else a seekable remote file read by ranges (of
+    ``block_size`` bytes, by default ``FACEFUSION_S3_READ_BLOCK_BYTES``). With ``block_size`` the caller reads a few
+    small pieces (an MP4's index): never through the input cache.
 
     With ``FACEFUSION_INPUT_CACHE_DIR`` set, a remote input is downloaded once per node into that folder, keyed by its
     ETag, and every later open on the node reads the local copy (see ``docs/s3.md`` for when that pays).
@@ -41,13 +43,13 @@ def open_input(uri: str) -> Iterator[str | IO[bytes]]:
         yield path
         return
     cache_dir = os.environ.get(INPUT_CACHE_DIR_VARIABLE)
-    if cache_dir:
+    if cache_dir and block_size is None:
         yield cached_input(uri, cache_dir)
         return
     fs, remote = filesystem(uri)
     with storage_errors(uri, fs):
         # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a segment's keyframe).
-        block_size = positive_setting(READ_BLOCK_VARIABLE, DEFAULT_READ_BLOCK_BYTES)
+        block_size = block_size or positive_setting(READ_BLOCK_VARIABLE, DEFAULT_READ_BLOCK_BYTES)
         handle = fs.open(remote, "rb", block_size=block_size, cache_type="blockcache")
     with handle:  # errors while the caller reads are the caller's to classify (a corrupt video is not transient)
         yield handle

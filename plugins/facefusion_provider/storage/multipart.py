@@ -1,4 +1,4 @@
-"""S3 multipart uploads: an object written as numbered parts while its file is still growing (the merge's output)."""
+"""S3 multipart uploads: an object written as numbered parts, uploaded from memory or copied from other objects."""
 
 from __future__ import annotations
 
@@ -40,6 +40,21 @@ class MultipartUpload:
                 Body=data,
             )
         self._etags[number] = answer["ETag"]
+
+    def copy_part(self, number: int, source_uri: str, start: int, end: int) -> None:
+        """Part ``number`` becomes bytes ``[start, end)`` of the S3 object ``source_uri``, copied by S3 itself."""
+        bucket, key = bucket_and_key(source_uri)
+        with storage_errors(self.uri, self._fs, missing_is_input=False):
+            answer = self._fs.call_s3(
+                "upload_part_copy",
+                Bucket=self._bucket,
+                Key=self._key,
+                UploadId=self.upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": key},
+                CopySourceRange=f"bytes={start}-{end - 1}",
+            )
+        self._etags[number] = answer["CopyPartResult"]["ETag"]
 
     def complete(self, part_count: int) -> None:
         """The object becomes parts ``1..part_count``; any part uploaded beyond them is dropped."""

@@ -13,18 +13,20 @@ import functools
 import io
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
+from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.inputs import CLI_FIELDS, check_output_format
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri, parse_segment_name, preview_uri_of
 from facefusion_provider.job.outputs import output_done
-from facefusion_provider.job.records import JobSpec, OutputMarker, SegmentMarker
+from facefusion_provider.job.records import JobSpec, OutputMarker, Segment, SegmentMarker
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.prefetch import Prefetch
 from facefusion_provider.worker.scratch import scratch_folder
@@ -33,12 +35,15 @@ from facefusion_provider.worker.work import checked_uris, load_job, work_layout
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
+    from facefusion_provider.media.mp4join import MovieFile
 
 logger = logging.getLogger(__name__)
 
 MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
 MARKER_READS_AT_ONCE = 8  # the merge's marker reads in flight at once, within the S3 client's connection pool
+INDEX_JOIN_EXTENSIONS = frozenset({"mp4", "m4v"})  # outputs joined from the segments' indexes when they allow it
+INDEX_READ_BYTES = 256 * 1024  # the ranged reads of a remote MP4's index: its head, then its moov
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class MergeResult:
     frame_count: int
     skipped: bool  # the output already exists for this work
     timings: dict[str, float] = field(default_factory=dict)
+    method: str = "remux"  # or "index": joined from the inputs' indexes, see ``media.mp4join``
 
 
 def merge_prefetch() -> int:
@@ -82,6 +88,9 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
     began = time.perf_counter()
     markers = committed_markers(spec, layout)
     expected = spec.frame_end - spec.frame_start
+    joined = _index_join(spec, layout, markers, target_uri, output_uri)
+    if joined is not None:
+        return _publish_joined(spec, layout, output_uri, joined, began)
     pending = [
         PendingSegment(marker.start, marker.end, segment_label(spec, segment))
         for marker, segment in zip(markers, spec.segments, strict=True)
@@ -134,7 +143,7 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
     )
     storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
     logger.info(
-        "merged %d frames from %d segments into %s (%.1f MB) in %.2f s; preview %s",
+        "merged %d frames from %d segments into %s (%.1f MB) in %.2f s by remuxing; preview %s",
         expected,
         len(markers),
         output_uri,
@@ -143,6 +152,141 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         preview_uri,
     )
     return MergeResult(output_uri, preview_uri, expected, skipped=False, timings=rounded)
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """An output planned from its inputs' indexes: the pieces to compose and what planning them took."""
+
+    pieces: list[storage.Piece]
+    segment_count: int
+    began: float  # when the indexes began to be read (the markers had been read)
+    index_s: float
+
+
+def _index_join(
+    spec: JobSpec, layout: WorkLayout, markers: list[SegmentMarker], target_uri: str, output_uri: str
+) -> _Joined | None:
+    """The output as ``media.mp4join`` plans it from the segments' and the target's moov boxes alone; None (with
+    the reason logged) where it does not apply, and the merge remuxes."""
+    from facefusion_provider.media.mp4index import UnsupportedLayoutError
+    from facefusion_provider.media.mp4join import join_movies
+
+    began = time.perf_counter()
+    extension = posixpath.splitext(urlparse(output_uri).path)[1][1:].lower()
+    whole = (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count)
+    reason = (
+        f"a .{extension} output is remuxed"
+        if extension not in INDEX_JOIN_EXTENSIONS
+        else "a trimmed output is remuxed"
+        if not whole
+        else "a rotated output is remuxed"
+        if spec.probe.rotation
+        else None
+    )
+    if reason is None:
+        uris = [layout.segment_file(marker.file) for marker in markers] + [target_uri]
+        reads = [
+            functools.partial(_segment_movie, spec, layout, marker, segment)
+            for marker, segment in zip(markers, spec.segments, strict=True)
+        ]
+        reads.append(functools.partial(_movie_file, target_uri))
+        with Prefetch(reads, MARKER_READS_AT_ONCE) as reading:
+            movies = list(reading.results())
+        files = [movie for movie in movies if movie is not None]
+        try:
+            if len(files) != len(movies):
+                raise UnsupportedLayoutError("a segment or the target is not a plain MP4")
+            joined = join_movies(
+                files[:-1],
+                files[-1],
+                [marker.start for marker in markers],
+                spec.probe.pts,
+                Fraction(spec.probe.time_base),
+            )
+        except UnsupportedLayoutError as error:
+            reason = str(error)
+    if reason is not None:
+        logger.info("%s: not joined from the indexes (%s); remuxing", output_uri, reason)
+        return None
+    pieces: list[storage.Piece] = [joined.head]
+    pieces += [storage.ByteSlice(uris[piece.source], piece.start, piece.end) for piece in joined.ranges]
+    return _Joined(pieces, len(markers), began=began, index_s=time.perf_counter() - began)
+
+
+def _movie_file(uri: str) -> MovieFile | None:
+    """An input's moov and its parsed index, read by two small ranged reads on S3; None where it is not plain MP4."""
+    from facefusion_provider.media.mp4index import parse_movie, read_moov
+    from facefusion_provider.media.mp4join import MovieFile
+
+    with storage.open_input(uri, block_size=INDEX_READ_BYTES) as handle:
+        found = read_moov(handle)
+    movie = None if found is None else parse_movie(*found)
+    return None if found is None or movie is None else MovieFile(found[0], found[1], movie)
+
+
+def _segment_movie(spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment) -> MovieFile | None:
+    """A committed segment's index, checked against its marker: its size, its label and, where the file is local
+    (hashing it costs no transfer), its checksum. On S3 its bytes are never read: S3 copies them."""
+    from facefusion_provider.media.mp4join import movie_comment
+
+    uri = layout.segment_file(marker.file)
+    path = storage.local_path(uri)
+    if path is not None and _local_digest(uri, path) != marker.sha256:
+        raise _corrupt(layout, marker)
+    movie = _movie_file(uri)
+    label = segment_label(spec, segment)
+    if movie is not None and movie_comment(movie.moov) != label:
+        raise InvalidJobError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
+    if movie is not None and movie.size != marker.size:
+        raise InvalidJobError(
+            f"{uri}: holds {movie.size} bytes, its marker {marker.size} (corrupt segment); "
+            f"delete {layout.segment_marker(marker.index)} and rerun"
+        )
+    return movie
+
+
+def _publish_joined(spec: JobSpec, layout: WorkLayout, output_uri: str, joined: _Joined, began: float) -> MergeResult:
+    """Writes the joined output at once (S3 copying every large range itself), then its preview and marker."""
+    preview_uri = preview_uri_of(output_uri)
+    indexed = time.perf_counter()
+    composed = storage.compose(output_uri, joined.pieces)
+    published = time.perf_counter()
+    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
+    finished = time.perf_counter()
+    timings = {
+        "markers_s": joined.began - began,
+        "index_s": joined.index_s,  # every segment's and the target's moov read, the output's moov built and checked
+        "publish_s": published - indexed,  # written: S3 copies the large ranges itself
+        "preview_s": finished - published,
+        "total_s": finished - began,
+        "copied_mb": composed.copied_bytes / 1e6,  # bytes the store copied without this process
+        "moved_mb": composed.moved_bytes / 1e6,  # bytes read and written here (the head, the audio, small segments)
+    }
+    rounded = {key: round(value, 3) for key, value in timings.items()}
+    expected = spec.frame_end - spec.frame_start
+    marker = OutputMarker(
+        work_id=spec.work_id,
+        output_uri=output_uri,
+        frame_count=expected,
+        sha256=None,
+        size=composed.size,
+        timings=rounded,
+        method="index",
+    )
+    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
+    logger.info(
+        "joined %d frames from %d segments into %s (%.1f MB, %.1f MB of it copied by the store) from their indexes "
+        "in %.2f s; preview %s",
+        expected,
+        joined.segment_count,
+        output_uri,
+        composed.size / 1e6,
+        composed.copied_bytes / 1e6,
+        finished - began,
+        preview_uri,
+    )
+    return MergeResult(output_uri, preview_uri, expected, skipped=False, timings=rounded, method="index")
 
 
 @contextlib.contextmanager
@@ -300,19 +444,27 @@ def _local_segment(layout: WorkLayout, marker: SegmentMarker, folder: str) -> st
     if path is None:
         path = os.path.join(folder, marker.file)
         digest = storage.get_file_sha256(uri, path)
-    elif not os.path.isfile(path):
+    else:
+        digest = _local_digest(uri, path)
+    if digest != marker.sha256:
+        _discard_download(folder, path)
+        raise _corrupt(layout, marker)
+    return path
+
+
+def _local_digest(uri: str, path: str) -> str:
+    if not os.path.isfile(path):
         raise InvalidJobError(
             f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
         )
-    else:
-        digest = storage.file_sha256(path)
-    if digest != marker.sha256:
-        _discard_download(folder, path)
-        raise InvalidJobError(
-            f"{uri}: checksum differs from its marker (corrupt segment); "
-            f"delete {layout.segment_marker(marker.index)} and rerun"
-        )
-    return path
+    return storage.file_sha256(path)
+
+
+def _corrupt(layout: WorkLayout, marker: SegmentMarker) -> InvalidJobError:
+    return InvalidJobError(
+        f"{layout.segment_file(marker.file)}: checksum differs from its marker (corrupt segment); "
+        f"delete {layout.segment_marker(marker.index)} and rerun"
+    )
 
 
 def _discard_download(folder: str, path: str) -> None:

@@ -195,10 +195,10 @@ def test_a_merge_to_s3_streams_its_output_in_parts_and_publishes_every_packet(
     passthrough = {"processors": [], "output_video_quality": 100}
     work_uri, _ = committed_work(f"s3://work/{name}", str(large_video), **passthrough)
 
-    worker.merge(work_uri, str(large_video), f"s3://videos/out/{name}.mp4")
+    worker.merge(work_uri, str(large_video), f"s3://videos/out/{name}.mov")  # a .mov is remuxed
 
-    merged = private_tmp.parent / "merged.mp4"
-    merged.write_bytes(s3.get_object(Bucket="videos", Key=f"out/{name}.mp4")["Body"].read())
+    merged = private_tmp.parent / "merged.mov"
+    merged.write_bytes(s3.get_object(Bucket="videos", Key=f"out/{name}.mov")["Body"].read())
     assert merged.stat().st_size > 2 * storage.UPLOAD_MIN_PART_BYTES  # published from three parts or more
     assert packet_payloads(str(merged), "audio") == packet_payloads(str(large_video), "audio")
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(large_video))]

@@ -1,5 +1,8 @@
-"""The merge's I/O: segments fetched ahead in threads while the remux runs, each read once, disk use bounded, and every
-failure raised from the merge call with nothing published, no thread left running and no temporary file left behind."""
+"""The remux's I/O: segments fetched ahead in threads while the remux runs, each read once, disk use bounded, and every
+failure raised from the merge call with nothing published, no thread left running and no temporary file left behind.
+
+The outputs here are .mov files, which the merge remuxes; an MP4 is joined from the indexes (``test_index_join``).
+"""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def remote_job(make_video: MakeVideo, tmp_path: Path) -> Iterator[tuple[str, Job
 
 
 def _output(tmp_path: Path) -> str:
-    return str(tmp_path / "out" / "result.mp4")
+    return str(tmp_path / "out" / "result.mov")
 
 
 def test_prefetch_hands_results_out_in_order_with_a_bounded_number_alive() -> None:
@@ -249,12 +252,12 @@ def test_a_local_work_hashes_its_segments_in_place_and_keeps_them(
     work_uri, _ = committed_work(str(tmp_path / "root"), target, segment_size=3, **PASSTHROUGH)
     folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
     segments = sorted(folder.glob("*.mp4"))
-    result = worker.merge(work_uri, target, str(tmp_path / "out.mp4"))
+    result = worker.merge(work_uri, target, str(tmp_path / "out.mov"))
     assert sorted(folder.glob("*.mp4")) == segments and len(segments) == 3
     assert set(result.timings) == MERGE_TIMINGS and list(private_tmp.iterdir()) == []
-    assert [d.md5 for d in frame_digests(str(tmp_path / "out.mp4"))] == [d.md5 for d in frame_digests(target)]
-    with (tmp_path / "out.mp4").open("rb") as output:  # the moov in front, and no temporary file left beside it
-        assert [box.kind for box in top_level_boxes(output, (tmp_path / "out.mp4").stat().st_size)][:2] == [
+    assert [d.md5 for d in frame_digests(str(tmp_path / "out.mov"))] == [d.md5 for d in frame_digests(target)]
+    with (tmp_path / "out.mov").open("rb") as output:  # the moov in front, and no temporary file left beside it
+        assert [box.kind for box in top_level_boxes(output, (tmp_path / "out.mov").stat().st_size)][:2] == [
             "ftyp",
             "moov",
         ]
@@ -265,4 +268,4 @@ def test_the_prefetch_setting_is_checked(remote_job: tuple[str, JobSpec, str], m
     work_uri, _, target = remote_job
     monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "0")
     with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
-        worker.merge(work_uri, target, "/tmp/never-written.mp4")
+        worker.merge(work_uri, target, "/tmp/never-written.mov")

@@ -1,0 +1,157 @@
+"""The merge joins an MP4 output from the segments' and the target's indexes: every frame and audio packet as the remux
+would write them, the media data copied as it is, and the remux wherever the join does not apply."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from committed import committed_work
+
+from facefusion_provider import storage, worker
+from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.job.layout import WorkLayout, output_marker_uri
+from facefusion_provider.job.records import OutputMarker
+from facefusion_provider.media.merge import SegmentFile, merge_segments
+from facefusion_provider.media.mp4index import TrackIndex, read_movie_index, top_level_boxes
+from facefusion_provider.media.probe import probe_video
+from facefusion_provider.media.readback import frame_digests, packet_payloads
+from facefusion_provider.worker.merge import committed_markers
+from facefusion_provider.worker.work import load_job
+
+from .conftest import MakeVideo
+
+PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
+# B-frames and one keyframe in 250 frames: segments cut mid-GOP, each with its own reorder delay and edit list.
+BFRAMES_LONG_GOP = {"preset": "veryfast", "crf": "20", "bf": "3", "g": "250", "keyint_min": "250", "sc_threshold": "0"}
+
+
+def _marker(output: Path) -> OutputMarker:
+    return OutputMarker.model_validate_json(Path(storage.local_path(output_marker_uri(str(output))) or "").read_text())
+
+
+def _remuxed(work_uri: str, target: str, path: Path) -> Path:
+    """The same committed segments remuxed (the merge's other method), for comparison."""
+    layout = WorkLayout(work_uri)
+    spec = load_job(layout)
+    files = [
+        SegmentFile(storage.local_path(layout.segment_file(m.file)) or "", m.start, m.end)
+        for m in committed_markers(spec, layout)
+    ]
+    merge_segments(files, target, spec.probe, str(path), name=target)
+    return path
+
+
+@pytest.mark.parametrize(
+    "video",
+    [
+        {"audio_rate": 48000, "codec_options": BFRAMES_LONG_GOP},
+        {"audio_rate": 44100, "frame_rate": Fraction(25)},
+        {"time_base": Fraction(1, 90000)},  # no audio
+    ],
+    ids=["bframes-aac48k", "25fps-aac44k", "no-audio"],
+)
+def test_an_mp4_is_joined_from_the_indexes_frame_and_packet_exact(
+    video: dict[str, Any], make_video: MakeVideo, tmp_path: Path
+) -> None:
+    target = make_video(frames=40, **video)
+    # Lossy segments from the B-frame target: x264's B-frames in every segment (its lossless mode has none here).
+    quality = 80 if "codec_options" in video else 100
+    options = {**PASSTHROUGH, "output_video_quality": quality, "output_video_preset": "veryfast"}
+    work_uri, spec = committed_work(str(tmp_path / "root"), target, segment_size=9, **options)
+    output = tmp_path / "out" / "joined.mp4"
+    result = worker.merge(work_uri, target, str(output))
+    remuxed = _remuxed(work_uri, target, tmp_path / "remuxed.mp4")
+
+    assert result.method == "index" and _marker(output).method == "index" and len(spec.segments) == 5
+    if quality == 100:
+        assert [d.md5 for d in frame_digests(str(output))] == [d.md5 for d in frame_digests(target)]
+    assert frame_digests(str(output)) == frame_digests(str(remuxed))  # pixels and frame times
+    assert packet_payloads(str(output)) == packet_payloads(target) == packet_payloads(str(remuxed))
+    assert probe_video(str(output), "out").pts == probe_video(target, "in").pts
+    if "codec_options" in video:  # the segments reorder frames, so each join moves composition offsets and an edit
+        assert _video_track(output).has_composition_offsets
+    # The video samples are the segments' samples, byte for byte and in order: copied, never re-muxed.
+    folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
+    assert _video_samples(output) == [s for p in sorted(folder.glob("*.mp4")) for s in _video_samples(p)]
+    with output.open("rb") as handle:
+        assert [box.kind for box in top_level_boxes(handle, output.stat().st_size)] == ["ftyp", "moov", "mdat"]
+    names = sorted(path.name for path in output.parent.iterdir())
+    assert names == [".joined.mp4.facefusion.json", "joined.mp4", "joined.preview.jpg"]  # nothing partial left
+
+
+def _video_track(path: Path) -> TrackIndex:
+    movie = read_movie_index(str(path))
+    assert movie is not None
+    return movie.tracks[0]
+
+
+def _video_samples(path: Path) -> list[bytes]:
+    track = _video_track(path)
+    data = path.read_bytes()
+    return [data[o : o + s] for o, s in zip(track.offsets.tolist(), track.sizes.tolist(), strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("output_name", "options", "video"),
+    [
+        ("out.mov", {}, {"audio_rate": 48000}),  # QuickTime's own layout is the muxer's to write
+        ("out.mp4", {"trim_frame_start": 3}, {"audio_rate": 48000}),  # the audio must be cut
+        ("out.mp4", {}, {"rotation": 90}),
+        ("out.mkv", {}, {}),
+    ],
+    ids=["mov", "trimmed", "rotated", "mkv"],
+)
+def test_what_the_join_does_not_handle_is_remuxed(
+    output_name: str, options: dict[str, Any], video: dict[str, Any], make_video: MakeVideo, tmp_path: Path
+) -> None:
+    target = make_video(frames=12, **video)
+    output = tmp_path / output_name
+    result = worker.run([], target, str(output), str(tmp_path / "work"), segment_size=4, **PASSTHROUGH, **options)
+    assert result.frame_count == 12 - options.get("trim_frame_start", 0)
+    assert _marker(output).method == "remux" and _marker(output).sha256 == storage.file_sha256(output)
+    assert len(frame_digests(str(output))) == result.frame_count
+
+
+def test_segments_whose_joins_would_overlap_in_decode_time_are_remuxed_exactly(
+    make_video: MakeVideo, tmp_path: Path
+) -> None:
+    # Short frames before each join and long ones after: a B-frame segment would start decoding before the previous
+    # one ends. The join refuses that layout; the remux moves the decode times.
+    bframes = {"preset": "veryfast", "crf": "20", "bf": "3"}
+    target = make_video(
+        frames=42, time_base=Fraction(1, 1000), frame_durations=(10,) * 7 + (100,) * 7, codec_options=bframes
+    )
+    output = tmp_path / "out.mp4"
+    worker.run([], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, segment_size=7)
+    assert probe_video(str(output), "out").pts == probe_video(target, "in").pts
+    assert len(frame_digests(str(output))) == 42
+    assert _marker(output).method == "remux"
+
+
+def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_publishes_nothing(
+    make_video: MakeVideo, tmp_path: Path
+) -> None:
+    target = make_video(frames=12)
+    work_uri, _ = committed_work(str(tmp_path / "root"), target, segment_size=4, **PASSTHROUGH)
+    layout = WorkLayout(work_uri)
+    folder = Path(storage.local_path(layout.segments_dir) or "")
+    markers = {m["index"]: m for m in (json.loads(p.read_text()) for p in folder.glob("*.json"))}
+    middle = folder / markers[1]["file"]
+    kept = middle.read_bytes()
+    middle.write_bytes(kept[:100] + bytes([kept[100] ^ 0xFF]) + kept[101:])  # one bit flipped, same size
+    output = tmp_path / "out" / "result.mp4"
+    with pytest.raises(InvalidJobError, match=r"00001\.\w+\.mp4: checksum differs from its marker"):
+        worker.merge(work_uri, target, str(output))
+    # Segment 0's file under segment 1's marker, its checksum and size updated to match: its label names frames 0-3.
+    middle.write_bytes((folder / markers[0]["file"]).read_bytes())
+    marker_path = folder / "00001.json"
+    marker = json.loads(marker_path.read_text())
+    marker.update(sha256=storage.file_sha256(middle), size=middle.stat().st_size)
+    marker_path.write_text(json.dumps(marker))
+    with pytest.raises(InvalidJobError, match=r"is labelled .*segment 0 frames 0-3.*expected .*segment 1 frames 4-7"):
+        worker.merge(work_uri, target, str(output))
+    assert not output.parent.exists() or list(output.parent.iterdir()) == []
