@@ -39,18 +39,26 @@ def segment_file_uri(work_uri: str, index: int) -> str:
 
 
 def hold_run_lease(
-    layout: WorkLayout, run_key: str, target: str, *, age: timedelta = timedelta(0), priority: int = 0
+    layout: WorkLayout,
+    run_key: str,
+    target: str,
+    *,
+    age: timedelta = timedelta(0),
+    priority: int = 0,
+    output_uri: str = "file:///out.mp4",
+    options: dict[str, Any] | None = None,
 ) -> RunLease:
-    """The lease ``validate`` writes for a run from Airflow over ``target``, written ``age`` ago (a local file's
-    modification time too: nothing renewed it since)."""
+    """The lease ``validate`` writes for a run from Airflow over ``target`` and to ``output_uri``, written ``age``
+    ago (a local file's modification time too: nothing renewed it since)."""
     started = datetime.now(UTC) - age
     lease = RunLease(
         dag_id="facefusion_swap",
         run_id=run_key,
-        output_uri="file:///out.mp4",
+        output_uri=output_uri,
         created_at=started,
         target_uri=target,
         priority=priority,
+        options=None if options is None else Options(**options).model_dump(mode="json"),
     )
     leases.hold(layout, run_key, lease)
     path = storage.local_path(layout.run_lease(run_key))

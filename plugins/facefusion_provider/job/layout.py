@@ -15,7 +15,7 @@ ANALYSIS_FOLDER = "analysis"
 
 @dataclass(frozen=True)
 class WorkLayout:
-    """``{work_root}/work/{work_id}/``: job.json, segments and their markers, claims, run leases."""
+    """``{work_root}/work/{work_id}/``: job.json, segments and their markers, claims, run leases, merge claims."""
 
     work_uri: str
 
@@ -58,6 +58,20 @@ class WorkLayout:
 
     def run_lease(self, run_key: str) -> str:
         return storage.join(self.runs_dir, f"{run_key}.json")
+
+    @property
+    def sound_file(self) -> str:
+        """The target's sound as the merge lays it out, stored by a standing worker while the frames are worked."""
+        return storage.join(self.work_uri, "sound.bin")
+
+    @property
+    def prepare_claim(self) -> str:
+        """Created exclusively by the standing worker that prepares this work (its runs' prepare tasks reuse it)."""
+        return storage.join(self.work_uri, "preparing.json")
+
+    def merge_claim(self, run_key: str) -> str:
+        """Created exclusively by the standing worker that merges this run's output (its merge task then finds it)."""
+        return storage.join(self.work_uri, "merges", f"{run_key}.json")
 
     @property
     def deleting(self) -> str:

@@ -88,6 +88,8 @@ class SegmentMarker(_Record):
     size: int
     writer: str
     timings: dict[str, float] = Field(default_factory=dict)
+    # The file's moov payload, base64: the merge joins an MP4 from the markers it reads anyway, never from the files.
+    moov: str | None = None
 
 
 class OutputMarker(_Record):
@@ -135,6 +137,9 @@ class RunLease(_Record):
     created_at: datetime
     target_uri: str = ""  # this run's path to the target: a worker with nothing left of its own run helps this one
     priority: int = 0  # standing and helping workers take a run of higher priority first
+    # The run's sources and options (as validated): a standing worker prepares the work before its prepare task runs.
+    source_uris: list[str] = Field(default_factory=list)
+    options: dict[str, Any] | None = None
 
 
 class Deleting(_Record):

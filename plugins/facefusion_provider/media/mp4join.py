@@ -216,11 +216,26 @@ def _audio_tracks(target: MovieFile) -> list[TrackIndex]:
     return others
 
 
-def _moved_audio(track: TrackIndex, position: int, source: int, ranges: list[MediaRange]) -> tuple[_Tables, int]:
-    """``track``'s chunks laid out one after another from ``position``; appends their ranges of the target."""
+def sound_ranges(target: MovieFile) -> list[tuple[int, int]]:
+    """The byte ranges of ``target`` that a join copies, in the order it lays them out (the sound, track by track and
+    chunk by chunk; adjacent ones as one): a work may store them as one file ahead of the merge."""
+    pieces = []
+    for track in _audio_tracks(target):
+        starts, ends = _chunk_ranges(track)
+        pieces += [MediaRange(0, int(a), int(b)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return [(piece.start, piece.end) for piece in _coalesced(pieces)]
+
+
+def _chunk_ranges(track: TrackIndex) -> tuple[Int64Array, Int64Array]:
+    """Where each chunk of ``track`` starts and ends in its file."""
     firsts = np.cumsum(track.chunk_sizes) - track.chunk_sizes
     lasts = firsts + track.chunk_sizes - 1
-    starts, ends = track.offsets[firsts], track.offsets[lasts] + track.sizes[lasts]
+    return track.offsets[firsts], track.offsets[lasts] + track.sizes[lasts]
+
+
+def _moved_audio(track: TrackIndex, position: int, source: int, ranges: list[MediaRange]) -> tuple[_Tables, int]:
+    """``track``'s chunks laid out one after another from ``position``; appends their ranges of the target."""
+    starts, ends = _chunk_ranges(track)
     lengths = ends - starts
     moved = position + np.cumsum(lengths) - lengths
     ranges.extend(MediaRange(source, int(a), int(b)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True))

@@ -194,6 +194,8 @@ class ValidateSwapConfOperator(BaseOperator):
             created_at=datetime.now(UTC),
             target_uri=ticket["target_uri"],
             priority=self.run_priority,
+            source_uris=ticket["source_uris"],
+            options=ticket["options"],
         )
         hook.hold_work(ticket["work_uri"], key, lease)
         self.log.info("Work %s in %s (run key %s)", ticket["work_id"], ticket["work_uri"], key)

@@ -11,6 +11,7 @@ renews it) within ``RECENT_RUNS``: a failed run's work is left to its retry.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from facefusion_provider.exceptions import FaceFusionError, InvalidJobError
 from facefusion_provider.job import leases
 from facefusion_provider.job.claims import SegmentClaims, lease_seconds, longest_free_run, scan_work
 from facefusion_provider.job.layout import WORK_FOLDER, WorkLayout
+from facefusion_provider.job.outputs import output_done
 from facefusion_provider.job.records import JobSpec, RunLease
 from facefusion_provider.options import Options
 from facefusion_provider.worker.span import FrameProcessors, work_segments
@@ -40,6 +42,7 @@ class LiveWork:
     target_uri: str
     started_at: datetime
     priority: int = 0
+    lease: RunLease | None = None  # the oldest live run's lease: its inputs and options
 
 
 def live_works(
@@ -66,7 +69,7 @@ def live_works(
         if recent:
             first = min(recent, key=lambda lease: lease.created_at)
             priority = max(lease.priority for lease in recent)
-            found.append(LiveWork(layout, first.target_uri, first.created_at, priority))
+            found.append(LiveWork(layout, first.target_uri, first.created_at, priority, first))
     return sorted(found, key=lambda work: (-work.priority, work.started_at))
 
 
@@ -117,6 +120,13 @@ class HelpMemory:
     given_up: set[str] = field(default_factory=set)
     leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
     free_runs: dict[str, FreeRun] = field(default_factory=dict)
+    background: list[threading.Thread] = field(default_factory=list)  # sound being stored for works it prepared
+
+    def finish(self) -> None:
+        """Waits for what it does in the background (storing a work's sound)."""
+        for thread in self.background:
+            thread.join()
+        self.background = []
 
     def keep_only(self, live: set[str]) -> None:
         self.specs = {work: spec for work, spec in self.specs.items() if work in live}
@@ -141,6 +151,7 @@ def help_other_runs(
     besides: str = "",
     models: Options | None = None,
     memory: HelpMemory | None = None,
+    standing: bool = False,
 ) -> Helped:
     """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
     runs needing no other models) until none is left or ``deadline`` (``time.monotonic()``) passes.
@@ -150,16 +161,23 @@ def help_other_runs(
     the lowest live one's; failing that, at the end of a pass, the run with the longest free run. Free runs only shrink
     while claims are held, so a run is looked at once (new runs side by side), then again only just before joining
     it, or a lease after it had nothing free (a holder may have died). A run this worker cannot help (its target
-    unreadable here, a broken work) is left to its own tasks: helping never fails the worker."""
+    unreadable here, a broken work) is left to its own tasks: helping never fails the worker.
+
+    A ``standing`` worker also prepares a live run's work that has no job.json yet (``prepare_waiting_work``), and
+    merges the outputs of the live runs of a work it leaves complete (``merge_waiting_outputs``): a run's GPU work
+    then starts and ends without waiting for Airflow to start its prepare and merge tasks."""
     helped, memory = Helped(), memory or HelpMemory()
 
     def join(other: LiveWork) -> int:
-        return _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline)
+        return _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline, merge=standing)
 
     while time.monotonic() < deadline:
         committed, shorter = 0, list[tuple[int, LiveWork]]()
         live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
+        for other in live if standing else []:
+            if other.layout.work_id not in memory.specs and other.layout.work_id not in memory.given_up:
+                prepare_waiting_work(other, models_dir, memory, owner=owner)
         unseen = [other for other in live if other.layout.work_id not in memory.free_runs]
         with ThreadPoolExecutor(LOOKS_AT_ONCE, thread_name_prefix="facefusion-look") as looks:
             list(looks.map(lambda other: _look(other, models, memory, owner), unseen))  # listings wait on the store
@@ -237,8 +255,10 @@ def _help(
     *,
     owner: str,
     deadline: float,
+    merge: bool,
 ) -> int:
-    """Work ``other``'s free segments; returns how many this worker committed."""
+    """Work ``other``'s free segments, and with ``merge`` the outputs it leaves complete; returns how many segments
+    this worker committed."""
     work = other.layout.work_id
     try:
         if storage.exists(other.layout.deleting):
@@ -255,4 +275,76 @@ def _help(
     if result.committed:
         helped.works.add(work)
         helped.segments += result.committed
+    if merge and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
+        memory.complete.add(work)
+        merge_waiting_outputs(other.layout, owner=owner)
     return result.committed
+
+
+def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMemory, *, owner: str) -> None:
+    """Writes the job.json of a live run's work from the inputs and options in its lease, once among workers (an
+    exclusive claim), unless it exists; the run's prepare task then reuses it. A failure is only logged: the prepare
+    task prepares as before and reports it."""
+    from facefusion_provider.options import Options
+    from facefusion_provider.worker.prepare import prepare_work
+
+    lease, layout = other.lease, other.layout
+    if lease is None or lease.options is None or storage.exists(layout.job_json):
+        return
+    if not storage.write_bytes_exclusive(layout.prepare_claim, owner.encode()):
+        return  # another worker prepares it
+    try:
+        uris = checked_uris(lease.source_uris, lease.target_uri, None)
+        options = Options.model_validate(lease.options)
+        spec = memory.specs[layout.work_id] = prepare_work(layout, uris, options, models_dir)
+    except (FaceFusionError, ValueError) as error:
+        logger.warning("work %s: not prepared here (%s); its run's prepare task will", layout.work_id, error)
+        return
+    logger.info("work %s: prepared for run %s/%s before its prepare task", layout.work_id, lease.dag_id, lease.run_id)
+    if (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count) and spec.probe.streams:
+        sound = threading.Thread(target=_store_sound, args=(layout, uris.target_uri), name="facefusion-sound")
+        sound.start()  # beside the frames, off the run's critical path: the merge then reads one file
+        memory.background.append(sound)
+
+
+def _store_sound(layout: WorkLayout, target_uri: str) -> None:
+    from facefusion_provider.worker.merge import store_sound
+
+    began = time.monotonic()
+    try:
+        size = store_sound(layout, target_uri)
+    except FaceFusionError as error:
+        logger.warning(
+            "work %s: its sound was not stored (%s); the merge reads it from the target", layout.work_id, error
+        )
+        return
+    if size:
+        logger.info("work %s: stored its sound (%d bytes) in %.1f s", layout.work_id, size, time.monotonic() - began)
+
+
+def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
+    """Merges the output of every live run on the complete work ``layout`` whose output is not written yet, each
+    once among workers (an exclusive merge claim); returns how many it merged.
+
+    The worker that commits a work's last segment merges at once: the run's output appears without waiting for its
+    merge task to be scheduled and started, and that task then finds it done. Should this fail, or the worker die
+    here, the merge task merges as before and reports the error; so a failure is only logged here.
+    """
+    from facefusion_provider.worker.merge import merge
+
+    merged = 0
+    for key, lease in leases.leases(layout).items():
+        if not lease.target_uri or output_done(layout.work_id, lease.output_uri) is not None:
+            continue
+        if not storage.write_bytes_exclusive(layout.merge_claim(key), owner.encode()):
+            continue  # another worker merges it
+        try:
+            result = merge(layout.work_uri, lease.target_uri, lease.output_uri)
+        except FaceFusionError as error:
+            logger.warning("run %s: output %s not merged here (%s); its merge task will", key, lease.output_uri, error)
+            continue
+        merged += 1
+        logger.info(
+            "run %s: merged %s (%s) as its work's last segment was committed", key, result.output_uri, result.method
+        )
+    return merged

@@ -8,6 +8,7 @@ fetched ahead of the remux.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import io
@@ -86,9 +87,9 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
     from facefusion_provider.worker.publish import OutputPublisher
 
     began = time.perf_counter()
-    markers = committed_markers(spec, layout)
+    markers, sizes = _committed(spec, layout)
     expected = spec.frame_end - spec.frame_start
-    joined = _index_join(spec, layout, markers, target_uri, output_uri)
+    joined = _index_join(spec, layout, markers, sizes, target_uri, output_uri)
     if joined is not None:
         return _publish_joined(spec, layout, output_uri, joined, began)
     pending = [
@@ -164,8 +165,13 @@ class _Joined:
     index_s: float
 
 
-def _index_join(
-    spec: JobSpec, layout: WorkLayout, markers: list[SegmentMarker], target_uri: str, output_uri: str
+def _index_join(  # noqa: PLR0917 - the merge's own state, passed on once
+    spec: JobSpec,
+    layout: WorkLayout,
+    markers: list[SegmentMarker],
+    sizes: dict[str, int],
+    target_uri: str,
+    output_uri: str,
 ) -> _Joined | None:
     """The output as ``media.mp4join`` plans it from the segments' and the target's moov boxes alone; None (with
     the reason logged) where it does not apply, and the merge remuxes."""
@@ -187,7 +193,7 @@ def _index_join(
     if reason is None:
         uris = [layout.segment_file(marker.file) for marker in markers] + [target_uri]
         reads = [
-            functools.partial(_segment_movie, spec, layout, marker, segment)
+            functools.partial(_segment_movie, spec, layout, marker, segment, sizes.get(marker.file))
             for marker, segment in zip(markers, spec.segments, strict=True)
         ]
         reads.append(functools.partial(_movie_file, target_uri))
@@ -209,9 +215,40 @@ def _index_join(
     if reason is not None:
         logger.info("%s: not joined from the indexes (%s); remuxing", output_uri, reason)
         return None
+    ranges = list(joined.ranges)
+    sound = [piece for piece in ranges if piece.source == len(markers)]
+    stored = _stored_sound(layout, sum(piece.end - piece.start for piece in sound))
     pieces: list[storage.Piece] = [joined.head]
-    pieces += [storage.ByteSlice(uris[piece.source], piece.start, piece.end) for piece in joined.ranges]
+    if stored is not None and ranges[: len(sound)] == sound:  # the sound leads the media data: one stored file
+        pieces.append(stored)
+        ranges = ranges[len(sound) :]
+    pieces += [storage.ByteSlice(uris[piece.source], piece.start, piece.end) for piece in ranges]
     return _Joined(pieces, len(markers), began=began, index_s=time.perf_counter() - began)
+
+
+def _stored_sound(layout: WorkLayout, size: int) -> storage.ByteSlice | None:
+    """The work's stored sound (``store_sound``) where it holds exactly the bytes the join copies from the target."""
+    found = [item for item in storage.list_files(layout.sound_file) if item.uri == layout.sound_file]
+    if not size or not found or found[0].size != size:
+        return None
+    return storage.ByteSlice(layout.sound_file, 0, size)
+
+
+def store_sound(layout: WorkLayout, target_uri: str) -> int:
+    """Stores the target's sound in the work, as a join lays it out, so that the merge reads one file instead of
+    the target's many small chunks (a muxer interleaves them between frames: reaching them reads the whole target).
+    A standing worker does this while the frames are worked; returns the bytes stored (0: nothing to store)."""
+    from facefusion_provider.media.mp4index import UnsupportedLayoutError
+    from facefusion_provider.media.mp4join import sound_ranges
+
+    target = _movie_file(target_uri)
+    try:
+        ranges = [] if target is None else sound_ranges(target)
+    except UnsupportedLayoutError:
+        return 0
+    if not ranges:
+        return 0
+    return storage.compose(layout.sound_file, [storage.ByteSlice(target_uri, a, b) for a, b in ranges]).size
 
 
 def _movie_file(uri: str) -> MovieFile | None:
@@ -225,22 +262,35 @@ def _movie_file(uri: str) -> MovieFile | None:
     return None if found is None or movie is None else MovieFile(found[0], found[1], movie)
 
 
-def _segment_movie(spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment) -> MovieFile | None:
-    """A committed segment's index, checked against its marker: its size, its label and, where the file is local
-    (hashing it costs no transfer), its checksum. On S3 its bytes are never read: S3 copies them."""
-    from facefusion_provider.media.mp4join import movie_comment
+def _segment_movie(
+    spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
+) -> MovieFile | None:
+    """A committed segment's index, checked: the file's listed size, its label and, where the file is local (reading
+    it costs no transfer), its checksum and its own moov. A remote file's index comes from its marker, where the
+    commit stored it, and its bytes are never read here: S3 copies them."""
+    from facefusion_provider.media.mp4index import parse_movie
+    from facefusion_provider.media.mp4join import MovieFile, movie_comment
 
     uri = layout.segment_file(marker.file)
     path = storage.local_path(uri)
     if path is not None and _local_digest(uri, path) != marker.sha256:
         raise _corrupt(layout, marker)
-    movie = _movie_file(uri)
+    if listed_size is None:
+        raise InvalidJobError(
+            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
+        )
+    if marker.moov is None or path is not None:
+        movie = _movie_file(uri)
+    else:
+        moov = base64.b64decode(marker.moov)
+        index = parse_movie(moov, marker.size)
+        movie = None if index is None else MovieFile(moov, marker.size, index)
     label = segment_label(spec, segment)
     if movie is not None and movie_comment(movie.moov) != label:
         raise InvalidJobError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
-    if movie is not None and movie.size != marker.size:
+    if listed_size != marker.size or (movie is not None and movie.size != marker.size):
         raise InvalidJobError(
-            f"{uri}: holds {movie.size} bytes, its marker {marker.size} (corrupt segment); "
+            f"{uri}: holds {listed_size} bytes, its marker {marker.size} (corrupt segment); "
             f"delete {layout.segment_marker(marker.index)} and rerun"
         )
     return movie
@@ -389,13 +439,20 @@ def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
 
 
 def committed_markers(spec: JobSpec, layout: WorkLayout) -> list[SegmentMarker]:
-    """Every segment's marker, in order; InvalidJobError naming the segments that are not committed.
+    """Every segment's marker, in order; InvalidJobError naming the segments that are not committed."""
+    return _committed(spec, layout)[0]
+
+
+def _committed(spec: JobSpec, layout: WorkLayout) -> tuple[list[SegmentMarker], dict[str, int]]:
+    """Every segment's marker, in order, and the size of every file in the segments' folder by name.
 
     One listing finds the markers; they are read side by side (two requests each on S3: the wait is the latency).
     """
+    items = storage.list_files(layout.segments_dir)
+    sizes = {item.uri.rsplit("/", 1)[-1]: item.size for item in items}
     listed = {
         parsed[0]: item.uri
-        for item in storage.list_files(layout.segments_dir)
+        for item in items
         if (parsed := parse_segment_name(item.uri.rsplit("/", 1)[-1])) is not None and parsed[1] == "marker"
     }
     missing = [segment.index for segment in spec.segments if segment.index not in listed]
@@ -413,7 +470,7 @@ def committed_markers(spec: JobSpec, layout: WorkLayout) -> list[SegmentMarker]:
                 f"{layout.segment_marker(segment.index)}: belongs to work {marker.work_id}, frames "
                 f"{marker.start}-{marker.end - 1}, not to segment {segment.index} ({segment.label}) of {spec.work_id}"
             )
-    return markers
+    return markers, sizes
 
 
 def _read_marker(uri: str) -> SegmentMarker:

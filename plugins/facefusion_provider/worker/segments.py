@@ -4,6 +4,7 @@ segment is being worked on."""
 
 from __future__ import annotations
 
+import base64
 import bisect
 import logging
 import os
@@ -21,6 +22,7 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.claims import SegmentClaims, WorkState, longest_free_run, scan_work
 from facefusion_provider.job.layout import WorkLayout, segment_file_name
 from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+from facefusion_provider.media.mp4index import read_moov
 from facefusion_provider.worker.metrics import WorkerMetrics
 from facefusion_provider.worker.progress import Progress
 
@@ -229,6 +231,7 @@ class Committer:
                 )
             name = segment_file_name(segment.index, self.claims.holder)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
+            index = read_moov(path)
             storage.put_file_atomic(path, self.layout.segment_file(name))
             for number, thumbnail in thumbnails.items():
                 storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
@@ -244,6 +247,7 @@ class Committer:
                 size=size,
                 writer=self.claims.holder,
                 timings={"encode_s": round(encode_s, 3), "upload_s": round(upload_s, 3)},
+                moov=None if index is None else base64.b64encode(index[0]).decode(),
             )
             won = storage.write_bytes_exclusive(self.layout.segment_marker(segment.index), marker_bytes(marker))
             won = won or self._stored_is_ours(segment, marker)

@@ -2,7 +2,10 @@
 chooses which: an interactive run before batch runs, then the oldest).
 
 Its models load once per model set for the life of the process, so with ``[facefusion] span_workers = standing`` no
-run pays a pod start or a model load: swap_span tasks only wait for their spans to be committed. Claims, markers and
+run pays a pod start or a model load: swap_span tasks only wait for their spans to be committed. A standing worker
+also prepares a new run's work from its lease, and the worker that commits a work's last segment merges its runs'
+outputs: the frames start and the output appears without waiting for Airflow to start the prepare and merge tasks
+(which then find their work done). Claims, markers and
 leases are the same as for task workers; a killed standing worker loses at most the segments it was working, whose
 claims lapse. SIGTERM unwinds (the CLI's handler): the segment in flight is abandoned, the heartbeat removed.
 """
@@ -47,7 +50,9 @@ def serve(
     logger.info("standing worker %s serves the runs under %s", me.name, root)
     with heartbeat(root, me):
         while True:
-            helped = help_other_runs(root, models_dir, owner=f"standing/{me.name}", deadline=math.inf, memory=memory)
+            helped = help_other_runs(
+                root, models_dir, owner=f"standing/{me.name}", deadline=math.inf, memory=memory, standing=True
+            )
             done.works |= helped.works
             done.segments += helped.segments
             if helped.segments:
@@ -57,4 +62,5 @@ def serve(
             if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
                 break
             time.sleep(poll)
+        memory.finish()
     return ServeResult(me.name, done.runs, done.segments, round(time.monotonic() - began, 3))

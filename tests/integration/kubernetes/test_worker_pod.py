@@ -35,6 +35,7 @@ from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import run_key
 from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.outputs import output_done
 from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
 from facefusion_provider.job.standing import live_standing_workers, workers_dir
 from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator
@@ -363,6 +364,9 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     assert (served["runs"], served["segments"]) == (1, 3), log[-4000:]
     assert storage.list_files(workers_dir(WORK_ROOT)) == []  # its heartbeat went with it
     assert sorted(hook.committed_segments(work.work_uri)) == [0, 1, 2]
+    # Having committed the last segment, the pod merged the run's output from the indexes (its merge task would skip).
+    merged = output_done(layout.work_id, work.output_uri)
+    assert merged is not None and (merged.method, merged.frame_count) == ("index", 24), log[-4000:]
     from_pod = {index: _committed(layout, index) for index in range(3)}
     claims = [Claim.model_validate_json(storage.read_bytes(item.uri)) for item in storage.list_files(layout.claims_dir)]
     assert {claim.owner for claim in claims} == {f"standing/{served['worker']}"}

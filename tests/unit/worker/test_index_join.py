@@ -19,7 +19,7 @@ from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import TrackIndex, read_movie_index, top_level_boxes
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.worker.merge import committed_markers
+from facefusion_provider.worker.merge import committed_markers, store_sound
 from facefusion_provider.worker.work import load_job
 
 from .conftest import MakeVideo
@@ -155,3 +155,24 @@ def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_pu
     with pytest.raises(InvalidJobError, match=r"is labelled .*segment 0 frames 0-3.*expected .*segment 1 frames 4-7"):
         worker.merge(work_uri, target, str(output))
     assert not output.parent.exists() or list(output.parent.iterdir()) == []
+
+
+def test_the_sound_a_worker_stored_in_the_work_is_what_the_join_copies(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=20, audio_rate=48000)
+    work_uri, _ = committed_work(str(tmp_path / "root"), target, segment_size=5, **PASSTHROUGH)
+    layout = WorkLayout(work_uri)
+    stored = store_sound(layout, target)
+    sound = Path(storage.local_path(layout.sound_file) or "")
+    assert stored == sound.stat().st_size > 0
+
+    worker.merge(work_uri, target, str(tmp_path / "stored.mp4"))
+    assert packet_payloads(str(tmp_path / "stored.mp4")) == packet_payloads(target)
+    # The same size, other bytes: the join copies the stored file, not the target's chunks.
+    sound.write_bytes(bytes(len(sound.read_bytes())))
+    worker.merge(work_uri, target, str(tmp_path / "zeros.mp4"))
+    copied = packet_payloads(str(tmp_path / "zeros.mp4"))
+    assert copied != packet_payloads(target) and all(set(payload) == {0} for _, payload in copied)
+    # A stored file of another size is not the target's sound: the join reads the target.
+    sound.write_bytes(b"short")
+    worker.merge(work_uri, target, str(tmp_path / "from-target.mp4"))
+    assert packet_payloads(str(tmp_path / "from-target.mp4")) == packet_payloads(target)

@@ -21,7 +21,7 @@ from facefusion_provider.job.claims import SegmentClaims, scan_work
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.job.standing import live_standing_workers
-from facefusion_provider.media.readback import frame_digests
+from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.worker.faults import FAULTS_VARIABLE
 
 from .conftest import MakeVideo
@@ -167,12 +167,25 @@ def test_a_worker_done_with_its_own_run_helps_other_live_runs(make_video: MakeVi
     assert _digests(output) == _digests(targets["live"])
 
 
-def test_a_standing_worker_works_every_live_run_and_leaves_no_heartbeat(make_video: MakeVideo, work_root: str) -> None:
-    targets = {name: make_video(frames=count * SEGMENT, name=f"{name}.mp4") for name, count in {"a": 3, "b": 5}.items()}
+def test_a_standing_worker_prepares_and_works_every_live_run_merges_its_outputs_and_leaves_no_heartbeat(
+    make_video: MakeVideo, work_root: str
+) -> None:
+    targets = {
+        "a": make_video(frames=3 * SEGMENT, name="a.mp4"),
+        "b": make_video(frames=5 * SEGMENT, name="b.mp4", audio_rate=48000),
+    }
     works = {name: work_uri_for(work_root, [], target, **OPTIONS) for name, target in targets.items()}
-    for name, work_uri in works.items():
-        worker.prepare(work_uri, [], targets[name], **OPTIONS)
-        hold_run_lease(WorkLayout(works[name]), f"run-{name}", targets[name])
+    outputs = {name: Path(work_root).parent / f"{name}-swapped.mp4" for name in targets}
+    worker.prepare(works["a"], [], targets["a"], **OPTIONS)
+    for name, work_uri in works.items():  # b's work is not prepared: its lease carries what validate checked
+        lease_options = OPTIONS if name == "b" else None
+        hold_run_lease(
+            WorkLayout(work_uri),
+            f"run-{name}",
+            targets[name],
+            output_uri=outputs[name].as_uri(),
+            options=lease_options,
+        )
     root = storage.normalize_uri(work_root)
     standing = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, "--idle-exit", "3"],
@@ -188,9 +201,14 @@ def test_a_standing_worker_works_every_live_run_and_leaves_no_heartbeat(make_vid
     assert (served["runs"], served["segments"]) == (2, 8)
     assert live_standing_workers(root) == []  # gone with the worker
     for name, work_uri in works.items():
-        output = Path(work_root).parent / f"{name}-swapped.mp4"
-        worker.merge(work_uri, targets[name], str(output))
-        assert _digests(output) == _digests(targets[name])
+        # The worker that committed the last segment merged the run's output; its merge task finds it done.
+        assert _digests(outputs[name]) == _digests(targets[name])
+        assert worker.merge(work_uri, targets[name], str(outputs[name])).skipped
+        assert storage.exists(WorkLayout(work_uri).merge_claim(f"run-{name}"))
+    assert storage.exists(WorkLayout(works["b"]).prepare_claim)  # the worker prepared it, and stored its sound
+    assert storage.exists(WorkLayout(works["b"]).sound_file)
+    assert packet_payloads(str(outputs["b"])) == packet_payloads(targets["b"])
+    assert not storage.exists(WorkLayout(works["a"]).prepare_claim)
 
 
 def test_a_helper_goes_to_a_run_nobody_has_started_before_the_short_free_runs_of_a_started_one(
