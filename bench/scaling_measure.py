@@ -10,6 +10,7 @@ CPU costs are process CPU seconds (the other load on a shared machine barely mov
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import resource
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from facefusion_provider.engine.face import Frame
     from facefusion_provider.engine.store import ModelStore
     from facefusion_provider.job.layout import WorkLayout
-    from facefusion_provider.job.records import JobSpec
+    from facefusion_provider.job.records import JobSpec, SegmentMarker
+    from facefusion_provider.media.mp4join import MovieFile
     from facefusion_provider.options import Options
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -107,6 +109,15 @@ class SeekCosts:
 
 
 @dataclass(frozen=True)
+class JoinCosts:
+    """The merge joining an MP4 from the indexes (``media.mp4join``): CPU seconds, from the markers' stored moovs."""
+
+    per_segment_s: float  # a marker's moov decoded and parsed, its label checked
+    per_frame_s: float  # the joined tables and moov built, and its frame times replayed and checked
+    moov_bytes_per_frame: float  # the output's moov (the head uploaded at the end)
+
+
+@dataclass(frozen=True)
 class Measured:
     worker: WorkerCosts
     run: RunCosts
@@ -114,6 +125,7 @@ class Measured:
     seek: SeekCosts
     cpu_cores: int
     clip: str
+    join: JoinCosts | None = None  # measured after the others; None in results from before the index join
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,6 +141,7 @@ class Measured:
             seek=SeekCosts(**data["seek"]),
             cpu_cores=data["cpu_cores"],
             clip=data["clip"],
+            join=JoinCosts(**data["join"]) if data.get("join") else None,
         )
 
 
@@ -533,6 +546,71 @@ def run_costs(scratch: Path, short: Path, long: Path, short_frames: int, long_fr
     )
 
 
+# --- the merge's index join ---------------------------------------------------------------------------------------
+
+
+def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 1024)) -> JoinCosts:
+    """The index join's CPU on a long small clip (its cost follows samples and segments, not pixels) in two segment
+    sizes: per segment and per frame from the two medians (CPU seconds: steady on a loaded machine)."""
+    from facefusion_provider import worker
+    from facefusion_provider.job.layout import WorkLayout
+    from facefusion_provider.media.mp4index import parse_movie, read_moov
+    from facefusion_provider.media.mp4join import MovieFile
+    from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
+    from facefusion_provider.worker.merge import committed_markers
+    from facefusion_provider.worker.work import load_job
+
+    clip = scratch / "join.mp4"
+    spec = VideoSpec(64, 48, audio_rate=48000)
+    write_video(str(clip), spec, pattern_frames(frames, spec.width, spec.height))
+    found = read_moov(str(clip))
+    index = None if found is None else parse_movie(*found)
+    assert found is not None and index is not None
+    target = MovieFile(found[0], found[1], index)
+    seconds, counts, head = [], [], 0
+    for size in sizes:
+        result = worker.run(
+            [],
+            str(clip),
+            str(scratch / f"join-{size}.mp4"),
+            (scratch / f"join-{size}").as_uri(),
+            keep_work=True,
+            processors=[],
+            segment_size=size,
+        )
+        layout = WorkLayout.under((scratch / f"join-{size}").as_uri(), result.work_id)
+        job = load_job(layout)
+
+        join = functools.partial(_join_from_markers, committed_markers(job, layout), target, job)
+        head = join()
+        seconds.append(median_seconds(join, 5, cpu=True))
+        counts.append(len(job.segments))
+    per_segment = max(0.0, (seconds[0] - seconds[1]) / (counts[0] - counts[1]))
+    return JoinCosts(
+        per_segment_s=round(per_segment, 6),
+        per_frame_s=round(max(0.0, seconds[1] - per_segment * counts[1]) / frames, 8),
+        moov_bytes_per_frame=round(head / frames, 1),
+    )
+
+
+def _join_from_markers(markers: list[SegmentMarker], target: MovieFile, job: JobSpec) -> int:
+    """What the merge does with the markers' moovs before it writes anything; returns the head's size."""
+    import base64
+
+    from facefusion_provider.media.mp4index import parse_movie
+    from facefusion_provider.media.mp4join import MovieFile, join_movies, movie_comment
+
+    movies = []
+    for marker in markers:
+        moov = base64.b64decode(marker.moov or "")
+        index = parse_movie(moov, marker.size)
+        assert index is not None
+        movies.append(MovieFile(moov, marker.size, index))
+        movie_comment(moov)
+    joined = join_movies(movies, target, [m.start for m in markers], job.probe.pts, Fraction(job.probe.time_base))
+    return len(joined.head)
+
+
 # --- a segment's commit, a take, a resume's listing: on the local disk and on S3 ---------------------------------
 
 
@@ -827,6 +905,7 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
                 "s3 (moto)", "s3://work/bench", long, files[0], encoder=encoder, counter=counter
             )
     seek_s, seek_cpu, preroll = seek_costs(long)
+    join = join_costs(scratch)
     return Measured(
         worker=worker,
         run=run,
@@ -842,4 +921,5 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
         cpu_cores=os.cpu_count() or 1,
         clip=f"carphone scaled to 1920x1080, H.264 keyframe every {KEYINT} frames, {short_frames} and {long_frames} "
         f"frames; the swap's CPU work on its first frame's {worker.face}-pixel face",
+        join=join,
     )

@@ -15,10 +15,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from scaling_measure import Measured
-from scaling_sim import Overheads, Pool, RunPlan
+from scaling_measure import JoinCosts, Measured
+from scaling_sim import STANDING_POLL_S, Overheads, Pool, RunPlan
 
 from facefusion_provider.job.plan import plan_segments, plan_spans
+from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
+from facefusion_provider.storage.compose import COMPOSE_REQUESTS_AT_ONCE
+from facefusion_provider.worker.merge import MARKER_READS_AT_ONCE
 
 PIPELINE_QUEUE_FRAMES = 16  # worker/pipeline.py: QUEUE_BATCHES x the GPU batch (8) frames decoded ahead
 LIST_PAGE_KEYS = 1000  # S3 ListObjectsV2 returns at most this many keys a request
@@ -50,7 +53,10 @@ class Stated:
     s3_list_page_s: float = 0.06  # one LIST page (up to 1000 keys)
     upload_part_mb: float = 16.0  # the merge's upload parts (worker.publish): two go up after the muxer closes
     identity_s: float = 1.0  # prepare's source identity (a few images through detector and recognizer)
-    merge_cpu_factor: float = 1.0  # the merge's measured CPU per frame times this (a what-if: an index-only merge)
+    audio_kbps: float = (
+        128.0  # the target's sound: the merge copies it (stored by a standing worker, or from the target)
+    )
+    s3_copy_part_s: float = 0.25  # S3 copying one segment (UploadPartCopy, a few MB) into the output, server-side
     lease_s: float = 60.0  # FACEFUSION_CLAIM_LEASE_SECONDS default
     retry_delay_s: float = 30.0  # [facefusion] retry_delay_seconds default
 
@@ -233,28 +239,32 @@ class Hops:
     span_pod_s: float  # each span pod before its first frame: pod start, worker start, model load, first listing
     merge_s: float
     cleanup_s: float
+    # Standing workers: one prepares the work from the run's lease, one poll after validate; the others join one poll
+    # after that; the worker that commits the last segment merges (the stored sound, no Airflow task, no pod).
+    standing_ready_s: float = 0.0
+    standing_merge_s: float = 0.0
 
     @classmethod
     def of(cls, measured: Measured, stated: Stated, frames: int, segments: SegmentModel) -> Hops:
         run = measured.run
         pod = stated.pod_start_s + run.worker_start_s
-        video_mb = frames * stated.mb_per_frame
-        s3_s = video_mb / stated.s3_mb_per_s
-        # The merge fetches segments and the target's audio ahead while it remuxes, and uploads the output as it is
-        # written; once the muxer closes, the head (with the moov) and the last part go up.
-        remux = frames * run.merge_s_per_frame * stated.merge_cpu_factor
-        merge_work = max(remux, s3_s * (1 + stated.merge_target_read_fraction), s3_s)
-        merge_work += 2 * stated.upload_part_mb / stated.s3_mb_per_s
         probe = frames * (run.probe_s_per_frame + run.probe_bytes_per_frame / 1e6 / stated.s3_mb_per_s)
+        prepare_work = stated.identity_s + probe + 3 * stated.s3_request_s  # the probe, the identity, job.json
         return cls(
             validate_s=stated.airflow_task_s,
-            prepare_s=stated.airflow_task_s + pod + stated.identity_s + probe,
+            prepare_s=stated.airflow_task_s + pod + prepare_work,
             plan_s=stated.airflow_task_s,
             span_task_s=stated.airflow_task_s,
             span_pod_s=pod + stated.model_load_s + segments.scan_s + 3 * stated.s3_request_s,
-            merge_s=stated.airflow_task_s + pod + merge_work,
+            merge_s=stated.airflow_task_s + pod + index_merge_s(measured, stated, frames, segments.segments),
             cleanup_s=stated.airflow_task_s,
+            standing_ready_s=stated.airflow_task_s + STANDING_POLL_S / 2 + prepare_work + STANDING_POLL_S / 2,
+            standing_merge_s=index_merge_s(measured, stated, frames, segments.segments, stored_sound=True),
         )
+
+    def standing_serial_s(self) -> float:
+        """Trigger to output, less the frame work, with standing workers."""
+        return self.standing_ready_s + self.standing_merge_s
 
     @property
     def before_spans_s(self) -> float:
@@ -274,7 +284,35 @@ class Hops:
             "span pod before its first frame": self.span_pod_s,
             "merge": self.merge_s,
             "cleanup (after the output)": self.cleanup_s,
+            "standing: validate to frames": self.standing_ready_s,
+            "standing: last commit to output": self.standing_merge_s,
         }
+
+
+def index_merge_s(
+    measured: Measured, stated: Stated, frames: int, segments: int, *, stored_sound: bool = False
+) -> float:
+    """The merge joining the output from the indexes (``worker/merge.py``, ``media/mp4join.py``), on S3: one listing,
+    the markers read side by side (each holds its segment's moov), the join's CPU (measured), the target's moov, then
+    one multipart upload in which S3 copies every segment of at least its smallest part and the stored sound, and
+    this process sends the head and whatever is smaller; a run whose sound is not stored reads it from the target
+    (``merge_target_read_fraction`` of it: a muxer interleaves the sound between frames)."""
+    join = measured.join or JoinCosts(0.0, 0.0, 0.0)
+    segment_mb = frames / segments * stated.mb_per_frame
+    copied = segments if segment_mb * 1e6 >= UPLOAD_MIN_PART_BYTES else 0
+    sound_mb = stated.video_seconds * stated.audio_kbps / 8 / 1000
+    moved_mb = (segments - copied) * segment_mb + frames * join.moov_bytes_per_frame / 1e6
+    if not stored_sound:
+        moved_mb += sound_mb + stated.merge_target_read_fraction * frames * stated.mb_per_frame
+    requests = (
+        math.ceil((2 * segments + 16) / LIST_PAGE_KEYS) * stated.s3_list_page_s
+        + math.ceil(segments / MARKER_READS_AT_ONCE) * stated.s3_request_s
+        + 3 * stated.s3_request_s  # the target's moov: its head, its size, the moov
+        + math.ceil((copied + int(stored_sound)) / COMPOSE_REQUESTS_AT_ONCE) * stated.s3_copy_part_s
+        + 2 * stated.s3_request_s  # the upload begun and completed
+        + 4 * stated.s3_request_s  # the preview's thumbnails, the preview, the output's marker
+    )
+    return float(requests + segments * join.per_segment_s + frames * join.per_frame_s + moved_mb / stated.s3_mb_per_s)
 
 
 def segment_works(
@@ -306,7 +344,8 @@ def run_plan(
     standing: bool = False,
 ) -> tuple[RunPlan, Hops, SegmentModel]:
     """One run of ``frames`` (default: the stated video) in segments of ``size``, ``wave`` spans; ``standing``: the
-    segments are free for standing workers once ``prepare`` has written job.json (``plan`` runs beside them)."""
+    segments are free for standing workers once one of them has prepared the work (``Hops.standing_ready_s``), and
+    the one that commits the last merges."""
     frames = frames or stated.frames
     segments = plan_segments(0, frames, size)
     model = SegmentModel.of(measured, stated, size, len(segments))
@@ -317,11 +356,11 @@ def run_plan(
         warm_s = SegmentModel.of(measured, stated, size, len(segments), warm=True).frame_s
         warm = segment_works(frames, size, warm_s, skew=skew)
     plan = RunPlan(
-        ready_s=(hops.validate_s + hops.prepare_s if standing else hops.before_spans_s) if ready_s is None else ready_s,
+        ready_s=(hops.standing_ready_s if standing else hops.before_spans_s) if ready_s is None else ready_s,
         work_s=segment_works(frames, size, model.frame_s, skew=skew),
         spans=tuple((span.first, span.last) for span in spans),
         overheads=model.overheads(),
-        after_s=hops.merge_s,
+        after_s=hops.standing_merge_s if standing else hops.merge_s,
         warm_work_s=warm,
         target=target,
     )

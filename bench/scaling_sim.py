@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again
+STANDING_POLL_S = 1.0  # worker/serve.py POLL_SECONDS: how often an idle standing worker looks for new runs
 PIECE_SEGMENTS = 32  # worker/helping.py: a helper joins a started run only for a free run this long
 LOOKS_AT_ONCE = 8  # worker/helping.py: runs a helper looks at side by side
 Key = tuple[int, int]  # (run, segment)
@@ -391,7 +392,7 @@ class Simulation:
             if self._anything_free(worker, now):
                 self._next(worker, now)
             elif not all(all(committed) for committed in self.committed):
-                self._push(now + POLL_S, "check", (worker.number,))
+                self._push(now + STANDING_POLL_S, "check", (worker.number,))
             return
         if self._own_committed(worker) and not (self.pool.across_runs and self._anything_free(worker, now)):
             self._finish(worker, now)
@@ -425,10 +426,10 @@ class Simulation:
         if not self.committed[run][index]:  # the marker is created exclusively: one commit counts
             self.committed[run][index] = True
             self.useful += work
-            if self.pool.standing and all(self.committed[run]):  # the deferred span tasks learn it, then the merge
+            if self.pool.standing and all(self.committed[run]):  # the worker that committed it last merges at once
                 self.last_span_end = max(self.last_span_end, now)
-                poll = self.pool.trigger_poll_s / 2
-                self.outputs[run] = now + poll + self.pool.task_s + self.runs[run].after_s
+                self.outputs[run] = now + self.runs[run].after_s
+                worker.looking_s += self.runs[run].after_s  # its GPU waits while it merges
         self.holder[run][index] = None
 
     def _kill(self, now: float, payload: tuple[int, ...]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,12 +22,13 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.storage.filesystems import filesystem, storage_errors
 from facefusion_provider.storage.multipart import UPLOAD_MAX_PARTS, UPLOAD_MIN_PART_BYTES, MultipartUpload
 from facefusion_provider.storage.objects import put_file_atomic
-from facefusion_provider.storage.ranges import RANGE_GAP_BYTES
+from facefusion_provider.storage.ranges import RANGE_GAP_BYTES, RANGE_PIECE_BYTES
 from facefusion_provider.storage.uris import local_path
 
 COMPOSE_PART_BYTES = 16 * 1024 * 1024  # a part assembled here, from bytes and small ranges
 UPLOAD_MAX_COPY_BYTES = 5 * 1024**3  # S3's largest part
-COMPOSE_REQUESTS_AT_ONCE = 8  # part copies and uploads in flight; each holds at most one assembled part in memory
+COMPOSE_REQUESTS_AT_ONCE = 64  # part copies and uploads in flight: the S3 client's connection pool
+ASSEMBLED_AT_ONCE = 4  # parts assembled here and held in memory at once (each up to COMPOSE_PART_BYTES)
 FETCHES_AT_ONCE = 8  # ranged reads in flight for the parts assembled here, within the S3 client's connection pool
 _COPY_BLOCK = 64 * 1024 * 1024
 
@@ -128,8 +130,10 @@ def _compose_s3(uri: str, pieces: Sequence[Piece]) -> Composed:
             ThreadPoolExecutor(COMPOSE_REQUESTS_AT_ONCE, thread_name_prefix="facefusion-compose") as requests,
             ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="facefusion-fetch") as fetches,
         ):
+            memory = threading.BoundedSemaphore(ASSEMBLED_AT_ONCE)
             futures = [
-                requests.submit(_send_part, upload, number, part, fetches) for number, part in enumerate(parts, start=1)
+                requests.submit(_send_part, upload, number, part, fetches, memory)
+                for number, part in enumerate(parts, start=1)
             ]
             for future in futures:
                 future.result()
@@ -143,21 +147,31 @@ def _compose_s3(uri: str, pieces: Sequence[Piece]) -> Composed:
     return Composed(size, copied_bytes=copied, moved_bytes=size - copied, parts=len(parts))
 
 
-def _send_part(upload: MultipartUpload, number: int, part: _Part, fetches: ThreadPoolExecutor) -> None:
+def _send_part(
+    upload: MultipartUpload, number: int, part: _Part, fetches: ThreadPoolExecutor, memory: threading.BoundedSemaphore
+) -> None:
     if part.copy is not None:
         upload.copy_part(number, part.copy.uri, part.copy.start, part.copy.end)
-    else:
+        return
+    with memory:
         upload.put_part(number, b"".join(_read_pieces(part.pieces, fetches.submit)))
 
 
 def _read_pieces(pieces: Sequence[Piece], submit: Callable[..., Future[bytes]]) -> Iterator[bytes]:
-    """The bytes of ``pieces`` in order; ranges of one object closer than ``RANGE_GAP_BYTES`` are read as one."""
+    """The bytes of ``pieces`` in order; ranges of one object closer than ``RANGE_GAP_BYTES`` are read as one, up to
+    ``RANGE_PIECE_BYTES`` a read (sound interleaved between frames is read with the frames between, as a demuxer
+    would, in reads of bounded size)."""
     reads: list[tuple[ByteSlice, list[int]]] = []  # one ranged read and the pieces it serves
     for index, piece in enumerate(pieces):
         if not isinstance(piece, ByteSlice):
             continue
         last = reads[-1][0] if reads else None
-        if last is not None and last.uri == piece.uri and 0 <= piece.start - last.end <= RANGE_GAP_BYTES:
+        if (
+            last is not None
+            and last.uri == piece.uri
+            and 0 <= piece.start - last.end <= RANGE_GAP_BYTES
+            and piece.end - last.start <= RANGE_PIECE_BYTES  # a read holds little memory, whatever the gaps
+        ):
             reads[-1] = (ByteSlice(last.uri, last.start, piece.end), [*reads[-1][1], index])
         else:
             reads.append((piece, [index]))

@@ -34,7 +34,7 @@ from facefusion_provider.storage.uris import bucket_and_key, local_path
 S3_ENDPOINT_VARIABLE = "FACEFUSION_S3_ENDPOINT_URL"
 S3_MAX_ATTEMPTS_VARIABLE = "FACEFUSION_S3_MAX_ATTEMPTS"
 DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
-S3_POOL_CONNECTIONS = 16
+S3_POOL_CONNECTIONS = 64  # the merge has this many part copies in flight (S3 copies; they hold no memory here)
 _S3FS_ROUNDS = 2
 
 

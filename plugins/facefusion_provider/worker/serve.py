@@ -27,7 +27,7 @@ from facefusion_provider.worker.helping import Helped, HelpMemory, help_other_ru
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 2.0  # how often an idle standing worker looks for new runs
+POLL_SECONDS = 1.0  # how often an idle standing worker looks for new runs: a listing or two, for a prompt start
 
 
 @dataclass(frozen=True)

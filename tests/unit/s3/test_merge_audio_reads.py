@@ -131,13 +131,14 @@ class CommittedWork:
 
 
 def committed_job(target_uri: str, name: str) -> CommittedWork:
-    """A work under its own root ``s3://work/{name}`` with its one segment committed, to merge to ``out/{name}.mp4``."""
+    """A work under its own root ``s3://work/{name}`` with its one segment committed, to merge to ``out/{name}.mov`` (remuxed: these
+    tests are about the remux's reads; an MP4 output is joined from the indexes, ``test_index_join``)."""
     options = {"segment_size": 1000, **PASSTHROUGH}
     work = work_id(storage.content_id(target_uri), [], Options(**options))
     work_uri = WorkLayout.under(f"s3://work/{name}", work).work_uri
     spec = worker.prepare(work_uri, [], target_uri, **options)
     worker.swap_span(work_uri, target_uri, 0, len(spec.segments))
-    return CommittedWork(work_uri, target_uri, f"s3://videos/out/{name}.mp4")
+    return CommittedWork(work_uri, target_uri, f"s3://videos/out/{name}.mov")
 
 
 def downloaded(uri: str, folder: Path) -> bytes:
@@ -160,10 +161,10 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
 
     # The same work merged again to another output, with the target read from a local copy (the plain path).
     monkeypatch.setenv(storage.INPUT_CACHE_DIR_VARIABLE, str(tmp_path / "node-cache"))
-    local = spec.merge(f"s3://videos/out/{name}-local.mp4")
+    local = spec.merge(f"s3://videos/out/{name}-local.mov")
 
     assert downloaded(ranged.output_uri, tmp_path) == downloaded(local.output_uri, tmp_path)
-    merged = tmp_path / f"{name}.mp4"
+    merged = tmp_path / f"{name}.mov"
     assert packet_payloads(str(merged)) == packet_payloads(str(media[layout]))
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(media[layout]))]
     with open(media[layout], "rb") as handle:
@@ -217,7 +218,7 @@ def test_a_range_that_fails_once_is_retried_and_the_merge_succeeds(
     assert gets[0][2] == media["short"].stat().st_size  # the index read: the whole small file, cached
     assert [status for status, _, _ in gets[1:3]] == [503, 503]  # the next two, ranged reads of the audio, failed
     assert len(gets) > 3 and all(status == 206 for status, _, _ in gets[3:])  # and were retried
-    merged = tmp_path / "merged.mp4"
+    merged = tmp_path / "merged.mov"
     storage.get_file(result.output_uri, merged)
     assert packet_payloads(str(merged)) == packet_payloads(str(media["short"]))
 
@@ -250,7 +251,7 @@ def test_targets_without_audio_or_without_a_moov_merge_as_before(
     _, target_uri = upload(s3, media[kind])
     result = committed_job(target_uri, uuid.uuid4().hex).merge()
 
-    merged = tmp_path / "merged.mp4"
+    merged = tmp_path / "merged.mov"
     storage.get_file(result.output_uri, merged)
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(media[kind]))]
     assert packet_payloads(str(merged)) == packet_payloads(str(media[kind]))
