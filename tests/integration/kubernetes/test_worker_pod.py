@@ -34,7 +34,7 @@ from facefusion_provider import storage
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import run_key
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.layout import WorkLayout, output_marker_uri
 from facefusion_provider.job.outputs import output_done
 from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
 from facefusion_provider.job.standing import live_standing_workers, workers_dir
@@ -364,16 +364,19 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     assert (served["runs"], served["segments"]) == (1, 3), log[-4000:]
     assert storage.list_files(workers_dir(WORK_ROOT)) == []  # its heartbeat went with it
     assert sorted(hook.committed_segments(work.work_uri)) == [0, 1, 2]
-    # Having committed the last segment, the pod merged the run's output from the indexes (its merge task would skip).
+    # Having committed the last segment, the pod merged the run's output (its merge task would find it done); the
+    # work is the first 24 frames of the target, so the sound is cut: remuxed.
     merged = output_done(layout.work_id, work.output_uri)
-    assert merged is not None and (merged.method, merged.frame_count) == ("index", 24), log[-4000:]
+    assert merged is not None and (merged.method, merged.frame_count) == ("remux", 24), log[-4000:]
     from_pod = {index: _committed(layout, index) for index in range(3)}
     claims = [Claim.model_validate_json(storage.read_bytes(item.uri)) for item in storage.list_files(layout.claims_dir)]
     assert {claim.owner for claim in claims} == {f"standing/{served['worker']}"}
     assert {claim.holder for claim in claims} == {marker.writer for marker, _ in from_pod.values()}
 
-    # The same work by the local backend: one span of every segment, after the pod's commits are forgotten.
+    # The same work by the local backend: one span of every segment, after the pod's commits (and the output it
+    # merged, which would leave the span nothing to do) are forgotten.
     _forget_commits(layout)
+    storage.delete(output_marker_uri(work.output_uri))
     assert not hook.committed_segments(work.work_uri)
     (span,) = span_list(work.job, wave=1)
     LocalSwapSpanOperator(
