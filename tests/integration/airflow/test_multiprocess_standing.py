@@ -133,6 +133,15 @@ def test_standing_workers_finish_runs_at_once_and_survive_kill_9_of_one(
         assert frame_md5s(tmp_path / clip.name) == frame_md5s(clip)
     survivor_text = survivor_log.read_text()
     assert "took over claim generation" in survivor_text, survivor_text[-3000:]  # the victim's claims, once lapsed
+    served = survivor_text + victim_log.read_text()
+    # A standing worker prepared works from the leases before their prepare tasks (one at least: a busy machine may
+    # start a prepare task first, which is as good), and the one that committed each work's last segment merged its
+    # output at once: each merge task found its output written.
+    assert "before its prepare task" in served, served[-3000:]
+    for run_id, clip in zip(runs, clips, strict=True):
+        assert f"merged s3://videos/out/{clip.name}" in served, served[-3000:]
+        merge_log = cluster.task_log(run_id, "merge", 1)
+        assert "already holds the output" in merge_log, merge_log[-3000:]
     for run_id in runs:
         log = cluster.task_log(run_id, "swap_span", 1, map_index=0)
         # It waited deferred, or (a busy machine starting it late) found its span committed: never a worker of its own.
