@@ -311,3 +311,8 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.5, what: str 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def pending_uploads(client: Any, key: str, bucket: str = "videos") -> list[Any]:
+    """The multipart uploads under ``key`` begun and never completed or aborted (a failure must leave none)."""
+    return list(client.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []))

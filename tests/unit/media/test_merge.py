@@ -20,7 +20,7 @@ from .conftest import MakeVideo
 
 
 def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(
-    make_video: MakeVideo, tmp_path: Path
+    make_video: MakeVideo, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Short frames before each join and long ones after: B-frame segments would start decoding before the previous
     # segment ends. The merge must keep every pts exact and the decode timestamps strictly increasing.
@@ -29,7 +29,10 @@ def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(
         frames=42, time_base=Fraction(1, 1000), frame_durations=(10,) * 7 + (100,) * 7, codec_options=bframes
     )
     output = tmp_path / "out.mp4"
-    worker.run([], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, segment_size=7)
+    with caplog.at_level(logging.INFO):
+        worker.run(
+            [], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, segment_size=7
+        )
     with av.open(str(output)) as container:
         packets = [(p.pts or 0, p.dts or 0) for p in container.demux(video=0) if p.size]
     assert any(pts != dts for pts, dts in packets), "the segments were meant to have B-frames"
@@ -37,6 +40,8 @@ def test_joins_stay_valid_when_the_next_segment_reorder_delay_reaches_back(
     assert all(a[1] < b[1] for a, b in itertools.pairwise(packets))
     assert probe_video(str(output), "out").pts == probe_video(target, "in").pts
     assert len(frame_digests(str(output))) == 42
+    # An MP4 is joined from the indexes where it can; these joins would overlap in decode time, so it was remuxed.
+    assert "by remuxing" in caplog.text and "a segment would start decoding before the previous one ends" in caplog.text
 
 
 @pytest.mark.parametrize(("extension", "encoder"), [(".mkv", "libx264"), (".mov", "libx264"), (".mkv", "libvpx-vp9")])

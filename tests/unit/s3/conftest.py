@@ -10,8 +10,12 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-tests-"))
 
 import sys
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
+import fsspec
+import numpy as np
 import pytest
 
 # The S3 servers of the integration tests (moto in its own process, a fault-injecting proxy), reused here.
@@ -19,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "s3
 from s3_servers import MotoServer
 
 from facefusion_provider import storage
+from facefusion_provider.media.synth import VideoSpec, write_video
 
 BUCKETS = ("work", "videos")
 
@@ -59,3 +64,25 @@ def use_s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
             monkeypatch.setenv(name, value)
 
     return use
+
+
+@pytest.fixture
+def s3(moto_server: MotoServer, use_s3_endpoint: Callable[[str], None]) -> Iterator[Any]:
+    """moto's S3 client, with the storage layer pointed at the server for this test."""
+    use_s3_endpoint(moto_server.url)
+    try:
+        yield moto_server.client()
+    finally:
+        fsspec.filesystem("s3").clear_instance_cache()
+
+
+@pytest.fixture(scope="module")
+def large_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 12 MB of video (noise, losslessly coded) and an audio track: enough for three parts of S3's smallest,
+    and two 45-frame segments of over 5 MiB each."""
+    path = tmp_path_factory.mktemp("large") / "source.mp4"
+    rng = np.random.default_rng(7)
+    frames = (rng.integers(0, 256, (240, 320, 3), dtype=np.uint8) for _ in range(90))
+    spec = VideoSpec(320, 240, Fraction(24), codec_options={"preset": "ultrafast", "qp": "0"}, audio_rate=8000)
+    write_video(str(path), spec, frames)
+    return path

@@ -4,38 +4,22 @@ nothing at the key until it is whole), and the merge joining an MP4 output on S3
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from fractions import Fraction
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 import pytest
 from committed import committed_work
-from s3_servers import MotoServer
+from s3_servers import pending_uploads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.media.synth import VideoSpec, write_video
 from facefusion_provider.storage.compose import ByteSlice, plan_parts
 
 MIN = storage.UPLOAD_MIN_PART_BYTES
-
-
-@pytest.fixture
-def s3(moto_server: MotoServer, use_s3_endpoint: Callable[[str], None]) -> Iterator[Any]:
-    use_s3_endpoint(moto_server.url)
-    try:
-        yield moto_server.client()
-    finally:
-        fsspec.filesystem("s3").clear_instance_cache()
-
-
-def _pending_uploads(client: Any, key: str) -> list[Any]:
-    return client.list_multipart_uploads(Bucket="videos", Prefix=key).get("Uploads", [])
 
 
 def test_parts_copy_every_large_range_and_assemble_the_rest_at_least_the_smallest_size() -> None:
@@ -72,7 +56,7 @@ def test_an_object_composed_on_s3_equals_its_pieces_and_s3_copied_the_large_rang
     assert s3.get_object(Bucket="videos", Key=f"{name}.bin")["Body"].read() == expected
     assert composed.size == len(expected) and composed.copied_bytes >= len(second)  # the second range: copied whole
     assert composed.moved_bytes == len(expected) - composed.copied_bytes
-    assert _pending_uploads(s3, name) == []
+    assert pending_uploads(s3, name) == []
 
 
 def test_a_missing_range_fails_the_compose_and_leaves_no_object_and_no_upload(s3: Any) -> None:
@@ -83,28 +67,17 @@ def test_a_missing_range_fails_the_compose_and_leaves_no_object_and_no_upload(s3
     with pytest.raises(InputMissingError, match=f"{name}/gone"):
         storage.compose(f"s3://videos/{name}.bin", pieces)
     assert "Contents" not in s3.list_objects_v2(Bucket="videos", Prefix=name)
-    assert _pending_uploads(s3, name) == []
-
-
-@pytest.fixture(scope="module")
-def noisy_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Noise, losslessly coded, and an audio track: two 45-frame segments of over 5 MB each."""
-    path = tmp_path_factory.mktemp("join") / "noise.mp4"
-    rng = np.random.default_rng(11)
-    frames = (rng.integers(0, 256, (240, 320, 3), dtype=np.uint8) for _ in range(90))
-    spec = VideoSpec(320, 240, Fraction(24), codec_options={"preset": "ultrafast", "qp": "0"}, audio_rate=8000)
-    write_video(str(path), spec, frames)
-    return path
+    assert pending_uploads(s3, name) == []
 
 
 def test_a_merge_to_s3_joins_the_segments_by_server_side_copies(
-    s3: Any, noisy_video: Path, private_tmp: Path, worker_threads: Callable[[], list[Any]]
+    s3: Any, large_video: Path, private_tmp: Path, worker_threads: Callable[[], list[Any]]
 ) -> None:
     name = uuid.uuid4().hex
     options = {"processors": [], "output_video_quality": 100, "output_video_preset": "ultrafast", "segment_size": 45}
-    work_uri, spec = committed_work(f"s3://work/{name}", str(noisy_video), **options)
+    work_uri, spec = committed_work(f"s3://work/{name}", str(large_video), **options)
 
-    result = worker.merge(work_uri, str(noisy_video), f"s3://videos/out/{name}.mp4")
+    result = worker.merge(work_uri, str(large_video), f"s3://videos/out/{name}.mp4")
 
     assert result.method == "index" and len(spec.segments) == 2
     # The head and the audio borrow from segment 0 to make S3's smallest part (what is left of it is too small to
@@ -112,9 +85,9 @@ def test_a_merge_to_s3_joins_the_segments_by_server_side_copies(
     assert result.timings["copied_mb"] * 1e6 > MIN
     merged = private_tmp.parent / "merged.mp4"
     merged.write_bytes(s3.get_object(Bucket="videos", Key=f"out/{name}.mp4")["Body"].read())
-    assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(noisy_video))]
-    assert packet_payloads(str(merged), "audio") == packet_payloads(str(noisy_video), "audio")
+    assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(large_video))]
+    assert packet_payloads(str(merged), "audio") == packet_payloads(str(large_video), "audio")
     with merged.open("rb") as handle:
         assert [box.kind for box in top_level_boxes(handle, merged.stat().st_size)] == ["ftyp", "moov", "mdat"]
-    assert _pending_uploads(s3, f"out/{name}") == [] and list(private_tmp.iterdir()) == []
+    assert pending_uploads(s3, f"out/{name}") == [] and list(private_tmp.iterdir()) == []
     assert worker_threads() == []

@@ -7,23 +7,19 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from fractions import Fraction
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import av
-import fsspec
-import numpy as np
 import pytest
 from committed import committed_work
-from s3_servers import MotoServer
+from s3_servers import pending_uploads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.media.faststart import moov_at_end
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.media.synth import VideoSpec, write_video
 from facefusion_provider.worker import publish
 from facefusion_provider.worker.publish import OutputPublisher
 
@@ -43,17 +39,6 @@ def _remux(source: Path, path: Path, **options: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def large_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """About 12 MB of video (noise, losslessly coded) and an audio track: enough for three parts of S3's smallest."""
-    path = tmp_path_factory.mktemp("publish") / "source.mp4"
-    rng = np.random.default_rng(7)
-    frames = (rng.integers(0, 256, (240, 320, 3), dtype=np.uint8) for _ in range(90))
-    spec = VideoSpec(320, 240, Fraction(24), codec_options={"preset": "ultrafast", "qp": "0"}, audio_rate=8000)
-    write_video(str(path), spec, frames)
-    return path
-
-
-@pytest.fixture(scope="module")
 def outputs(large_video: Path) -> tuple[bytes, bytes]:
     """The same packets muxed with the moov last, and as ``+faststart``."""
     folder = large_video.parent
@@ -70,19 +55,6 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(publish, "FOLLOW_SECONDS", 0.01)
 
 
-@pytest.fixture
-def s3(moto_server: MotoServer, use_s3_endpoint: Callable[[str], None]) -> Iterator[Any]:
-    use_s3_endpoint(moto_server.url)
-    try:
-        yield moto_server.client()
-    finally:
-        fsspec.filesystem("s3").clear_instance_cache()
-
-
-def _pending_uploads(client: Any, key: str) -> list[Any]:
-    return client.list_multipart_uploads(Bucket="videos", Prefix=key).get("Uploads", [])
-
-
 def _write_media_then_wait_for_part_2(publisher: OutputPublisher, moov_last: bytes, client: Any, key: str) -> Any:
     """Writes the file as the muxer does up to the end of its media data, and waits until part 2 is uploaded."""
     layout = moov_at_end(io.BytesIO(moov_last))
@@ -91,7 +63,7 @@ def _write_media_then_wait_for_part_2(publisher: OutputPublisher, moov_last: byt
     for start in range(0, layout.media_end, 256 * 1024):
         muxer.write(moov_last[start : min(start + 256 * 1024, layout.media_end)])
     muxer.flush()
-    upload_id = _pending_uploads(client, key)[0]["UploadId"]
+    upload_id = pending_uploads(client, key)[0]["UploadId"]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         parts = client.list_parts(Bucket="videos", Key=key, UploadId=upload_id).get("Parts", [])
@@ -117,7 +89,7 @@ def test_an_s3_output_uploads_while_written_and_appears_whole_with_its_moov_firs
         publisher.publish()
 
     assert s3.get_object(Bucket="videos", Key=key)["Body"].read() == faststart
-    assert _pending_uploads(s3, key) == [] and list(tmp_path.iterdir()) == []
+    assert pending_uploads(s3, key) == [] and list(tmp_path.iterdir()) == []
     assert worker_threads() == []
 
 
@@ -134,7 +106,7 @@ def test_a_failure_after_parts_went_up_leaves_no_object_and_no_pending_upload(
         raise PublishError("a segment failed its check")
 
     assert s3.list_objects_v2(Bucket="videos", Prefix=key).get("KeyCount") == 0
-    assert _pending_uploads(s3, key) == [] and list(tmp_path.iterdir()) == []
+    assert pending_uploads(s3, key) == [] and list(tmp_path.iterdir()) == []
     assert worker_threads() == []
 
 
@@ -177,7 +149,7 @@ def test_a_part_that_took_in_the_moov_is_sent_again_cut_at_the_media_end(
     key = f"out/{uuid.uuid4().hex}.mp4"
     with OutputPublisher(f"s3://videos/{key}", str(tmp_path), expected_bytes=0) as publisher:
         Path(publisher.path).write_bytes(moov_last)
-        upload_id = _pending_uploads(s3, key)[0]["UploadId"]
+        upload_id = pending_uploads(s3, key)[0]["UploadId"]
         deadline = time.monotonic() + 30
         while not s3.list_parts(Bucket="videos", Key=key, UploadId=upload_id).get("Parts"):
             assert time.monotonic() < deadline, "the follower never uploaded part 2"
@@ -204,7 +176,7 @@ def test_a_merge_to_s3_streams_its_output_in_parts_and_publishes_every_packet(
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(large_video))]
     with merged.open("rb") as handle:
         assert [box.kind for box in top_level_boxes(handle, merged.stat().st_size)][:2] == ["ftyp", "moov"]
-    assert _pending_uploads(s3, f"out/{name}") == [] and list(private_tmp.iterdir()) == []
+    assert pending_uploads(s3, f"out/{name}") == [] and list(private_tmp.iterdir()) == []
     assert worker_threads() == []
 
 

@@ -116,22 +116,6 @@ def test_what_the_join_does_not_handle_is_remuxed(
     assert len(frame_digests(str(output))) == result.frame_count
 
 
-def test_segments_whose_joins_would_overlap_in_decode_time_are_remuxed_exactly(
-    make_video: MakeVideo, tmp_path: Path
-) -> None:
-    # Short frames before each join and long ones after: a B-frame segment would start decoding before the previous
-    # one ends. The join refuses that layout; the remux moves the decode times.
-    bframes = {"preset": "veryfast", "crf": "20", "bf": "3"}
-    target = make_video(
-        frames=42, time_base=Fraction(1, 1000), frame_durations=(10,) * 7 + (100,) * 7, codec_options=bframes
-    )
-    output = tmp_path / "out.mp4"
-    worker.run([], target, str(output), str(tmp_path / "work"), processors=[], output_video_quality=80, segment_size=7)
-    assert probe_video(str(output), "out").pts == probe_video(target, "in").pts
-    assert len(frame_digests(str(output))) == 42
-    assert _marker(output).method == "remux"
-
-
 def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_publishes_nothing(
     make_video: MakeVideo, tmp_path: Path
 ) -> None:
