@@ -225,6 +225,27 @@ def scenarios(measured: Measured, stated: Stated, size: int) -> list[dict[str, A
     return rows
 
 
+SENSITIVITY: tuple[dict[str, float], ...] = (  # stated costs the standing plan's figures lean on, made worse
+    {"s3_copy_part_s": 0.5},
+    {"s3_request_s": 0.04},
+    {"airflow_task_s": 8.0},
+)
+
+
+def sensitivity(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]:
+    """The standing plan's efficiency with one stated cost made worse at a time."""
+    rows = []
+    for changes in SENSITIVITY:
+        changed = replace(stated, **changes)
+        one_gpu = simulate(measured, changed, size, 1)[0].makespan_s
+        row: dict[str, Any] = {"changes": changes}
+        for gpus in GOALS:
+            result, _, _ = simulate(measured, changed, size, gpus, **pool_options(STANDING))
+            row[f"efficiency_{gpus}_gpus"] = round(one_gpu / (gpus * result.makespan_s), 4)
+        rows.append(row)
+    return rows
+
+
 def serial_budget(one_gpu_work_s: float, gpus: int, goal: float) -> float:
     """The most seconds of serial time (Amdahl) with which ``goal`` still holds on ``gpus``: (s + p) / (G (s + p/G))
     >= goal, with p the one-GPU frame work and nothing else lost."""
@@ -289,6 +310,7 @@ def model(measured: Measured, stated: Stated) -> dict[str, Any]:
         "skew": skewed(measured, stated, size),
         "batch": batch(measured, stated, size),
         "scenarios": scenarios(measured, stated, size),
+        "sensitivity": sensitivity(measured, stated, size),
         "switch_s": round(switch_s(measured, stated), 4),
         "cold_nodes": {
             gpus: round(
@@ -328,8 +350,12 @@ def summarise(result: dict[str, Any]) -> None:
     summary.update(
         {
             "skew_efficiency": skew,
-            "efficiency_8_gpus_standing": standing["efficiency_8_gpus"],
-            "efficiency_32_gpus_standing": standing["efficiency_32_gpus"],
+            # The recommended plan runs the spans on standing workers; span pods (the default setting) beside it.
+            "workers": f"{STANDING} (`{WORKERS_SETTING[STANDING]}`)",
+            "efficiency_8_gpus": standing["efficiency_8_gpus"],
+            "efficiency_32_gpus": standing["efficiency_32_gpus"],
+            "efficiency_8_gpus_span_pods": summary["efficiency_8_gpus"],
+            "efficiency_32_gpus_span_pods": summary["efficiency_32_gpus"],
             "batch_gpu_busy": best_batch["gpu_busy"],
             "batch_plan": {key: best_batch[key] for key in ("pods_per_gpu", "spans_per_video", "workers")},
             "batch_gpu_busy_span_pods": max(
@@ -340,8 +366,8 @@ def summarise(result: dict[str, Any]) -> None:
             "commit_latency_ratio": round(costs["commit_latency"], 5),
             "resume_cost_ratio": round(costs["resume"], 5),
             "met": {
-                "efficiency_8_gpus": max(summary["efficiency_8_gpus"], standing["efficiency_8_gpus"]) >= GOALS[8],
-                "efficiency_32_gpus": max(summary["efficiency_32_gpus"], standing["efficiency_32_gpus"]) >= GOALS[32],
+                "efficiency_8_gpus": standing["efficiency_8_gpus"] >= GOALS[8],
+                "efficiency_32_gpus": standing["efficiency_32_gpus"] >= GOALS[32],
                 "gpu_seconds_lost_per_killed_pod": summary["gpu_seconds_lost_per_killed_pod"] <= LOST_GOAL_S,
                 "batch_gpu_busy": best_batch["gpu_busy"] >= BATCH["busy_goal"],
             },
@@ -437,15 +463,15 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "",
         f"Command: `{result['command']}` ({result['machine']}).",
         "",
-        f"## Summary (recommended plan: one wave of spans, one per GPU; {size}-frame segments; the pool on S3)",
+        f"## Summary (recommended plan: standing workers, one per GPU; {size}-frame segments; the pool on S3)",
         "",
         "| measure | goal | modelled | |",
         "| --- | --- | --- | --- |",
-        f"| efficiency on 8 GPUs, trigger to output (span pods; standing workers) | >= 95 % | "
-        f"{percent(summary['efficiency_8_gpus'])}; {percent(summary['efficiency_8_gpus_standing'])} | "
+        f"| efficiency on 8 GPUs, trigger to output, standing workers (span pods alone "
+        f"{percent(summary['efficiency_8_gpus_span_pods'])}) | >= 95 % | {percent(summary['efficiency_8_gpus'])} | "
         f"{yes(met['efficiency_8_gpus'])} |",
-        f"| efficiency on 32 GPUs (span pods; standing workers) | >= 85 % | {percent(summary['efficiency_32_gpus'])}; "
-        f"{percent(summary['efficiency_32_gpus_standing'])} | {yes(met['efficiency_32_gpus'])} |",
+        f"| efficiency on 32 GPUs, standing workers (span pods alone {percent(summary['efficiency_32_gpus_span_pods'])})"
+        f" | >= 85 % | {percent(summary['efficiency_32_gpus'])} | {yes(met['efficiency_32_gpus'])} |",
         f"| GPU seconds lost per killed pod (worst; mean) | <= one segment, about 10 s | "
         f"{summary['gpu_seconds_lost_per_killed_pod']:.1f} s; {summary['gpu_seconds_lost_per_killed_pod_mean']:.1f} s "
         f"| {yes(met['gpu_seconds_lost_per_killed_pod'])} |",
@@ -603,6 +629,16 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
             f"| {row['scenario']} | {row['serial_s']:.0f} | {percent(row['efficiency_8_gpus'])} | "
             f"{percent(row['efficiency_32_gpus'])} |"
         )
+    lines += [
+        "",
+        "The standing plan with one stated cost made worse (the others as stated):",
+        "",
+        "| stated | 8 GPUs | 32 GPUs |",
+        "| --- | --- | --- |",
+    ]
+    for row in modelled["sensitivity"]:
+        changed = ", ".join(f"{key} {value:g} (stated {stated[key]:g})" for key, value in row["changes"].items())
+        lines.append(f"| {changed} | {percent(row['efficiency_8_gpus'])} | {percent(row['efficiency_32_gpus'])} |")
     lines += [
         "",
         "## Inputs",
