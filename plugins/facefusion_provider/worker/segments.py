@@ -22,7 +22,6 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.claims import SegmentClaims, WorkState, longest_free_run, scan_work
 from facefusion_provider.job.layout import WorkLayout, segment_file_name
 from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
-from facefusion_provider.media.mp4index import read_moov
 from facefusion_provider.worker.metrics import WorkerMetrics
 from facefusion_provider.worker.progress import Progress
 
@@ -231,7 +230,7 @@ class Committer:
                 )
             name = segment_file_name(segment.index, self.claims.holder)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
-            index = read_moov(path)
+            index = _segment_moov(path)
             storage.put_file_atomic(path, self.layout.segment_file(name))
             for number, thumbnail in thumbnails.items():
                 storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
@@ -368,3 +367,10 @@ class SegmentWriter:
 
         original = self.frames.originals.pop(number, None)
         return None if original is None else thumbnail_pair(original, output, self.spec.probe.rotation)
+
+
+def _segment_moov(path: str) -> tuple[bytes, int] | None:
+    """The encoded segment's moov, for its marker (imported here: the CLI's help loads no numpy)."""
+    from facefusion_provider.media.mp4index import read_moov
+
+    return read_moov(path)
