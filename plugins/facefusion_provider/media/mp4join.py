@@ -108,7 +108,6 @@ def join_movies(
     if ticks[0] != 0 or segment_starts[0] != 0:
         raise UnsupportedLayoutError("the output does not start at the target's first frame at time 0")
     audio = _audio_tracks(target)
-    audio_bytes = sum(int(track.sizes.sum()) for track in audio)
 
     def layout(base: int) -> tuple[bytes, list[MediaRange]]:
         ranges: list[MediaRange] = []
@@ -135,7 +134,7 @@ def join_movies(
     moov_payload, ranges = layout(head_size)
     media_bytes = sum(piece.end - piece.start for piece in ranges)
     head = ftyp + box_bytes("moov", moov_payload) + struct.pack(">I4sQ", 1, b"mdat", MDAT_HEADER_BYTES + media_bytes)
-    if len(head) != head_size or media_bytes < audio_bytes:
+    if len(head) != head_size:
         raise UnsupportedLayoutError("the head changed size between its two layouts")
     _check_frame_times(moov_payload, len(head) + media_bytes, ticks)
     return JoinedMovie(head, tuple(_coalesced(ranges)))
@@ -427,7 +426,7 @@ def _without_bitrate(data: bytes, stsd: Box) -> bytes:
 
 
 def _ftyp(description: bytes) -> bytes:
-    entry = description[16:20]  # stsd header 8, version and count 8, then the entry's size and kind
+    entry = description[20:24]  # stsd's header 8, version and count 8, the entry's size 4, then its kind
     brands = [b"isom", b"iso2", *([entry] if entry == b"avc1" else []), b"mp41"]
     return box_bytes("ftyp", b"isom" + struct.pack(">I", 512) + b"".join(brands))
 

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pytest
 from committed import committed_work
-from s3_servers import pending_uploads
+from s3_servers import Fault, FaultyProxy, MotoServer, pending_uploads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError
@@ -57,6 +58,28 @@ def test_an_object_composed_on_s3_equals_its_pieces_and_s3_copied_the_large_rang
     assert composed.size == len(expected) and composed.copied_bytes >= len(second)  # the second range: copied whole
     assert composed.moved_bytes == len(expected) - composed.copied_bytes
     assert pending_uploads(s3, name) == []
+
+
+def test_a_part_copy_that_fails_once_is_retried_and_the_object_is_whole(
+    moto_server: MotoServer, use_s3_endpoint: Callable[[str], None]
+) -> None:
+    proxy = FaultyProxy(moto_server.port)  # in front of moto: records every request, answers the first copy with 503
+    try:
+        use_s3_endpoint(proxy.url)
+        client = moto_server.client()
+        name, body = uuid.uuid4().hex, np.random.default_rng(5).bytes(MIN + 99)
+        client.put_object(Bucket="work", Key=f"{name}/segment", Body=body)
+        proxy.inject(Fault("PUT", r"partNumber=2\b", 503))
+        pieces: list[storage.Piece] = [b"h" * MIN, ByteSlice(f"s3://work/{name}/segment", 0, len(body))]
+
+        composed = storage.compose(f"s3://videos/{name}.bin", pieces)
+
+        assert client.get_object(Bucket="videos", Key=f"{name}.bin")["Body"].read() == b"h" * MIN + body
+        copies = [e for e in proxy.exchanges() if e.method == "PUT" and "partNumber=2" in e.path]
+        assert [e.status for e in copies] == [503, 200] and composed.copied_bytes == len(body)
+    finally:
+        proxy.stop()
+        fsspec.filesystem("s3").clear_instance_cache()
 
 
 def test_a_missing_range_fails_the_compose_and_leaves_no_object_and_no_upload(s3: Any) -> None:

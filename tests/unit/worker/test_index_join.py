@@ -79,6 +79,7 @@ def test_an_mp4_is_joined_from_the_indexes_frame_and_packet_exact(
     assert _video_samples(output) == [s for p in sorted(folder.glob("*.mp4")) for s in _video_samples(p)]
     with output.open("rb") as handle:
         assert [box.kind for box in top_level_boxes(handle, output.stat().st_size)] == ["ftyp", "moov", "mdat"]
+    assert output.read_bytes()[8:12] == b"isom" and b"avc1" in output.read_bytes()[16:32]  # its brands: ISO, H.264
     names = sorted(path.name for path in output.parent.iterdir())
     assert names == [".joined.mp4.facefusion.json", "joined.mp4", "joined.preview.jpg"]  # nothing partial left
 
