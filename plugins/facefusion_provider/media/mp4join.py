@@ -19,6 +19,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.mp4index import (
     Box,
     Int64Array,
@@ -38,6 +39,9 @@ CHUNK_TABLES = frozenset({"stsc", "stco", "co64"})  # what moving an audio track
 VISUAL_ENTRY_BYTES = 78  # a visual sample entry's fields before its child boxes (ISO 14496-12 12.1.3)
 MDAT_HEADER_BYTES = 16  # a 64-bit mdat header
 UNIT_RATE = 0x00010000  # an edit's media rate 1.0, in 16.16 fixed point
+# Sound whose samples the moov sizes exactly. QuickTime's PCM entries claim 1-byte samples that FFmpeg resizes itself,
+# so copying by their tables would cut every chunk short: such a target is remuxed.
+COPIED_SOUND = frozenset({"mp4a", "ac-3", "ec-3", "Opus", "fLaC", "alac"})
 COMMENT_TAG = "\xa9cmt"  # the iTunes-style comment item, as latin-1 box kinds read
 
 
@@ -95,6 +99,19 @@ def join_movies(
 
     Raises ``UnsupportedLayoutError`` naming what this join does not handle (the caller remuxes instead).
     """
+    try:
+        return _join(segments, target, segment_starts, frame_pts, time_base)
+    except (InvalidMediaError, struct.error, IndexError, ValueError) as error:  # tables that do not fit together
+        raise UnsupportedLayoutError(f"the indexes do not join: {error}") from error
+
+
+def _join(
+    segments: Sequence[MovieFile],
+    target: MovieFile,
+    segment_starts: Sequence[int],
+    frame_pts: Sequence[int],
+    time_base: Fraction,
+) -> JoinedMovie:
     if not segments or len(segment_starts) != len(segments):
         raise UnsupportedLayoutError("no segments")
     videos = [_segment_video(segment, number) for number, segment in enumerate(segments)]
@@ -212,7 +229,30 @@ def _audio_tracks(target: MovieFile) -> list[TrackIndex]:
         raise UnsupportedLayoutError("the target has tracks other than its video and sound")
     if any(track.sample_count == 0 for track in others):
         raise UnsupportedLayoutError("the target has an empty sound track")
+    traks = {
+        _track_id(target.moov, box): box for box in child_boxes(target.moov, 0, len(target.moov)) if box.kind == "trak"
+    }
+    for track in others:
+        kind, version = _sound_entry(target.moov, traks[track.track_id])
+        # A QuickTime sound description (version 1 or 2) is not an ISO one: an MP4 must describe the sound anew.
+        if kind not in COPIED_SOUND or version != 0:
+            raise UnsupportedLayoutError(
+                f"the target's {kind.strip()} sound (description version {version}) is remuxed"
+            )
     return others
+
+
+def _sound_entry(data: bytes, trak: Box) -> tuple[str, int]:
+    """The kind and version of a sound track's one sample description."""
+    mdia = _one(child_boxes(data, trak.start, trak.end), "mdia")
+    minf = _one(child_boxes(data, mdia.start, mdia.end), "minf")
+    stbl = _one(child_boxes(data, minf.start, minf.end), "stbl")
+    stsd = _one(child_boxes(data, stbl.start, stbl.end), "stsd")
+    (count,) = struct.unpack_from(">I", data, stsd.start + 4)
+    entries = child_boxes(data, stsd.start + 8, stsd.end)
+    if count != 1 or len(entries) != 1:
+        raise UnsupportedLayoutError("the target's sound has more than one sample description")
+    return entries[0].kind, int(struct.unpack_from(">H", data, entries[0].start + 8)[0])
 
 
 def sound_ranges(target: MovieFile) -> list[tuple[int, int]]:
@@ -344,13 +384,8 @@ def _audio_trak(data: bytes, trak: Box, tables: _Tables, track_id: int) -> bytes
 
 
 def _audio_sample_table(data: bytes, stbl: Box, tables: _Tables) -> bytes:
+    """A sound track's sample table (its description checked by ``_audio_tracks``) with its chunks moved."""
     children = child_boxes(data, stbl.start, stbl.end)
-    stsd = _one(children, "stsd")
-    (entries,) = struct.unpack_from(">I", data, stsd.start + 4)
-    entry = child_boxes(data, stsd.start + 8, stsd.end)
-    # A QuickTime sound description (version 1 or 2) is not an ISO one: an MP4 must describe the sound anew.
-    if entries != 1 or len(entry) != 1 or struct.unpack_from(">H", data, entry[0].start + 8)[0] != 0:
-        raise UnsupportedLayoutError("the target's sound is described the QuickTime way or more than once")
     kept = [data[box.header_start : box.end] for box in children if box.kind not in CHUNK_TABLES]
     return box_bytes("stbl", b"".join(kept) + _chunk_tables(tables))
 

@@ -9,6 +9,7 @@ kernel) and renamed into place. Either way nothing shows at the destination unti
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import threading
@@ -31,6 +32,8 @@ COMPOSE_REQUESTS_AT_ONCE = 64  # part copies and uploads in flight: the S3 clien
 ASSEMBLED_AT_ONCE = 4  # parts assembled here and held in memory at once (each up to COMPOSE_PART_BYTES)
 FETCHES_AT_ONCE = 8  # ranged reads in flight for the parts assembled here, within the S3 client's connection pool
 _COPY_BLOCK = 64 * 1024 * 1024
+# copy_file_range refuses across filesystems (EXDEV) and where a filesystem cannot (the others): copy through here
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EPERM})
 
 
 @dataclass(frozen=True)
@@ -219,30 +222,45 @@ def _local_file(destination: str | None) -> Iterator[str]:
 
 
 def _write_local(path: str, pieces: Sequence[Piece]) -> None:
-    remote = [piece for piece in pieces if isinstance(piece, ByteSlice) and local_path(piece.uri) is None]
-    with ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="facefusion-fetch") as fetches:
-        fetched = iter(_read_pieces(remote, fetches.submit))
-        with open(path, "wb") as output:
-            for piece in pieces:
-                source = local_path(piece.uri) if isinstance(piece, ByteSlice) else None
-                if isinstance(piece, bytes):
-                    output.write(piece)
-                elif source is None:
-                    output.write(next(fetched))
-                else:
-                    output.flush()
-                    _copy_range(source, piece, output.fileno())
-            output.flush()
-            os.fsync(output.fileno())
+    """``pieces`` into the new file ``path``: local ranges copied by the kernel, remote ones fetched side by side in
+    windows of at most ``COMPOSE_PART_BYTES`` (the memory this holds)."""
+    with (
+        ThreadPoolExecutor(FETCHES_AT_ONCE, thread_name_prefix="facefusion-fetch") as fetches,
+        open(path, "wb") as output,
+    ):
+        window: list[Piece] = []
+        for piece in [*pieces, b""]:  # the empty piece at the end writes the last window
+            source = local_path(piece.uri) if isinstance(piece, ByteSlice) else None
+            if isinstance(piece, ByteSlice) and source is None:
+                window += list(_cut(piece, COMPOSE_PART_BYTES))
+                if sum(_size(part) for part in window) < COMPOSE_PART_BYTES:
+                    continue
+            for data in _read_pieces(window, fetches.submit):
+                output.write(data)
+            window = []
+            if isinstance(piece, bytes):
+                output.write(piece)
+            elif source is not None:
+                output.flush()
+                _copy_range(source, piece, output.fileno())
+        output.flush()
+        os.fsync(output.fileno())
 
 
 def _copy_range(source: str, piece: ByteSlice, destination: int) -> None:
-    """Bytes of a local file appended to ``destination`` by the kernel (no copy through this process)."""
+    """Bytes of a local file appended to ``destination``: by the kernel where both files' filesystems allow it
+    (no copy through this process), else read and written here."""
     try:
         with open(source, "rb") as handle:
             offset, remaining = piece.start, piece.size
             while remaining:
-                copied = os.copy_file_range(handle.fileno(), destination, min(remaining, _COPY_BLOCK), offset)
+                try:
+                    copied = os.copy_file_range(handle.fileno(), destination, min(remaining, _COPY_BLOCK), offset)
+                except OSError as error:
+                    if error.errno not in _NO_KERNEL_COPY:
+                        raise
+                    handle.seek(offset)
+                    copied = os.write(destination, handle.read(min(remaining, _COPY_BLOCK)))
                 if copied == 0:
                     raise InvalidJobError(f"{piece.uri}: ends before byte {piece.end - 1}; it was cut short")
                 offset += copied

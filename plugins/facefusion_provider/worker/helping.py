@@ -313,7 +313,7 @@ def _store_sound(layout: WorkLayout, target_uri: str) -> None:
     began = time.monotonic()
     try:
         size = store_sound(layout, target_uri)
-    except FaceFusionError as error:
+    except (FaceFusionError, OSError) as error:  # a thread of its own: nothing above it would report it
         logger.warning(
             "work %s: its sound was not stored (%s); the merge reads it from the target", layout.work_id, error
         )

@@ -228,7 +228,8 @@ def _index_join(  # noqa: PLR0917 - the merge's own state, passed on once
 
 def _stored_sound(layout: WorkLayout, size: int) -> storage.ByteSlice | None:
     """The work's stored sound (``store_sound``) where it holds exactly the bytes the join copies from the target."""
-    found = [item for item in storage.list_files(layout.sound_file) if item.uri == layout.sound_file]
+    name = layout.sound_file.rsplit("/", 1)[-1]  # listed URIs may quote a local path otherwise than the layout
+    found = [item for item in storage.list_files(layout.sound_file) if item.uri.rsplit("/", 1)[-1] == name]
     if not size or not found or found[0].size != size:
         return None
     return storage.ByteSlice(layout.sound_file, 0, size)

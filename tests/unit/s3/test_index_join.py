@@ -3,6 +3,8 @@ nothing at the key until it is whole), and the merge joining an MP4 output on S3
 
 from __future__ import annotations
 
+import errno
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,23 @@ def test_parts_copy_every_large_range_and_assemble_the_rest_at_least_the_smalles
     assert sum(part.size for part in parts) == sum(len(p) if isinstance(p, bytes) else p.size for p in pieces)
     local = plan_parts([b"x", ByteSlice("file:///tmp/a", 0, 3 * MIN)])  # a local range is never an S3 copy
     assert all(part.copy is None for part in local) and all(part.size >= MIN for part in local[:-1])
+
+
+def test_a_local_compose_copies_through_the_process_where_the_kernel_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "segment.bin"
+    body = np.random.default_rng(9).bytes(3 * 1024 * 1024)
+    source.write_bytes(body)
+
+    def across_filesystems(*args: object) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", across_filesystems)  # what another filesystem answers
+    destination = tmp_path / "out" / "joined.bin"
+    storage.compose(destination.as_uri(), [b"head", ByteSlice(source.as_uri(), 10, len(body)), b"tail"])
+    assert destination.read_bytes() == b"head" + body[10:] + b"tail"
+    assert sorted(path.name for path in destination.parent.iterdir()) == ["joined.bin"]  # no partial file left
 
 
 def test_an_object_composed_on_s3_equals_its_pieces_and_s3_copied_the_large_ranges(s3: Any) -> None:

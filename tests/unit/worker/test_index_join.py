@@ -8,6 +8,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import av
+import numpy as np
 import pytest
 from committed import committed_work
 
@@ -144,7 +146,8 @@ def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_pu
 
 def test_the_sound_a_worker_stored_in_the_work_is_what_the_join_copies(make_video: MakeVideo, tmp_path: Path) -> None:
     target = make_video(frames=20, audio_rate=48000)
-    work_uri, _ = committed_work(str(tmp_path / "root"), target, segment_size=5, **PASSTHROUGH)
+    # A space in the path: the listing and the layout quote a local path differently.
+    work_uri, _ = committed_work(str(tmp_path / "work root"), target, segment_size=5, **PASSTHROUGH)
     layout = WorkLayout(work_uri)
     stored = store_sound(layout, target)
     sound = Path(storage.local_path(layout.sound_file) or "")
@@ -161,3 +164,29 @@ def test_the_sound_a_worker_stored_in_the_work_is_what_the_join_copies(make_vide
     sound.write_bytes(b"short")
     worker.merge(work_uri, target, str(tmp_path / "from-target.mp4"))
     assert packet_payloads(str(tmp_path / "from-target.mp4")) == packet_payloads(target)
+
+
+def test_quicktime_pcm_sound_is_remuxed_not_copied_by_its_one_byte_sample_table(tmp_path: Path) -> None:
+    # QuickTime's PCM entries claim 1-byte samples that FFmpeg resizes itself: copying chunks by the table would cut
+    # every one short. The join leaves such a target to the remux, which copies every sound packet.
+    target = tmp_path / "pcm.mov"
+    with av.open(str(target), "w", format="mov") as container:
+        video = container.add_stream("libx264", rate=25, options={"preset": "ultrafast", "qp": "0"})
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        sound = container.add_stream("pcm_s16le", rate=48000, layout="stereo")
+        for number in range(25):
+            image = np.full((48, 64, 3), number * 9, dtype=np.uint8)
+            container.mux(video.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+            samples = np.full((1, 2 * 1920), number, dtype=np.int16)
+            chunk = av.AudioFrame.from_ndarray(samples, format="s16", layout="stereo")
+            chunk.sample_rate, chunk.pts = 48000, number * 1920
+            container.mux(sound.encode(chunk))
+        container.mux(video.encode(None))
+        container.mux(sound.encode(None))
+    output = tmp_path / "out.mp4"
+    worker.run([], str(target), str(output), str(tmp_path / "work"), segment_size=10, **PASSTHROUGH)
+    assert _marker(output).method == "remux"
+    assert [p for _, p in packet_payloads(str(output))] and b"".join(p for _, p in packet_payloads(str(output))) == (
+        b"".join(p for _, p in packet_payloads(str(target)))
+    )
+    assert [d.md5 for d in frame_digests(str(output))] == [d.md5 for d in frame_digests(str(target))]
