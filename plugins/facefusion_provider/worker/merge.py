@@ -1,9 +1,13 @@
-"""``merge``: this run's output from the committed segments, remuxed (no second encode) with the target's audio and
-other streams, frame-exact, verified, published atomically, with its preview and its marker beside it.
+"""``merge``: this run's output from the committed segments, with the target's audio, frame-exact and never encoded
+again, published atomically, with its preview and its marker beside it.
+
+An MP4 output is joined from indexes (``media.mp4join``): its moov is built from the moovs the segment markers carry
+and the target's, and its media data is copied as it is (on S3 by S3 itself: ``storage.compose``). Anything else is
+remuxed, verified, and published as it is written (``worker.publish``).
 
 The output, its preview and its marker belong to the run that names them; the segments are the shared work's. One
-listing finds every marker however many segments there are; the markers are read side by side and the segment files
-fetched ahead of the remux.
+listing finds every marker however many segments there are; the markers are read side by side and, for a remux, the
+segment files fetched ahead.
 """
 
 from __future__ import annotations
