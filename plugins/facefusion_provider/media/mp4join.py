@@ -11,10 +11,12 @@ read from it (``mp4index``) must be the target's, or it raises ``UnsupportedLayo
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ParamSpec
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +89,23 @@ class _Tables:
     chunk_offsets: Int64Array  # relative to the media data's start
 
 
+_P = ParamSpec("_P")
+
+
+def _refused_unless_tables_fit(join: Callable[_P, JoinedMovie]) -> Callable[_P, JoinedMovie]:
+    """``join``, its errors from tables that do not fit together raised as ``UnsupportedLayoutError`` (a remux)."""
+
+    @functools.wraps(join)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> JoinedMovie:
+        try:
+            return join(*args, **kwargs)
+        except (InvalidMediaError, struct.error, IndexError, ValueError) as error:
+            raise UnsupportedLayoutError(f"the indexes do not join: {error}") from error
+
+    return checked
+
+
+@_refused_unless_tables_fit
 def join_movies(
     segments: Sequence[MovieFile],
     target: MovieFile,
@@ -99,19 +118,6 @@ def join_movies(
 
     Raises ``UnsupportedLayoutError`` naming what this join does not handle (the caller remuxes instead).
     """
-    try:
-        return _join(segments, target, segment_starts, frame_pts, time_base)
-    except (InvalidMediaError, struct.error, IndexError, ValueError) as error:  # tables that do not fit together
-        raise UnsupportedLayoutError(f"the indexes do not join: {error}") from error
-
-
-def _join(
-    segments: Sequence[MovieFile],
-    target: MovieFile,
-    segment_starts: Sequence[int],
-    frame_pts: Sequence[int],
-    time_base: Fraction,
-) -> JoinedMovie:
     if not segments or len(segment_starts) != len(segments):
         raise UnsupportedLayoutError("no segments")
     videos = [_segment_video(segment, number) for number, segment in enumerate(segments)]

@@ -18,7 +18,15 @@ from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri
 from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.media.merge import SegmentFile, merge_segments
-from facefusion_provider.media.mp4index import TrackIndex, read_movie_index, top_level_boxes
+from facefusion_provider.media.mp4index import (
+    TrackIndex,
+    UnsupportedLayoutError,
+    parse_movie,
+    read_moov,
+    read_movie_index,
+    top_level_boxes,
+)
+from facefusion_provider.media.mp4join import MovieFile, join_movies
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.worker.merge import committed_markers, store_sound
@@ -190,3 +198,18 @@ def test_quicktime_pcm_sound_is_remuxed_not_copied_by_its_one_byte_sample_table(
         b"".join(p for _, p in packet_payloads(str(target)))
     )
     assert [d.md5 for d in frame_digests(str(output))] == [d.md5 for d in frame_digests(str(target))]
+
+
+def test_indexes_that_do_not_fit_together_are_refused_for_the_remux(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=12)
+    work_uri, spec = committed_work(str(tmp_path / "root"), target, segment_size=4, **PASSTHROUGH)
+    layout = WorkLayout(work_uri)
+    found = [read_moov(storage.local_path(layout.segment_file(m.file)) or "") for m in committed_markers(spec, layout)]
+    movies = [MovieFile(moov, size, parse_movie(moov, size)) for moov, size in (f for f in found if f is not None)]
+    whole = read_moov(target)
+    assert whole is not None and len(movies) == 3
+    target_movie = MovieFile(whole[0], whole[1], parse_movie(*whole))
+    pts, time_base = spec.probe.pts, Fraction(spec.probe.time_base)
+    assert join_movies(movies, target_movie, [0, 4, 8], pts, time_base).size > 0
+    with pytest.raises(UnsupportedLayoutError, match="the indexes do not join"):  # a start past the target's frames
+        join_movies(movies, target_movie, [0, 4, 80], pts, time_base)
