@@ -63,14 +63,19 @@ def live_works(
             if key not in seen:
                 seen[key] = leases.read_lease(item.uri)
             lease = seen[key]
-            renewed = datetime.fromtimestamp(item.modified, UTC)  # a waiting standing-mode run renews its lease
-            if lease.target_uri and now - max(lease.created_at, renewed) < RECENT_RUNS:
+            if _is_live(lease, item.modified, now):
                 recent.append(lease)
         if recent:
             first = min(recent, key=lambda lease: lease.created_at)
             priority = max(lease.priority for lease in recent)
             found.append(LiveWork(layout, first.target_uri, first.created_at, priority, first))
     return sorted(found, key=lambda work: (-work.priority, work.started_at))
+
+
+def _is_live(lease: RunLease, modified: float, now: datetime) -> bool:
+    """A lease naming its target, written or renewed (a waiting standing-mode run renews it) within ``RECENT_RUNS``."""
+    renewed = datetime.fromtimestamp(modified, UTC)
+    return bool(lease.target_uri) and now - max(lease.created_at, renewed) < RECENT_RUNS
 
 
 def same_models(one: Options, other: Options) -> bool:
@@ -332,10 +337,11 @@ def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
     """
     from facefusion_provider.worker.merge import merge
 
-    merged = 0
-    for key, lease in leases.leases(layout).items():
-        if not lease.target_uri or output_done(layout.work_id, lease.output_uri) is not None:
-            continue
+    merged, now = 0, datetime.now(UTC)
+    for item in storage.list_files(layout.runs_dir):
+        key, lease = item.uri.rsplit("/", 1)[-1].removesuffix(".json"), leases.read_lease(item.uri)
+        if not _is_live(lease, item.modified, now) or output_done(layout.work_id, lease.output_uri) is not None:
+            continue  # a failed run's output is its retry's to write
         if not storage.write_bytes_exclusive(layout.merge_claim(key), owner.encode()):
             continue  # another worker merges it
         try:

@@ -186,6 +186,10 @@ def test_a_standing_worker_prepares_and_works_every_live_run_merges_its_outputs_
             output_uri=outputs[name].as_uri(),
             options=lease_options,
         )
+    stale = Path(work_root).parent / "a-failed-run.mp4"  # a run that failed hours ago: its output is its retry's
+    hold_run_lease(
+        WorkLayout(works["a"]), "run-failed", targets["a"], age=timedelta(hours=2), output_uri=stale.as_uri()
+    )
     root = storage.normalize_uri(work_root)
     standing = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, "--idle-exit", "3"],
@@ -205,6 +209,7 @@ def test_a_standing_worker_prepares_and_works_every_live_run_merges_its_outputs_
         assert _digests(outputs[name]) == _digests(targets[name])
         assert worker.merge(work_uri, targets[name], str(outputs[name])).skipped
         assert storage.exists(WorkLayout(work_uri).merge_claim(f"run-{name}"))
+    assert not stale.exists()
     assert storage.exists(WorkLayout(works["b"]).prepare_claim)  # the worker prepared it, and stored its sound
     assert storage.exists(WorkLayout(works["b"]).sound_file)
     assert packet_payloads(str(outputs["b"])) == packet_payloads(targets["b"])
