@@ -16,7 +16,7 @@ $(VENV)/.synced: pyproject.toml uv.lock
 	@touch $@
 
 demo: venv
-	$(BIN)/python -m facefusion_provider.demo_airflow --out out
+	PYTHONPATH=tests/support $(BIN)/python -m demo_airflow --out out
 
 lint: venv
 	$(BIN)/ruff check .

@@ -35,9 +35,11 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 sys.path.insert(0, str(BENCH_DIR))
 
-from facefusion_provider.demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
+from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
+
 from facefusion_provider.job.plan import DEFAULT_SEGMENT_FRAMES  # noqa: E402
 from facefusion_provider.options import Options, options_to_argv  # noqa: E402
 
@@ -56,9 +58,9 @@ def make_inputs(folder: Path, seconds: int) -> tuple[Path, Path]:
     import numpy as np
     from bench_engine import carphone_frames
     from skimage import data
+    from synth import VideoSpec, write_video
 
     from facefusion_provider.media.images import encode_image
-    from facefusion_provider.media.synth import VideoSpec, write_video
 
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "astronaut.png"

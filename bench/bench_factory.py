@@ -4,7 +4,7 @@ analysis cold and then warm, and modelled at full scale: 100 one-minute 1080p vi
 Measured: distinct source faces, made reproducibly from public-domain images that install with the environment
 (scikit-image's astronaut, matplotlib's Grace Hopper) by crops, flips, light and colour changes, each checked by the
 engine's own source step (``prepare_identity``: a face is found and meshed), each swapped into the demo clip
-(``facefusion_provider.demo``) by the real DAG (``airflow dags test facefusion_swap`` on an isolated AIRFLOW_HOME,
+(``tests/support/demo.py``) by the real DAG (``airflow dags test facefusion_swap`` on an isolated AIRFLOW_HOME,
 local backend, default options). Cold: every run gets a fresh ``[facefusion] work_root``, so it analyses the target
 itself. Warm: every run shares one work root whose analysis the first cold run stored. Cold and warm runs alternate,
 so the machine's other load falls on both alike.
@@ -30,13 +30,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
+
 from bench_scaling import HELPING, SPAN_PODS, STANDING, WORKERS_SETTING, machine, percent, pool_options
+from demo import make_demo_inputs
+from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from scaling_measure import Measured
 from scaling_model import PodRate, Stated, pool_of, run_plan
 from scaling_sim import Simulation
-
-from facefusion_provider.demo import make_demo_inputs
-from facefusion_provider.demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACES = 20  # the set made and checked
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python bench/bench_factory.py" + ("" if not argv else " " + " ".join(argv)),
             "faces": faces,
             "faces_run": min(args.faces, len(faces)),
-            "clip": "facefusion_provider.demo: carphone at 352x288, 300 frames, one 300-frame segment",
+            "clip": "demo: carphone at 352x288, 300 frames, one 300-frame segment",
             "runs": rows,
             "summary": summarise_runs(rows),
         }

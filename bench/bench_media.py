@@ -35,14 +35,16 @@ import numpy.typing as npt
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
+
+from demo import carphone_path  # noqa: E402
+from synth import VideoSpec, write_video  # noqa: E402
 
 from facefusion_provider import storage, worker  # noqa: E402
-from facefusion_provider.demo import carphone_path  # noqa: E402
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri  # noqa: E402
 from facefusion_provider.media.encode import encoder_settings  # noqa: E402
 from facefusion_provider.media.images import rgb_array  # noqa: E402
 from facefusion_provider.media.probe import probe_video  # noqa: E402
-from facefusion_provider.media.synth import VideoSpec, write_video  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
 
 GOALS = {"segmenting_overhead_max": 0.10, "merge_realtime_min": 100.0}

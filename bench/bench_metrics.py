@@ -36,6 +36,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(REPO / "tests" / "integration" / "metrics"))  # the tests' OTLP receiver
 
@@ -73,8 +74,9 @@ def _serve_receiver(connection: Connection) -> None:
 
 def prepare(folder: Path, options: Options) -> tuple[str, str]:
     """The work every repetition swaps (its folder named by its content-addressed id), and the target's URI."""
+    from demo import make_demo_inputs
+
     from facefusion_provider import worker
-    from facefusion_provider.demo import make_demo_inputs
 
     source, target = make_demo_inputs(str(folder / "demo"))
     work = work_id(storage.content_id(target), [storage.content_id(source)], options)
@@ -124,7 +126,7 @@ def call_cpu_s(calls: int = 1_000_000) -> float:
     """CPU seconds of one metric call of the frame loop's kinds (a counter add, a timed stage), "on"."""
     from facefusion_provider.worker.metrics import worker_metrics
 
-    metrics = worker_metrics({names.JOB_ID: "bench"})
+    metrics = worker_metrics({names.WORK_ID: "bench"})
     began = time.process_time()
     for _ in range(calls // 2):
         metrics.frames("encode")

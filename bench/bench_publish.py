@@ -33,15 +33,16 @@ import numpy as np
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 sys.path.insert(0, str(REPO / "tests" / "integration" / "s3"))  # the tests' S3 server and proxy
 
 from s3_servers import FaultyProxy, MotoServer  # noqa: E402
+from synth import VideoSpec, write_video  # noqa: E402
 from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider import storage  # noqa: E402
 from facefusion_provider.job.ids import work_id  # noqa: E402
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri  # noqa: E402
-from facefusion_provider.media.synth import VideoSpec, write_video  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
 
 PARTS_LINE = re.compile(r"(\d+) parts of (\d+) MiB, (\d+) of them uploaded while the muxer wrote")

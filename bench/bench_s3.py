@@ -33,9 +33,11 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 sys.path.insert(0, str(REPO / "tests" / "integration" / "s3"))  # the tests' S3 server and counting proxy
 
 from s3_servers import FaultyProxy, MotoServer  # noqa: E402
+from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider import storage  # noqa: E402
@@ -44,7 +46,6 @@ from facefusion_provider.job.ids import work_id  # noqa: E402
 from facefusion_provider.job.layout import WorkLayout  # noqa: E402
 from facefusion_provider.job.plan import plan_spans  # noqa: E402
 from facefusion_provider.job.records import JobSpec, Span  # noqa: E402
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
 from facefusion_provider.storage.inputs import INPUT_CACHE_DIR_VARIABLE, READ_BLOCK_VARIABLE  # noqa: E402
 

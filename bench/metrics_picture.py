@@ -29,10 +29,12 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
+
+from demo import make_demo_inputs  # noqa: E402
+from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
 
 from facefusion_provider import metric_names as names  # noqa: E402
-from facefusion_provider.demo import make_demo_inputs  # noqa: E402
-from facefusion_provider.demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 SEGMENT_SIZE = 32

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from facefusion_provider.options import Options
 
 BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 REPETITIONS = 25  # timings of each small part; the median counts
 MEASURED_SEGMENT = 256  # frames of the segment file whose commit is timed (the default segment size)
 LISTED_SEGMENTS = 400  # a work of about this many segments is listed for the resume cost (1 h at 256 frames: 422)
@@ -185,7 +186,7 @@ def carphone_frames_1080p(count: int) -> Iterator[Any]:
 
 def write_clip_1080p(path: Path, frames: int) -> None:
     """The input: 1080p H.264 at 30 fps as a camera or an upload has it (x264's default keyframe interval)."""
-    from facefusion_provider.media.synth import VideoSpec, write_video
+    from synth import VideoSpec, write_video
 
     options = {"preset": "veryfast", "crf": "20", "g": str(KEYINT)}
     spec = VideoSpec(width=1920, height=1080, frame_rate=Fraction(30), codec_options=options)
@@ -552,11 +553,12 @@ def run_costs(scratch: Path, short: Path, long: Path, short_frames: int, long_fr
 def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 1024)) -> JoinCosts:
     """The index join's CPU on a long small clip (its cost follows samples and segments, not pixels) in two segment
     sizes: per segment and per frame from the two medians (CPU seconds: steady on a loaded machine)."""
+    from synth import VideoSpec, pattern_frames, write_video
+
     from facefusion_provider import worker
     from facefusion_provider.job.layout import WorkLayout
     from facefusion_provider.media.mp4index import parse_movie, read_moov
     from facefusion_provider.media.mp4join import MovieFile
-    from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
     from facefusion_provider.worker.merge import committed_markers
     from facefusion_provider.worker.work import load_job
 
@@ -648,14 +650,15 @@ def fill_work(spec: JobSpec, layout: WorkLayout, committed: int, claimed: int) -
     """Segments ``[0, committed)`` committed (file, marker, a claim each) and ``[committed, claimed)`` claimed by a
     live worker: a work in the middle of its run, as a resume or a take finds it."""
     from facefusion_provider import storage
-    from facefusion_provider.job.layout import segment_file_name
+    from facefusion_provider.job.layout import segment_claim_name, segment_file_name
     from facefusion_provider.job.records import Claim, SegmentMarker
     from facefusion_provider.worker.segments import marker_bytes
 
     storage.write_bytes_atomic(layout.job_json, spec.model_dump_json().encode())
     for segment in spec.segments[:claimed]:
-        claim = Claim(index=segment.index, generation=1, holder="other", owner="other", host="h", pid=1)
-        storage.write_bytes_atomic(layout.claim(segment.index, 1), claim.model_dump_json().encode())
+        name = segment_claim_name(segment.index)
+        claim = Claim(name=name, generation=1, holder="other", owner="other", host="h", pid=1, ttl_seconds=60)
+        storage.write_bytes_atomic(layout.claim(name, 1), claim.model_dump_json().encode())
         if segment.index >= committed:
             continue
         name = segment_file_name(segment.index, "other")

@@ -17,10 +17,13 @@ resumes at its first uncommitted segment. A run whose output already carries thi
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from airflow.sdk import DAG
+from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from facefusion_provider.operators.backends import swap_span_operator, worker_operator
-from facefusion_provider.operators.cleanup import CleanupJobOperator
+from facefusion_provider.operators.cleanup import CleanupJobOperator, keep_work_for_retry
 from facefusion_provider.operators.params import swap_params
 from facefusion_provider.operators.plan import PlanSpansOperator
 from facefusion_provider.operators.validate import ValidateSwapConfOperator
@@ -33,6 +36,8 @@ GPU pool (an interactive run's span gets the next free GPU first) and at most `[
 them at once when set (GPUs an interactive run can always find).
 """
 INTERACTIVE_PRIORITY, BATCH_PRIORITY = 10, 1  # a free GPU slot goes to an interactive span before a batch one
+# Standing workers split the work themselves: one waiting span task (one trigger) a run is enough.
+standing = settings.span_workers == "standing"
 
 
 def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: str) -> DAG:
@@ -47,42 +52,35 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             "retry_delay": settings.retry_delay,
             "retry_exponential_backoff": settings.retry_exponential_backoff,
             "max_retry_delay": settings.max_retry_delay,
+            "on_failure_callback": keep_work_for_retry,  # the failed run keeps its work for a clear (its lease)
         },
         doc_md=doc,
         tags=["facefusion"],
     ) as dag:
         validate = ValidateSwapConfOperator(task_id="validate", run_priority=priority)
-        work_uri, output_uri = validate.ticket("work_uri"), validate.ticket("output_uri")
-        prepare = worker_operator(
-            "prepare",
-            task_id="prepare",
-            work_uri=work_uri,
-            output_uri=output_uri,
-            worker_args=validate.ticket("prepare_args"),
+        ticket = cast("PlainXComArg", validate.output)  # validate pushes each key of its dict as its own XCom
+        run: dict[str, Any] = {
+            "work_uri": ticket["work_uri"],
+            "output_uri": ticket["output_uri"],
+            "run_key": ticket["run_key"],
+        }
+        prepare = worker_operator("prepare", task_id="prepare", worker_args=ticket["prepare_args"], **run)
+        plan = PlanSpansOperator(
+            task_id="plan", work_uri=run["work_uri"], output_uri=run["output_uri"], wave=1 if standing else None
         )
-        plan = PlanSpansOperator(task_id="plan", work_uri=work_uri, output_uri=output_uri)
         swap_span = swap_span_operator(
             task_id="swap_span",
-            work_uri=work_uri,
-            output_uri=output_uri,
-            target_uri=validate.ticket("target_uri"),
+            target_uri=ticket["target_uri"],
             pool=settings.pool,
             priority_weight=priority,
             weight_rule="absolute",
             max_active_tis_per_dagrun=settings.max_active_spans_per_run,
             max_active_tis_per_dag=max_active_spans,
             map_index_template="{{ task.span['label'] }}",
+            **run,
         ).expand(span=plan.output)
-        merge = worker_operator(
-            "merge",
-            task_id="merge",
-            work_uri=work_uri,
-            output_uri=output_uri,
-            worker_args=validate.ticket("merge_args"),
-        )
-        cleanup = CleanupJobOperator(
-            task_id="cleanup", work_uri=work_uri, output_uri=output_uri, run_key=validate.ticket("run_key")
-        )
+        merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **run)
+        cleanup = CleanupJobOperator(task_id="cleanup", **run)
         validate >> prepare >> plan >> swap_span >> merge >> cleanup
     return dag
 

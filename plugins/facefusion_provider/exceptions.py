@@ -74,7 +74,7 @@ class ModelIncompatibleError(NonRetryableError):
 
 
 class InvalidJobError(NonRetryableError):
-    """A job folder that is missing, from another format version, or inconsistent with its chunks."""
+    """A work folder that is missing, from another format version, or inconsistent with its segments."""
 
     exit_code = EXIT_INVALID_JOB
     failure_class = "invalid_job"

@@ -14,7 +14,7 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-facefusion",
         "name": "FaceFusion",
-        "description": "Swap faces in long videos: frame-exact chunks fanned out to GPU workers, merged back with audio.",
+        "description": "Swap faces in long videos: frame-exact segments fanned out to GPU workers, merged back with audio.",
         "versions": [__version__],
         "integrations": [
             {
@@ -30,6 +30,7 @@ def get_provider_info() -> dict[str, Any]:
                     "facefusion_provider.operators.validate",
                     "facefusion_provider.operators.local",
                     "facefusion_provider.operators.kubernetes",
+                    "facefusion_provider.operators.spans",
                     "facefusion_provider.operators.plan",
                     "facefusion_provider.operators.cleanup",
                     "facefusion_provider.operators.ingest",

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from facefusion_provider import contract
+
 MetricKind = Literal["counter", "gauge"]
 
 FrameStage = Literal["decode", "swap", "encode"]
@@ -100,18 +102,18 @@ RUN_ID = "run_id"
 TASK_ID = "task_id"
 MAP_INDEX = "map_index"
 TRY_NUMBER = "try_number"
-JOB_ID = "job_id"
+WORK_ID = "work_id"
 NODE = "node"
 GPU = "gpu"
-WORKER_ATTRIBUTES = (DAG_ID, RUN_ID, TASK_ID, MAP_INDEX, TRY_NUMBER, JOB_ID, NODE, GPU)
+WORKER_ATTRIBUTES = (DAG_ID, RUN_ID, TASK_ID, MAP_INDEX, TRY_NUMBER, WORK_ID, NODE, GPU)
 
 ATTRIBUTE_VARIABLES: dict[str, str] = {
-    DAG_ID: "FACEFUSION_METRIC_DAG_ID",
-    RUN_ID: "FACEFUSION_METRIC_RUN_ID",
-    TASK_ID: "FACEFUSION_METRIC_TASK_ID",
-    MAP_INDEX: "FACEFUSION_METRIC_MAP_INDEX",
-    JOB_ID: "FACEFUSION_METRIC_JOB_ID",
-    TRY_NUMBER: "FACEFUSION_TRY_NUMBER",
+    DAG_ID: contract.METRIC_DAG_ID_VARIABLE,
+    RUN_ID: contract.METRIC_RUN_ID_VARIABLE,
+    TASK_ID: contract.METRIC_TASK_ID_VARIABLE,
+    MAP_INDEX: contract.METRIC_MAP_INDEX_VARIABLE,
+    WORK_ID: contract.METRIC_WORK_ID_VARIABLE,
+    TRY_NUMBER: contract.TRY_NUMBER_VARIABLE,
 }
 NODE_VARIABLE = "NODE_NAME"
 # The process's own view first (the local backend pins one GPU with it), then the container runtime's (GPU UUIDs).
@@ -119,7 +121,7 @@ GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 # Where the worker pushes: the standard OTLP variables, or a Prometheus remote-write URL for Prometheus 2.x.
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-REMOTE_WRITE_URL_VARIABLE = "FACEFUSION_METRICS_REMOTE_WRITE_URL"
+REMOTE_WRITE_URL_VARIABLE = contract.METRICS_REMOTE_WRITE_URL_VARIABLE
 # The exporter settings a worker pod gets from the Airflow side's environment (a subprocess inherits them anyway).
 # Not OTEL_EXPORTER_OTLP_HEADERS: it may carry credentials, which reach pods through secrets only.
 FORWARDED_VARIABLES = (

@@ -6,7 +6,6 @@ Field names follow FaceFusion's (``face_swapper_blend`` is ``--face-swapper-blen
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import types
 import typing
@@ -32,7 +31,10 @@ OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
 
-Percent = Annotated[int, Field(ge=0, le=100)]
+# Numbers are strict: "90" and true are refused, not read as 90 and 1. Every one is bounded, well inside int64.
+Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
+MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame index, far inside int64
+MAX_SOURCES = 16  # source faces of one run: their identities are averaged; more only slow prepare down
 
 # The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
 SECTION_FACES: dict[str, Any] = {"section": "Faces: detection and selection"}
@@ -59,10 +61,12 @@ ANALYSIS_OPTIONS: frozenset[str] = frozenset(
         "segment_size",
     }
 )
+# Former option names: refused with a message that names the new one (not silently mapped: the work id would differ).
+RENAMED_OPTIONS: dict[str, str] = {"chunk_size": "segment_size"}
 
 
 class Options(BaseModel):
-    """Everything a user may set for one swap job."""
+    """Everything a user may set for one swap run."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
@@ -79,7 +83,13 @@ class Options(BaseModel):
         json_schema_extra=SECTION_FACES, default="640x640", description="Detector input size (width x height)."
     )
     face_detector_score: float = Field(
-        json_schema_extra=SECTION_FACES, default=0.5, ge=0.0, le=1.0, description="Minimum detector confidence."
+        json_schema_extra=SECTION_FACES,
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        strict=True,
+        allow_inf_nan=False,
+        description="Minimum detector confidence.",
     )
     face_landmarker_model: FaceLandmarkerModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -94,6 +104,8 @@ class Options(BaseModel):
         json_schema_extra=SECTION_FACES,
         default=0,
         ge=0,
+        le=MAX_FRAME_NUMBER,
+        strict=True,
         description="Target frame that holds the reference face (face_selector_mode=reference).",
     )
     reference_face_distance: float = Field(
@@ -101,6 +113,8 @@ class Options(BaseModel):
         default=0.6,
         ge=0.0,
         le=2.0,
+        strict=True,
+        allow_inf_nan=False,
         description="Largest identity distance to the reference face that still counts as a match.",
     )
     face_swapper_model: FaceSwapperModel = Field(
@@ -136,6 +150,8 @@ class Options(BaseModel):
         default=0.3,
         ge=0.0,
         le=1.0,
+        strict=True,
+        allow_inf_nan=False,
         description="Feathering of the face mask edge, 0-1.",
     )
     face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
@@ -150,26 +166,29 @@ class Options(BaseModel):
         json_schema_extra=SECTION_SWAP, default=80, description="How much of the enhanced face is blended in, 0-100."
     )
     trim_frame_start: int | None = Field(
-        json_schema_extra=SECTION_FRAMES, default=None, ge=0, description="First frame to process (inclusive)."
+        json_schema_extra=SECTION_FRAMES,
+        default=None,
+        ge=0,
+        le=MAX_FRAME_NUMBER - 1,
+        strict=True,
+        description="First frame to process (inclusive).",
     )
     trim_frame_end: int | None = Field(
-        json_schema_extra=SECTION_FRAMES, default=None, ge=1, description="Frame to stop at (exclusive)."
+        json_schema_extra=SECTION_FRAMES,
+        default=None,
+        ge=1,
+        le=MAX_FRAME_NUMBER,
+        strict=True,
+        description="Frame to stop at (exclusive).",
     )
     segment_size: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
         default=None,
         ge=1,
         le=100_000,
+        strict=True,
         description="Frames per segment, the unit of commit and resume: each segment is encoded to its own file and "
         "committed when done, so a killed worker loses at most one. Unset: 256 frames.",
-    )
-    chunk_size: int | None = Field(
-        json_schema_extra=SECTION_FRAMES,
-        default=None,
-        ge=1,
-        le=100_000,
-        description="Deprecated, the former name of segment_size: used as segment_size when that is unset. How many "
-        "tasks a run has comes from the [facefusion] span_wave setting.",
     )
     output_video_encoder: OutputVideoEncoder = Field(
         json_schema_extra=SECTION_OUTPUT, default="libx264", description="Video encoder of the output."
@@ -192,6 +211,7 @@ class Options(BaseModel):
         default=4,
         ge=1,
         le=128,
+        strict=True,
         description="On the CPU provider: inference threads. On a GPU: frames processed side by side in a worker.",
     )
 
@@ -208,20 +228,6 @@ class Options(BaseModel):
         if not value:
             raise ValueError("name at least one value")
         return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _chunk_size_is_segment_size(cls, values: Any) -> Any:
-        """Older confs name the segment size ``chunk_size``: both spellings give the same options (and work id)."""
-        chunk_size = values.get("chunk_size") if isinstance(values, dict) else None
-        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-            return values  # nothing to map, or a bad value its own field's check names
-        segment_size = values.get("segment_size")
-        if segment_size is not None and segment_size != chunk_size:
-            raise ValueError(
-                f"chunk_size ({chunk_size}) is the former name of segment_size ({segment_size}); give only segment_size"
-            )
-        return {**values, "segment_size": chunk_size, "chunk_size": None}
 
     @model_validator(mode="after")
     def _trim_in_order(self) -> Options:
@@ -243,11 +249,8 @@ class Options(BaseModel):
         return "mesh" if "area" in self.face_mask_types else "none"  # the area mask is drawn from the face mesh
 
     def pixel_options(self) -> dict[str, Any]:
-        """The options that change output pixels: they take part in the job id."""
+        """The options that change output pixels: they take part in the work id."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in NON_PIXEL_OPTIONS}
-
-    def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.pixel_options(), sort_keys=True).encode()).hexdigest()
 
 
 def parse_options(values: dict[str, Any], *, where: str = "options") -> Options:
@@ -258,14 +261,26 @@ def parse_options(values: dict[str, Any], *, where: str = "options") -> Options:
         raise InvalidOptionError(describe_validation_error(error, where=where)) from None
 
 
+def renamed_option_message(name: str) -> str:
+    return f"no longer an option: it is called {RENAMED_OPTIONS[name]} now; give {RENAMED_OPTIONS[name]} instead"
+
+
+def _shortened(value: Any, limit: int = 80) -> str:
+    """A value for a message, cut short: a conf may carry megabytes in one field."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def describe_validation_error(error: ValidationError, *, where: str) -> str:
     problems = []
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(root)"
         message = item["msg"]
-        if item["type"] == "extra_forbidden":
+        if item["type"] == "extra_forbidden" and field in RENAMED_OPTIONS:
+            message = renamed_option_message(field)
+        elif item["type"] == "extra_forbidden":
             message = f"unknown option; allowed: {', '.join(sorted(Options.model_fields))}"
-        problems.append(f"{where}.{field}: {message} (got {item.get('input')!r})")
+        problems.append(f"{where}.{field}: {message} (got {_shortened(item.get('input'))})")
     return "invalid " + where + ": " + "; ".join(problems)
 
 
@@ -322,6 +337,20 @@ def add_option_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = base
         # Choices are validated by the model so the error names the option and lists what is allowed in one style.
         group.add_argument(_flag(name), **kwargs)
+    for name in RENAMED_OPTIONS:
+        group.add_argument(
+            _flag(name), action=_RenamedFlag, nargs="*", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+
+
+class _RenamedFlag(argparse.Action):
+    """A former option's flag: an error naming the new flag, not argparse's bare 'unrecognized arguments'."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        name = self.dest
+        raise argparse.ArgumentError(self, f"{name}: {renamed_option_message(name)} ({_flag(RENAMED_OPTIONS[name])})")
 
 
 def _metavar(annotation: Any) -> str:

@@ -199,13 +199,6 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "8",
     ),
     SettingSpec(
-        "chunk_wave",
-        "integer",
-        "0",
-        "Deprecated: the former name of span_wave, used when span_wave is 0.",
-        "8",
-    ),
-    SettingSpec(
         "max_active_spans_per_run",
         "integer",
         "4",
@@ -245,15 +238,16 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "string",
         "",
         "Comma-separated folder URIs that runs may read sources and targets from (checked by validate and again by "
-        "the worker). Empty: anywhere the workers can read.",
+        "the worker; a local path by its real path, symbolic links resolved). Empty: anywhere the workers can read.",
         "s3://videos/incoming/, /data/in/",
     ),
     SettingSpec(
         "allowed_output_prefixes",
         "string",
         "",
-        "Comma-separated folder URIs that runs may write outputs to (checked by validate and again by the worker). "
-        "Empty: anywhere the workers can write.",
+        "Comma-separated folder URIs that runs may write outputs to (checked by validate and again by the worker; a "
+        "local path by its real path, and a symbolic link in an output's folders below the prefix is refused). Empty: "
+        "anywhere the workers can write.",
         "s3://videos/swapped/, /data/out/",
     ),
     SettingSpec(
@@ -263,6 +257,15 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "A failed run keeps the shared work it used this long (a clear from the UI resumes it); after that another "
         "run's cleanup may remove it.",
         "24",
+    ),
+    SettingSpec(
+        "run_lease_minutes",
+        "float",
+        "120",
+        "A run's lease on the shared work lives this long after its last renewal (each task renews it as it starts and "
+        "while it runs). Set it above the longest time a run waits queued between two tasks: a run queued longer may "
+        "find its work removed by another run's cleanup, and computes it again.",
+        "480",
     ),
     SettingSpec(
         "aws_conn_id",
@@ -379,6 +382,7 @@ class FaceFusionSettings:
     allowed_input_prefixes: tuple[str, ...]
     allowed_output_prefixes: tuple[str, ...]
     keep_failed_work: timedelta
+    run_lease: timedelta
     aws_conn_id: str | None
     retries: int
     retry_delay: timedelta
@@ -399,7 +403,7 @@ class FaceFusionSettings:
             worker_command=tuple(shlex.split(raw["worker_command"]))
             or (sys.executable, "-m", "facefusion_provider.worker"),
             pool=raw["pool"] or DEFAULT_POOL,
-            span_wave=_number(raw, "span_wave", int, minimum=0) or _number(raw, "chunk_wave", int, minimum=0),
+            span_wave=_number(raw, "span_wave", int, minimum=0),
             max_active_spans_per_run=_number(raw, "max_active_spans_per_run", int, minimum=1),
             batch_max_active_spans=_number(raw, "batch_max_active_spans", int, minimum=0),
             help_other_runs_seconds=_number(raw, "help_other_runs_seconds", float, minimum=0.0),
@@ -407,6 +411,7 @@ class FaceFusionSettings:
             allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
             allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
             keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),
+            run_lease=timedelta(minutes=_number(raw, "run_lease_minutes", float, minimum=1.0)),
             aws_conn_id=raw["aws_conn_id"] or None,
             retries=_number(raw, "retries", int, minimum=0),
             retry_delay=timedelta(seconds=_number(raw, "retry_delay_seconds", float, minimum=0.0)),
@@ -440,10 +445,17 @@ def _number(raw: Mapping[str, str], name: str, kind: Callable[[str], Number], *,
     return value
 
 
+# Former setting names: refused with a message that names the new one.
+RENAMED_SETTINGS: dict[str, str] = {"chunk_wave": "span_wave"}
+
+
 def load_settings() -> FaceFusionSettings:
     """The current settings from Airflow's configuration (airflow.cfg, then ``AIRFLOW__FACEFUSION__*`` variables)."""
     from airflow.sdk import conf
 
+    for old, new in RENAMED_SETTINGS.items():
+        if conf.has_option(SECTION, old):  # silently ignoring it would change how many spans a run has
+            raise ValueError(f"[{SECTION}] {old}: no longer a setting: it is called {new} now; set {new} instead")
     values = {spec.name: str(conf.get(SECTION, spec.name, fallback="")) for spec in SETTINGS}
     airflow_home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     return FaceFusionSettings.from_values(values, airflow_home=airflow_home)

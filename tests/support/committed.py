@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from facefusion_provider import storage, worker
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import work_id
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JobSpec, RunLease, SegmentMarker
+from facefusion_provider.job.records import JobSpec, RunHolder, RunLease, SegmentMarker
 from facefusion_provider.options import Options
 
 
@@ -47,13 +47,16 @@ def hold_run_lease(
     priority: int = 0,
     output_uri: str = "file:///out.mp4",
     options: dict[str, Any] | None = None,
+    ttl: float = 3600.0,
+    state: Literal["active", "kept"] = "active",
 ) -> RunLease:
     """The lease ``validate`` writes for a run from Airflow over ``target`` and to ``output_uri``, written ``age``
     ago (a local file's modification time too: nothing renewed it since)."""
     started = datetime.now(UTC) - age
     lease = RunLease(
-        dag_id="facefusion_swap",
-        run_id=run_key,
+        holder=RunHolder(kind="airflow", dag_id="facefusion_swap", run_id=run_key),
+        ttl_seconds=ttl,
+        state=state,
         output_uri=output_uri,
         created_at=started,
         target_uri=target,

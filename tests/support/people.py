@@ -15,9 +15,9 @@ import numpy as np
 from matplotlib import cbook
 from PIL import Image
 from skimage import data
+from synth import VideoSpec, write_video
 
 from facefusion_provider.engine.face import Frame
-from facefusion_provider.media.synth import VideoSpec, write_video
 
 LFW_PEOPLE = (10, 40, 70)  # indexes of three different people among the subset's first 100 crops (faces)
 CARPHONE_SCALE = 2

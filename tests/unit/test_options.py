@@ -7,6 +7,7 @@ import argparse
 import pytest
 
 from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.job.ids import work_id
 from facefusion_provider.options import (
     Options,
     add_option_arguments,
@@ -31,7 +32,7 @@ def test_defaults() -> None:
         "veryfast",
         80,
     )
-    assert options.chunk_size is None and options.trim_frame_start is None and options.trim_frame_end is None
+    assert options.segment_size is None and options.trim_frame_start is None and options.trim_frame_end is None
 
 
 def test_cli_flags_use_facefusion_names() -> None:
@@ -44,7 +45,7 @@ def test_cli_flags_use_facefusion_names() -> None:
             "10",
             "--trim-frame-end",
             "20",
-            "--chunk-size",
+            "--segment-size",
             "7",
             "--output-video-quality",
             "100",
@@ -59,11 +60,7 @@ def test_cli_flags_use_facefusion_names() -> None:
         ]
     )
     assert options.processors == ["face_swapper", "face_enhancer"]
-    assert (options.trim_frame_start, options.trim_frame_end, options.segment_size) == (
-        10,
-        20,
-        7,
-    )  # chunk_size's new name
+    assert (options.trim_frame_start, options.trim_frame_end, options.segment_size) == (10, 20, 7)
     assert options.output_video_quality == 100
     assert options.execution_providers == ["cuda", "cpu"]
     assert options.face_mask_padding == (1, 2, 3, 4)
@@ -76,7 +73,7 @@ def test_an_empty_processor_list_means_pass_through() -> None:
 
 def test_argv_round_trip() -> None:
     options = Options(
-        processors=[], chunk_size=64, trim_frame_end=99, output_video_preset="slow", face_mask_padding=(5, 0, 5, 0)
+        processors=[], segment_size=64, trim_frame_end=99, output_video_preset="slow", face_mask_padding=(5, 0, 5, 0)
     )
     assert _parse_cli(options_to_argv(options)) == options
     assert options_to_argv(Options()) == []
@@ -93,8 +90,9 @@ def test_argv_round_trip() -> None:
             {"trim_frame_start": 9, "trim_frame_end": 3},
             ["trim_frame_end (3) must be greater than trim_frame_start (9)"],
         ),
-        ({"chunk_size": 0}, ["options.chunk_size", "greater than or equal to 1"]),
-        ({"colour": "blue"}, ["options.colour", "unknown option; allowed:", "chunk_size", "trim_frame_end"]),
+        ({"segment_size": 0}, ["options.segment_size", "greater than or equal to 1"]),
+        ({"colour": "blue"}, ["options.colour", "unknown option; allowed:", "segment_size", "trim_frame_end"]),
+        ({"chunk_size": 64}, ["options.chunk_size", "it is called segment_size now; give segment_size instead"]),
     ],
 )
 def test_invalid_values_name_the_option_and_what_is_allowed(values: dict[str, object], names: list[str]) -> None:
@@ -106,14 +104,14 @@ def test_invalid_values_name_the_option_and_what_is_allowed(values: dict[str, ob
 
 def test_options_are_frozen() -> None:
     with pytest.raises(ValueError):
-        Options().chunk_size = 3  # type: ignore[misc]
+        Options().segment_size = 3  # type: ignore[misc]
 
 
-def test_fingerprint_follows_only_pixel_options() -> None:
-    base = Options()
-    assert Options(execution_providers=["cuda"], execution_thread_count=16).fingerprint() == base.fingerprint()
-    assert Options(output_video_quality=81).fingerprint() != base.fingerprint()
-    assert Options(segment_size=64).fingerprint() != base.fingerprint()  # segment files are part of the work folder
+def test_the_work_id_follows_only_pixel_options() -> None:
+    base = work_id("t", ["s"], Options())
+    assert work_id("t", ["s"], Options(execution_providers=["cuda"], execution_thread_count=16)) == base
+    assert work_id("t", ["s"], Options(output_video_quality=81)) != base
+    assert work_id("t", ["s"], Options(segment_size=64)) != base  # segment files are part of the work folder
 
 
 def test_json_schema_drives_the_ui_form() -> None:
@@ -137,6 +135,6 @@ def test_color_correction_flag_and_model_agree() -> None:
     off = Options(face_swapper_color_correction=False)
     assert options_to_argv(off) == ["--no-face-swapper-color-correction"]
     assert _parse_cli(options_to_argv(off)) == off
-    assert off.fingerprint() != Options().fingerprint(), "it changes pixels, so it is part of the job id"
+    assert work_id("t", ["s"], off) != work_id("t", ["s"], Options()), "it changes pixels, so it is part of the work id"
     prop = options_json_schema()["properties"]["face_swapper_color_correction"]
     assert (prop["type"], prop["default"]) == ("boolean", True)

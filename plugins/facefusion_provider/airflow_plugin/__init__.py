@@ -5,21 +5,56 @@ a provider's ``get_provider_info()["plugins"]`` only with ``[core] lazy_discover
   does not exist, naming the pool (Airflow would leave the task ``scheduled`` for ever).
 - ``trigger_errors``: an API middleware that answers a bad param value of this provider's DAGs with one line naming
   the field, without jsonschema's dump of the param's schema.
+- ``conf_limits``: a conf holding a number no task can receive (beyond int64) is refused at the trigger (a middleware)
+  or as the run starts (a listener), naming the field: otherwise every task would fail with an empty log.
+- ``outputs``: the view the output links lead to (``/facefusion/outputs/<dag>/<run>/video``), mounted in the API server:
+  it checks the user's access to the DAG's runs, then redirects to a short-lived presigned URL or sends the local file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 
-from facefusion_provider.airflow_plugin import pools
+from facefusion_provider.airflow_plugin import conf_limits, pools
+from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
+
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+OUTPUTS_URL_PREFIX = "/facefusion"  # where the outputs view is mounted in the API server
+
+
+def output_link_path(dag_id: str, run_id: str, kind: str) -> str:
+    """The outputs view's path for a run's ``video`` or ``preview`` (ids percent-encoded: run ids hold ``:``, ``+``)."""
+    return f"{OUTPUTS_URL_PREFIX}/outputs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{kind}"
+
+
+class LazyOutputsApp:
+    """The outputs view, built on its first request: the scheduler, workers and dag-processor load this plugin too,
+    and never import FastAPI's routes or the API server's security module for it."""
+
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if self._app is None:
+            from facefusion_provider.airflow_plugin.outputs import create_app
+
+            self._app = create_app()
+        await self._app(scope, receive, send)
 
 
 class FaceFusionPlugin(AirflowPlugin):
     name = "facefusion"
-    listeners: list[Any] = [pools]
+    listeners: list[Any] = [pools, conf_limits]
     fastapi_root_middlewares: list[Any] = [
-        {"name": "facefusion one-line param errors", "middleware": OneLineParamErrors, "args": [], "kwargs": {}}
+        {"name": "facefusion one-line param errors", "middleware": OneLineParamErrors, "args": [], "kwargs": {}},
+        {"name": "facefusion out-of-range conf", "middleware": RefuseOutOfRangeConf, "args": [], "kwargs": {}},
+    ]
+    fastapi_apps: list[Any] = [
+        {"name": "facefusion outputs", "app": LazyOutputsApp(), "url_prefix": OUTPUTS_URL_PREFIX}
     ]

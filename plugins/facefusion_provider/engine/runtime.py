@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from facefusion_provider import contract
 from facefusion_provider.exceptions import InvalidOptionError, ModelCorruptError
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ _NUMPY_TYPES: dict[str, type[np.generic]] = {
     "tensor(uint8)": np.uint8,
 }
 
-TRT_CACHE_ENV = "FACEFUSION_TRT_CACHE"
+TRT_CACHE_ENV = contract.TRT_CACHE_VARIABLE
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import onnxruntime as ort
 
 from facefusion_provider import storage
+from facefusion_provider.contract import MODELS_CACHE_VARIABLE, MODELS_DIR_VARIABLE, MODELS_URI_VARIABLE
 from facefusion_provider.engine import runtime
 from facefusion_provider.engine.models import ModelSpec, Shape, model_spec
 from facefusion_provider.exceptions import (
@@ -36,9 +37,9 @@ from facefusion_provider.options import Options
 logger = logging.getLogger(__name__)
 
 SUMS_FILE = "SHA256SUMS"
-MODELS_DIR_ENV = "FACEFUSION_MODELS_DIR"
-MODELS_URI_ENV = "FACEFUSION_MODELS_URI"
-MODELS_CACHE_ENV = "FACEFUSION_MODELS_CACHE"
+MODELS_DIR_ENV = MODELS_DIR_VARIABLE
+MODELS_URI_ENV = MODELS_URI_VARIABLE
+MODELS_CACHE_ENV = MODELS_CACHE_VARIABLE
 _HASH_BLOCK = 8 * 1024 * 1024
 
 

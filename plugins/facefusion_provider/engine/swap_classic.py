@@ -30,7 +30,7 @@ from facefusion_provider.engine.face_masks import (
     inner_distance,
     smoothstep,
 )
-from facefusion_provider.engine.skin_tone import lab_to_rgb, rgb_to_lab, skin_color, transfer_skin_tone
+from facefusion_provider.engine.skin_tone import Surround, lab_to_rgb, rgb_to_lab, skin_color, transfer_skin_tone
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.options import Options
 
@@ -44,9 +44,12 @@ SOURCE_MAX_SIDE = 512  # larger source faces are stored downscaled: the target r
 ROI_MARGIN = 4  # pixels of target context around the face
 # Every length below is a fraction of the face's size, so the look is the same at any resolution.
 TONE_SCALE = 0.06  # skin tone moves at a blur sigma of this: finer would copy the target's own texture
+SKIN_RING = 0.04  # the target's skin this far around the face region sets the tone at its rim (forehead, jaw, neck)
+RIM_TONE_SCALE = 0.015  # towards the rim the tone follows the target's at this finer scale, so the edge has no step
+RIM_DEPTH = 0.25  # from the outline inwards over this, the finer tone gives way to the face's own (TONE_SCALE)
 CORE_MARGIN = 0.10  # the typical skin colour is measured this far inside the outline, where hair rarely reaches
 EDGE_EROSION = 0.04  # the blend starts this far inside the face area, where the mesh fits the face best
-FEATHER_SCALE = 0.4  # then rises from 0 to 1 over this x face_mask_blur
+FEATHER_SCALE = 0.6  # then rises from 0 to 1 over this x face_mask_blur
 MOUTH_RAMP = 0.03  # the swapped lips fade out over this towards the target's mouth opening
 OUTLINE_RIM = 0.18  # in this rim of the outline, what of the source is not skin (hair, a hat) is not painted
 VISIBILITY_SOFTNESS = 0.02  # the blur that keeps that hair test from leaving speckles
@@ -232,12 +235,13 @@ def source_visibility(regions: FaceRegions, source_skin: FloatArray) -> Mask:
 
 
 def recolor_source(
-    warped: Frame, target: Frame, area: npt.NDArray[np.uint8], regions: FaceRegions, correct: bool
+    warped: Frame, surround: tuple[Frame, int], area: npt.NDArray[np.uint8], regions: FaceRegions, correct: bool
 ) -> tuple[Frame, Mask]:
     """The warped source face with the target face's skin tone and light (when ``correct``), and where it may paint.
 
-    Skin is measured where both faces look like their own typical skin: inside the outline, away from its rim, eyes,
-    brows and lips; the typical colour comes from the face's core, which hair rarely reaches.
+    ``surround`` is the target around the warped face and how many pixels wider it is on every side. Skin is measured where
+    both faces look like their own typical skin: inside the outline, away from its rim, eyes, brows and lips; the
+    typical colour comes from the face's core, which hair rarely reaches.
     """
     warped_lab = rgb_to_lab(warped)
     skin = regions.skin & (area > 0)
@@ -247,13 +251,45 @@ def recolor_source(
         return warped, np.ones(area.shape, np.float32)
     source_skin = source_color.likelihood(warped_lab)
     visibility = source_visibility(regions, source_skin)
-    target_lab = rgb_to_lab(target)
+    surround_lab, inset = rgb_to_lab(surround[0]), surround[1]
+    inner = np.s_[inset : inset + area.shape[0], inset : inset + area.shape[1]]
+    target_lab = surround_lab[inner]
     target_color = skin_color(target_lab, core)
     if not correct or target_color is None:
         return warped, visibility
-    weight = np.asarray(skin * source_skin * target_color.likelihood(target_lab), np.float32)
-    moved = transfer_skin_tone(warped_lab, target_lab, weight, regions.soft_skin, max(1.0, regions.size * TONE_SCALE))
+    surround_skin = target_color.likelihood(surround_lab)
+    weight = np.asarray(skin * source_skin * surround_skin[inner], np.float32)
+    # The target's tone is read from its skin inside the face and in a ring around it, so the rim takes the tone of
+    # the skin it meets (a shaded forehead under the hair, the neck) instead of the face's middle.
+    around = cv2.copyMakeBorder(
+        (skin | ((regions.outline == 0) & (regions.features == 0))).astype(np.float32),
+        *(inset,) * 4,
+        cv2.BORDER_CONSTANT,
+        value=1.0,
+    )
+    rim = 1.0 - smoothstep(regions.outline_distance / max(1.0, regions.size * RIM_DEPTH))
+    moved = transfer_skin_tone(
+        warped_lab,
+        target_lab,
+        weight,
+        regions.soft_skin,
+        max(1.0, regions.size * TONE_SCALE),
+        surround=Surround(surround_lab, np.asarray(around * surround_skin, np.float32), inset),
+        rim=(max(1.0, regions.size * RIM_TONE_SCALE), rim),
+    )
     return np.clip(np.rint(lab_to_rgb(moved)), 0, 255).astype(np.uint8), visibility
+
+
+def work_surround(frame: Frame, region: Region, ring: int, work_size: tuple[int, int]) -> tuple[Frame, int]:
+    """The frame around ``region`` with ``ring`` more pixels on every side, at the work size (``work_size`` is the
+    region's): the crop, and its ring in work pixels."""
+    outer = Region(region.x1 - ring, region.y1 - ring, region.x2 + ring, region.y2 + ring)
+    crop = crop_region(frame, outer)
+    if work_size == region.size:
+        return crop, ring
+    work_ring = round(ring * work_size[0] / region.size[0])
+    size = (work_size[0] + 2 * work_ring, work_size[1] + 2 * work_ring)
+    return np.asarray(cv2.resize(crop, size, interpolation=cv2.INTER_AREA), np.uint8), work_ring
 
 
 @dataclass(frozen=True)
@@ -277,26 +313,24 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     detail still fills, and the swapped pixels are scaled up once; the mask is always full resolution."""
     if face.landmark_dense is None or len(face.landmark_dense) != MESH_POINTS:
         raise ValueError("the classic swapper needs the 468-point face mesh of each target face")
+    face_size = mesh_size(face.landmark_dense)
     region = face_region(face.landmark_dense, ROI_MARGIN)
     points = (face.landmark_dense - [region.x1, region.y1]).astype(np.float32)
     target = crop_region(frame, region)
-    face_size = mesh_size(points)
     levels = band_levels(face_size)
     scale = min(1.0, SOURCE_DETAIL_LIMIT * mesh_size(source.landmarks) / max(face_size, 1.0))
     work_size = (max(1, round(region.size[0] * scale)), max(1, round(region.size[1] * scale)))
     work_points = ((points + 0.5) * [work_size[0] / region.size[0], work_size[1] / region.size[1]] - 0.5).astype(
         np.float32
     )
-    work_target = (
-        target if scale == 1.0 else np.asarray(cv2.resize(target, work_size, interpolation=cv2.INTER_AREA), np.uint8)
-    )
     warped, covered = warp_source(source, work_points, work_size)
     work_area = face_area_mask(work_points, covered, options)
     if not np.any(work_area):
         return ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32), levels)
     work_regions = face_regions(work_area.shape, work_points)
+    surround = work_surround(frame, region, max(1, round(face_size * SKIN_RING)), work_size)
     swapped, visibility = recolor_source(
-        warped, work_target, work_area, work_regions, options.face_swapper_color_correction
+        warped, surround, work_area, work_regions, options.face_swapper_color_correction
     )
     regions = work_regions
     if scale < 1.0:
@@ -326,8 +360,13 @@ def swap_face_classic(frame: Frame, face: Face, source: ClassicSource, options: 
     result = frame.copy()
     if not np.any(swap.alpha):
         return result
-    change = blend_bands(swap.target, swap.swapped, swap.alpha, swap.levels)
-    _paste(result, swap.region, np.clip(np.rint(swap.target + change), 0, 255).astype(np.uint8))
+    # The bands are blended on the mask's own box: the context around it changes nothing and only costs time.
+    rows, columns = np.flatnonzero(swap.alpha.any(axis=1)), np.flatnonzero(swap.alpha.any(axis=0))
+    box = np.s_[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1]
+    change = blend_bands(swap.target[box], swap.swapped[box], swap.alpha[box], swap.levels)
+    patch = swap.target.copy()
+    patch[box] = np.clip(np.rint(swap.target[box] + change), 0, 255).astype(np.uint8)
+    _paste(result, swap.region, patch)
     return result
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
@@ -14,10 +14,8 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
 from facefusion_provider.job import leases
 from facefusion_provider.job.claims import scan_work
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.outputs import output_done
+from facefusion_provider.job.layout import RootLayout, WorkLayout, output_done
 from facefusion_provider.job.records import JobSpec, OutputMarker, RunLease
-from facefusion_provider.job.standing import live_standing_workers
 from facefusion_provider.settings import load_settings
 
 
@@ -80,14 +78,19 @@ class FaceFusionStorageHook(BaseHook):
             return scan_work(WorkLayout(work_uri)).committed
 
     def renew_lease(self, work_uri: str, run_key: str) -> None:
-        """Say that this run still waits for its work (standing workers help only recently renewed runs)."""
+        """Renew this run's lease on its work (``LeaseLostError`` when a sweep removed it)."""
         with self.storage_access(work_uri):
             leases.renew(WorkLayout(work_uri), run_key)
 
+    def keep_for_retry(self, work_uri: str, run_key: str, ttl_seconds: float) -> None:
+        """A failed run keeps its work for a retry or a clear: its lease becomes ``kept`` for ``ttl_seconds``."""
+        with self.storage_access(work_uri):
+            leases.keep_for_retry(WorkLayout(work_uri), run_key, ttl_seconds)
+
     def standing_workers(self, work_root: str) -> list[str]:
-        """The standing workers (``facefusion-worker serve``) alive under ``work_root``."""
+        """The standing workers (``facefusion-worker serve``) whose lease under ``work_root`` is live."""
         with self.storage_access(work_root):
-            return live_standing_workers(work_root)
+            return leases.live_standing_workers(RootLayout.of(work_root))
 
     def output_done(self, output_uri: str, work_id: str) -> OutputMarker | None:
         """The marker beside ``output_uri`` when it names ``work_id`` and the output exists: nothing is left to do."""
@@ -107,16 +110,18 @@ class FaceFusionStorageHook(BaseHook):
             storage.check_writable(uri, field=field)
 
     def hold_work(self, work_uri: str, run_key: str, lease: RunLease) -> None:
-        """This run's lease on the shared work, written after any removal in progress has finished."""
+        """Write (or write again) this run's lease on the shared work, after any sweep in progress has finished: each
+        task of the run holds it as it starts, so a run queued past its TTL holds the work again."""
         with self.storage_access(work_uri):
             leases.hold(WorkLayout(work_uri), run_key, lease)
 
-    def release_work(self, work_uri: str, run_key: str, is_live: Callable[[RunLease], bool]) -> list[str]:
-        """Drop this run's lease, then remove the work unless a live run holds one; the keys of those runs."""
+    def release_work(self, work_uri: str, run_key: str) -> list[str]:
+        """Drop this run's lease, then remove the work unless another run's lease is live (whoever holds it: another
+        Airflow, a CLI run); the keys of those runs."""
         layout = WorkLayout(work_uri)
         with self.storage_access(work_uri):
             leases.release(layout, run_key)
-            return leases.remove_if_unused(layout, run_key, is_live)
+            return leases.sweep_if_unused(layout, run_key)
 
 
 def _connection_credentials(aws_conn_id: str | None) -> storage.S3Credentials | None:

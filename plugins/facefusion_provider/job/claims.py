@@ -1,13 +1,13 @@
-"""Claims on segments: competing workers share one work folder without a queue server.
+"""Claims: competing workers share one work folder without a queue server (docs/protocol.md, "A claim").
 
-Before a worker works a segment it creates ``claims/NNNNN.GGGG.json`` exclusively (S3 ``If-None-Match: *``, a hard
-link locally): of two workers, one gets generation ``G``. The holder rewrites its claim every quarter lease, so the
-claim's modification time says it is alive; a claim not rewritten for a whole lease has lapsed (its pod died), and
-whoever creates generation ``G + 1`` takes the segment over. A new try of the same task takes over its previous try's
-claims at once: Airflow starts a try only when the last one has ended.
+Before a worker works a segment (or prepares a work, or merges a run's output) it creates ``claims/NAME.GGGG.json``
+exclusively (S3 ``If-None-Match: *``, a hard link locally): of two workers, one gets generation ``G``. A claim is a
+lease (``job/liveness.py``): its holder rewrites it every quarter TTL; a lapsed one is taken over by whoever creates
+generation ``G + 1``. A new try of the same task takes over its previous try's claims at once: Airflow starts a try
+only when the last one has ended.
 
 Claims only save work: correctness comes from the segment's marker, which is also created exclusively, so of two
-workers that did race on one segment exactly one file is ever merged.
+workers that did race on one segment exactly one file is ever merged (``commit_marker``).
 """
 
 from __future__ import annotations
@@ -17,40 +17,42 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, StorageDeniedError
-from facefusion_provider.job.layout import WorkLayout, parse_claim_name, parse_segment_name
-from facefusion_provider.job.records import Claim
+from facefusion_provider.job import liveness
+from facefusion_provider.job.layout import WorkLayout, parse_claim_name, parse_segment_name, segment_claim_name
+from facefusion_provider.job.liveness import LeaseKind, repeating
+from facefusion_provider.job.records import Claim, SegmentMarker
 
 logger = logging.getLogger(__name__)
 
 LEASE_SECONDS_VARIABLE = "FACEFUSION_CLAIM_LEASE_SECONDS"
-DEFAULT_LEASE_SECONDS = 60
-RENEWALS_PER_LEASE = 4
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True)
 class ClaimState:
-    """The latest generation of a segment's claim and when it was last written (by the store's clock)."""
+    """The latest generation of a claim and when it was last written (by the store's clock)."""
 
-    index: int
+    name: str
     generation: int
     written_at: float
 
 
 @dataclass(frozen=True)
 class WorkState:
-    """What two listings tell about every segment: committed ones, and the latest claim of the others."""
+    """What two listings tell: the committed segments, and the latest generation of every claim by name."""
 
     committed: frozenset[int]
-    claims: dict[int, ClaimState] = field(default_factory=dict)
+    named: dict[str, ClaimState] = field(default_factory=dict)
+
+    @property
+    def claims(self) -> dict[int, ClaimState]:
+        """The segments' claims by index."""
+        return {int(name): claim for name, claim in self.named.items() if name.isdigit()}
 
 
 def scan_work(layout: WorkLayout) -> WorkState:
@@ -60,16 +62,22 @@ def scan_work(layout: WorkLayout) -> WorkState:
         parsed = parse_segment_name(item.uri.rsplit("/", 1)[-1])
         if parsed is not None and parsed[1] == "marker":
             committed.add(parsed[0])
-    claims: dict[int, ClaimState] = {}
+    return WorkState(frozenset(committed), latest_claims(layout))
+
+
+def latest_claims(layout: WorkLayout) -> dict[str, ClaimState]:
+    """The latest generation of every claim in the work (one listing)."""
+    claims: dict[str, ClaimState] = {}
     for item in storage.list_files(layout.claims_dir):
         claim = parse_claim_name(item.uri.rsplit("/", 1)[-1])
         if claim is not None and (claim[0] not in claims or claims[claim[0]].generation < claim[1]):
             claims[claim[0]] = ClaimState(claim[0], claim[1], item.modified)
-    return WorkState(frozenset(committed), claims)
+    return claims
 
 
 def lease_seconds() -> float:
-    return float(storage.positive_setting(LEASE_SECONDS_VARIABLE, DEFAULT_LEASE_SECONDS))
+    default = int(liveness.DEFAULT_TTL_SECONDS[LeaseKind.CLAIM])
+    return float(storage.positive_setting(LEASE_SECONDS_VARIABLE, default))
 
 
 class SegmentClaims:
@@ -77,50 +85,91 @@ class SegmentClaims:
 
     :param owner: the task this worker runs for (``dag/run/task/map``), so a retry can take over its previous try's
         claims at once; outside Airflow, empty.
+    :param lease: the claims' TTL (default ``lease_seconds()``).
+    :param holder: this worker's name in its claims and markers (default: a random one).
     """
 
-    def __init__(self, layout: WorkLayout, *, owner: str = "", lease: float | None = None, clock: Clock = time.time):
+    def __init__(self, layout: WorkLayout, *, owner: str = "", lease: float | None = None, holder: str = ""):
         self.layout = layout
-        self.holder = uuid.uuid4().hex[:12]
+        self.holder = holder or uuid.uuid4().hex[:12]
         self.owner = owner or self.holder
         self.lease = lease if lease is not None else lease_seconds()
-        self._clock = clock
-        self._held: dict[int, int] = {}  # segment index -> generation
-        self._owners: dict[tuple[int, int], str] = {}  # (index, generation) -> owner: a claim's owner never changes
+        self._held: dict[str, int] = {}  # claim name -> generation
+        self._owners: dict[tuple[str, int], str] = {}  # (name, generation) -> owner: a claim's owner never changes
         self._lock = threading.Lock()
 
     def is_free(self, index: int, state: WorkState) -> bool:
-        """Whether ``index`` may be claimed now: not committed, and unclaimed, lapsed, or held by our previous try."""
-        if index in state.committed or index in self.held():
+        """Whether segment ``index`` may be claimed now: not committed, and unclaimed, lapsed, or held by our previous
+        try."""
+        return index not in state.committed and self.is_free_name(segment_claim_name(index), state)
+
+    def is_free_name(self, name: str, state: WorkState) -> bool:
+        if name in self.held_names():
             return False
-        claim = state.claims.get(index)
-        return claim is None or self._lapsed(claim) or self._previous_try(claim)
+        claim = state.named.get(name)
+        return claim is None or not liveness.is_live(claim.written_at, self.lease) or self._previous_try(claim)
 
     def take(self, index: int, state: WorkState) -> bool:
-        """Claim ``index`` if it is free in ``state`` (the next generation after what ``state`` saw); False if it is
-        not, or another worker was first."""
-        if not self.is_free(index, state):
+        """Claim segment ``index`` if it is free in ``state``; False if it is not, or another worker was first."""
+        return index not in state.committed and self.take_name(segment_claim_name(index), state)
+
+    def take_name(self, name: str, state: WorkState) -> bool:
+        """Claim ``name`` (the next generation after what ``state`` saw) if it is free there."""
+        if not self.is_free_name(name, state):
             return False
-        latest = state.claims.get(index)
+        latest = state.named.get(name)
         generation = latest.generation + 1 if latest is not None else 1
+        uri = self.layout.claim(name, generation)
+        if not storage.write_bytes_exclusive(uri, self._record(name, generation)) and not self._is_ours(uri):
+            return False
+        with self._lock:
+            self._held[name] = generation
+        if latest is not None:
+            logger.info("claim %s: took over generation %d (its holder stopped renewing)", name, latest.generation)
+        return True
+
+    def release(self, index: int) -> None:
+        """Stop renewing segment ``index`` (committed, or given up); the file stays so generations never repeat."""
+        self.release_name(segment_claim_name(index))
+
+    def release_name(self, name: str) -> None:
+        with self._lock:
+            self._held.pop(name, None)
+
+    def held(self) -> frozenset[int]:
+        return frozenset(int(name) for name in self.held_names() if name.isdigit())
+
+    def held_names(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._held)
+
+    def renew(self) -> None:
+        """Rewrite every held claim; one a newer generation has replaced is given up (the other worker has it)."""
+        with self._lock:
+            held = dict(self._held)
+        for name, generation in held.items():
+            if storage.exists(self.layout.claim(name, generation + 1)):
+                logger.warning("claim %s: taken over by another worker; this worker's result may be discarded", name)
+                self.release_name(name)
+                continue
+            storage.write_bytes_atomic(self.layout.claim(name, generation), self._record(name, generation))
+
+    def renewing(self) -> contextlib.AbstractContextManager[None]:
+        """Renew the held claims in a thread every quarter lease while the block runs."""
+        every = liveness.renew_every(self.lease)
+        return repeating(self.renew, every, name="facefusion-claims", what="renewing claims")
+
+    def _record(self, name: str, generation: int) -> bytes:
         record = Claim(
-            index=index,
+            name=name,
             generation=generation,
             holder=self.holder,
             owner=self.owner,
             host=socket.gethostname(),
             pid=os.getpid(),
+            ttl_seconds=self.lease,
         )
-        uri = self.layout.claim(index, generation)
-        if not storage.write_bytes_exclusive(uri, record.model_dump_json().encode()) and not self._is_ours(uri):
-            return False
-        with self._lock:
-            self._held[index] = generation
-        if latest is not None:
-            logger.info(
-                "segment %d: took over claim generation %d (its holder stopped renewing)", index, latest.generation
-            )
-        return True
+        return record.model_dump_json().encode()
 
     def _is_ours(self, uri: str) -> bool:
         """A conditional PUT whose answer was lost is retried and then finds its own claim: ours all the same."""
@@ -129,47 +178,10 @@ class SegmentClaims:
         except (FaceFusionError, ValueError):
             return False
 
-    def release(self, index: int) -> None:
-        """Stop renewing ``index`` (it is committed, or given up); the file stays so generations never repeat."""
-        with self._lock:
-            self._held.pop(index, None)
-
-    def held(self) -> frozenset[int]:
-        with self._lock:
-            return frozenset(self._held)
-
-    def renew(self) -> None:
-        """Rewrite every held claim; one a newer generation has replaced is given up (the other worker has it)."""
-        with self._lock:
-            held = dict(self._held)
-        for index, generation in held.items():
-            if storage.exists(self.layout.claim(index, generation + 1)):
-                logger.warning(
-                    "segment %d: claim taken over by another worker; this worker's result may be discarded", index
-                )
-                self.release(index)
-                continue
-            record = Claim(
-                index=index,
-                generation=generation,
-                holder=self.holder,
-                owner=self.owner,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-            )
-            storage.write_bytes_atomic(self.layout.claim(index, generation), record.model_dump_json().encode())
-
-    def renewing(self) -> contextlib.AbstractContextManager[None]:
-        """Renew the held claims in a thread every quarter lease while the block runs."""
-        return repeating(self.renew, self.lease / RENEWALS_PER_LEASE, name="facefusion-claims", what="renewing claims")
-
-    def _lapsed(self, claim: ClaimState) -> bool:
-        return self._clock() - claim.written_at > self.lease
-
     def _previous_try(self, claim: ClaimState) -> bool:
         if self.owner == self.holder:  # outside Airflow: no task, so no previous try
             return False
-        key = (claim.index, claim.generation)
+        key = (claim.name, claim.generation)
         if key not in self._owners:  # read each claim once: balancing asks about the same claims again and again
             try:
                 record = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
@@ -181,26 +193,21 @@ class SegmentClaims:
         return self._owners[key] == self.owner
 
 
-@contextmanager
-def repeating(action: Callable[[], None], every: float, *, name: str, what: str) -> Iterator[None]:
-    """Call ``action`` in a thread every ``every`` seconds while the block runs (a lease's renewal); a storage failure
-    is logged, as the next call may succeed within the lease."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(every):
-            try:
-                action()
-            except FaceFusionError as error:
-                logger.warning("%s failed: %s", what, error)
-
-    thread = threading.Thread(target=loop, name=name, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+def commit_marker(layout: WorkLayout, index: int, marker: bytes, *, file: str, writer: str) -> bool:
+    """Create segment ``index``'s marker, after its file ``file`` was written: True when this writer's file won.
+    A conditional PUT whose answer was lost is retried and then finds its own marker: ours all the same. The loser
+    deletes its own file."""
+    uri = layout.segment_marker(index)
+    won = storage.write_bytes_exclusive(uri, marker)
+    if not won:
+        try:
+            stored = SegmentMarker.model_validate_json(storage.read_bytes(uri))
+            won = stored.writer == writer and stored.file == file
+        except (FaceFusionError, ValueError):
+            won = False
+    if not won:
+        storage.delete(layout.segment_file(file))
+    return won
 
 
 def check_conditional_writes(layout: WorkLayout) -> None:

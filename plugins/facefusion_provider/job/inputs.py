@@ -1,4 +1,4 @@
-"""A run's inputs and output, checked the same way by ``validate`` (Airflow side) and by the worker.
+"""A run's inputs and output, checked the same way by ``validate`` (Airflow side), by ingestion and by the worker.
 
 Every problem is an ``InvalidOptionError`` whose message starts with the field it concerns: the conf's names
 (``target_uri``) on the Airflow side, the CLI's (``target``) in the worker.
@@ -6,14 +6,17 @@ Every problem is an ``InvalidOptionError`` whose message starts with the field i
 
 from __future__ import annotations
 
+import difflib
+import os
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.options import Options
+from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, parse_options, renamed_option_message
 
 # Output containers the merge can write, and the encoders each one can hold.
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
@@ -36,7 +39,13 @@ class FieldNames:
 
 
 CONF_FIELDS = FieldNames("source_uris", "target_uri", "output_uri", "options")
+CONF_INPUT_FIELDS = ("source_uris", "target_uri", "output_uri")
+NESTED_OPTIONS_KEY = "options"  # the older conf shape: every option under this key
+# List options where an empty list is a real choice: the form sends an emptied multi-select as null, which means [].
+EMPTY_LIST_OPTIONS = frozenset({"processors"})
 CLI_FIELDS = FieldNames("source", "target", "output", "options")
+# A marker (".{name}.facefusion.json") and a partial file (".{name}.partial-{32 hex}{ext}") go beside the output.
+MAX_OUTPUT_NAME_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -66,14 +75,42 @@ def run_uris(
         storage.check_allowed(uri, allowed, field=field, kind=kind)
         return uri
 
+    if len(sources) > MAX_SOURCES:
+        raise InvalidOptionError(f"{fields.sources}: {len(sources)} source images; at most {MAX_SOURCES} are allowed")
     source_uris = [
         file_uri(source, f"{fields.sources}[{i}]", allowed_inputs, "input") for i, source in enumerate(sources)
     ]
     target_uri = file_uri(target, fields.target, allowed_inputs, "input")
     output_uri = None if output is None else file_uri(output, fields.output, allowed_outputs, "output")
+    if output_uri is not None:
+        check_output_name(output_uri, fields.output)
     if output_uri is not None and output_uri in (target_uri, *source_uris):
         raise InvalidOptionError(f"{fields.output}: {output_uri} would overwrite an input; choose another path")
     return RunUris(source_uris, target_uri, output_uri)
+
+
+def check_output_name(output_uri: str, field: str) -> None:
+    """The output's file name leaves room for the names written beside it (its marker, its partial file)."""
+    name = posixpath.basename(urlparse(output_uri).path)
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_OUTPUT_NAME_BYTES:
+        raise InvalidOptionError(
+            f"{field}: the file name is {size} bytes long; at most {MAX_OUTPUT_NAME_BYTES} are allowed (its marker and "
+            f"partial file are written beside it under longer names, and a name holds {storage.MAX_NAME_BYTES})"
+        )
+
+
+def check_output_outside_work(output_uri: str, work_root: str, field: str) -> None:
+    """The output is not inside the work root, where cleanup removes whatever it finds (real paths for local ones)."""
+    output_path, root_path = storage.local_path(output_uri), storage.local_path(work_root)
+    if output_path is not None and root_path is not None and urlparse(output_uri).scheme == "file":
+        inside = storage.is_within(os.path.realpath(output_path), os.path.realpath(root_path))
+    else:
+        inside = output_uri.startswith(work_root.rstrip("/") + "/")
+    if inside:
+        raise InvalidOptionError(
+            f"{field}: {output_uri} is inside the work root {work_root}, which cleanup empties; write the output elsewhere"
+        )
 
 
 def check_output_format(output_uri: str, options: Options, fields: FieldNames) -> None:
@@ -94,3 +131,71 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames) -
 def check_sources(source_uris: Sequence[str], options: Options, fields: FieldNames) -> None:
     if "face_swapper" in options.processors and not source_uris:
         raise InvalidOptionError(f"{fields.sources}: face_swapper needs at least one source image")
+
+
+@dataclass(frozen=True)
+class CheckedConf:
+    """A run's conf as ``validate`` and ingestion accept it: checked options and normalised URIs."""
+
+    options: Options
+    source_uris: list[str]
+    target_uri: str
+    output_uri: str
+
+
+def check_conf(
+    params: Mapping[str, Any],
+    conf: Mapping[str, Any],
+    *,
+    allowed_inputs: Sequence[str] = (),
+    allowed_outputs: Sequence[str] = (),
+) -> CheckedConf:
+    """The one conf check (no storage access): keys, options, URIs, allow-lists, sources and output format. ``params``
+    holds the flat values (the form's, with defaults), ``conf`` what was sent."""
+    options = conf_options(params, conf)
+    sources = params.get("source_uris")
+    if not isinstance(sources, list) or not sources:
+        raise InvalidOptionError(f"source_uris: expected a non-empty list of paths or URIs, got {sources!r}")
+    uris = run_uris(
+        sources,
+        params.get("target_uri") or "",  # an empty one is named by run_uris
+        params.get("output_uri") or "",
+        fields=CONF_FIELDS,
+        relative=False,
+        allowed_inputs=allowed_inputs,
+        allowed_outputs=allowed_outputs,
+    )
+    assert uris.output_uri is not None
+    check_sources(uris.source_uris, options, CONF_FIELDS)
+    check_output_format(uris.output_uri, options, CONF_FIELDS)
+    return CheckedConf(options, uris.source_uris, uris.target_uri, uris.output_uri)
+
+
+def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
+    """The options of a run: the flat fields (the form's, each with its default), with the older nested
+    ``options`` object laid over them; a key given both ways with two values is an error."""
+    unknown = sorted(set(conf) - {*CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, *Options.model_fields})
+    if unknown:
+        raise InvalidOptionError("; ".join(_unknown_key(key) for key in unknown))
+    nested = conf.get(NESTED_OPTIONS_KEY) or {}
+    if not isinstance(nested, dict):
+        raise InvalidOptionError(f"options: expected an object of option names and values, got {nested!r}")
+    for name, value in nested.items():
+        if name in conf and conf[name] != value:
+            raise InvalidOptionError(
+                f"options.{name}: given twice, as {name} ({conf[name]!r}) and as options.{name} ({value!r}); give it once"
+            )
+    flat = {name: params[name] for name in Options.model_fields if name in params}
+    values = {**flat, **nested}
+    for name in EMPTY_LIST_OPTIONS & {name for name, value in values.items() if value is None}:
+        values[name] = []  # the form's emptied multi-select
+    return parse_options(values, where="options")
+
+
+def _unknown_key(key: str) -> str:
+    if key in RENAMED_OPTIONS:
+        return f"{key}: {renamed_option_message(key)}"
+    known = [*CONF_INPUT_FIELDS, *Options.model_fields]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(known)}"
+    return f"{key}: unknown conf key{hint}"

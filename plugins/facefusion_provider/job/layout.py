@@ -1,5 +1,5 @@
 """Where each file lives (DESIGN.md, "The storage layout"): the shared work folder, the target analysis, and the
-files beside a run's output."""
+files beside a run's output, whose marker is the proof that the run is finished whatever happened to the work."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
+from facefusion_provider.job.records import OutputMarker
 
 WORK_FOLDER = "work"
+WORKERS_FOLDER = "workers"
 ANALYSIS_FOLDER = "analysis"
 
 
@@ -49,8 +51,9 @@ class WorkLayout:
     def claims_dir(self) -> str:
         return storage.join(self.work_uri, "claims")
 
-    def claim(self, index: int, generation: int) -> str:
-        return storage.join(self.claims_dir, f"{index:05d}.{generation:04d}.json")
+    def claim(self, name: str, generation: int) -> str:
+        """Generation ``generation`` of the claim on ``name`` (``segment_claim_name``, ``PREPARE_CLAIM``, ``merge_claim_name``)."""
+        return storage.join(self.claims_dir, f"{name}.{generation:04d}.json")
 
     @property
     def runs_dir(self) -> str:
@@ -65,17 +68,49 @@ class WorkLayout:
         return storage.join(self.work_uri, "sound.bin")
 
     @property
-    def prepare_claim(self) -> str:
-        """Created exclusively by the standing worker that prepares this work (its runs' prepare tasks reuse it)."""
-        return storage.join(self.work_uri, "preparing.json")
+    def deleting(self) -> str:
+        """A sweep in progress (``Sweep``): created exclusively by the cleanup that removes the work."""
+        return storage.join(self.work_uri, "deleting.json")
 
-    def merge_claim(self, run_key: str) -> str:
-        """Created exclusively by the standing worker that merges this run's output (its merge task then finds it)."""
-        return storage.join(self.work_uri, "merges", f"{run_key}.json")
+
+PREPARE_CLAIM = "prepare"  # the claim of the worker that prepares a work before its run's prepare task
+
+
+def segment_claim_name(index: int) -> str:
+    return f"{index:05d}"
+
+
+def merge_claim_name(run_key: str) -> str:
+    """The claim of the worker that merges this run's output as the work's last segment is committed."""
+    return f"merge-{run_key}"
+
+
+@dataclass(frozen=True)
+class RootLayout:
+    """``{work_root}/``: the works, the target analyses, standing workers' leases and the change signal."""
+
+    root_uri: str
+
+    @classmethod
+    def of(cls, work_root: str) -> RootLayout:
+        return cls(storage.normalize_uri(work_root, field="work_root"))
 
     @property
-    def deleting(self) -> str:
-        return storage.join(self.work_uri, "deleting.json")
+    def works_dir(self) -> str:
+        return storage.join(self.root_uri, WORK_FOLDER)
+
+    @property
+    def workers_dir(self) -> str:
+        return storage.join(self.root_uri, WORKERS_FOLDER)
+
+    def worker(self, name: str) -> str:
+        """A standing worker's lease."""
+        return storage.join(self.workers_dir, f"{name}.json")
+
+    @property
+    def signal(self) -> str:
+        """Rewritten whenever work may have appeared: idle standing workers read it instead of listing."""
+        return storage.join(self.root_uri, "signal.json")
 
 
 def segment_file_name(index: int, writer: str) -> str:
@@ -92,12 +127,12 @@ def parse_segment_name(name: str) -> tuple[int, str] | None:
     return (int(stem), kind) if kind else None
 
 
-def parse_claim_name(name: str) -> tuple[int, int] | None:
-    """``(index, generation)`` of ``claims/NNNNN.GGGG.json``; None for other names."""
-    parts = name.split(".")
-    if len(parts) != 3 or parts[2] != "json" or not (parts[0].isdigit() and parts[1].isdigit()):
+def parse_claim_name(name: str) -> tuple[str, int] | None:
+    """``(name, generation)`` of ``claims/NAME.GGGG.json``; None for other names."""
+    parts = name.rsplit(".", 2)  # a merge claim's name holds its run key, dots and all
+    if len(parts) != 3 or parts[2] != "json" or not parts[0] or not parts[1].isdigit():
         return None
-    return int(parts[0]), int(parts[1])
+    return parts[0], int(parts[1])
 
 
 @dataclass(frozen=True)
@@ -119,11 +154,29 @@ def work_root_of(layout: WorkLayout) -> str:
     return layout.work_uri.rsplit("/", 2)[0]
 
 
+def root_of(layout: WorkLayout) -> RootLayout:
+    return RootLayout(work_root_of(layout))
+
+
 def output_marker_uri(output_uri: str) -> str:
     """The output's own marker sits beside it: it says which work made the file, so a repeat run can stop early."""
     parsed = urlparse(output_uri)
     directory, name = posixpath.split(parsed.path)
     return output_uri[: len(output_uri) - len(parsed.path)] + posixpath.join(directory, f".{name}.facefusion.json")
+
+
+def output_done(work_id: str, output_uri: str) -> OutputMarker | None:
+    """The output's marker when it names ``work_id`` and the output file exists (an unreadable marker: None)."""
+    marker_uri = output_marker_uri(output_uri)
+    if not storage.exists(marker_uri):
+        return None
+    try:
+        marker = OutputMarker.model_validate_json(storage.read_bytes(marker_uri))
+    except ValueError:
+        return None
+    if marker.work_id != work_id or not storage.exists(output_uri):
+        return None
+    return marker
 
 
 def preview_uri_of(output_uri: str) -> str:

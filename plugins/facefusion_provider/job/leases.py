@@ -1,34 +1,44 @@
-"""Run leases on shared work, and its removal when no live run needs it.
+"""Run leases on shared work, the sweep that removes a work no live run holds, and the change signal
+(docs/protocol.md: "A work", "A run lease", "The change signal").
 
-A run writes ``runs/KEY.json`` before it uses the work, and cleanup removes the work only when no other live run holds
-a lease. The two race safely by writing first and looking second, on both sides: cleanup creates ``deleting.json``
-(exclusively) and then lists the leases; a run writes its lease and then looks for ``deleting.json``. Whatever the
-interleaving, either the cleanup sees the lease and keeps the work, or the run sees the deletion, waits for it to end
-and writes its lease again (the deletion may have removed it); the run then rebuilds what it needs. Two cleanups at
-once: the second waits for the first's ``deleting.json`` to go and decides again, as the first may have kept the work
-for the lease the second had only just released.
+A run writes ``runs/KEY.json`` before it uses the work and renews it while it needs the work; a cleanup removes the
+work only when no other run's lease is live by the one liveness rule (``job/liveness.py``), whoever holds it. The two
+race safely by writing first and looking second, on both sides: the sweep creates ``deleting.json`` (exclusively) and
+then lists the leases; a run writes its lease and then looks for ``deleting.json``. Either the sweep sees the lease and
+keeps the work, or the run sees the sweep, waits for it to end and writes its lease again (the sweep may have removed
+it) before it uses the work.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, InputMissingError, RetryableError
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import Deleting, RunLease
+from facefusion_provider.exceptions import FaceFusionError, RetryableError
+from facefusion_provider.job import liveness
+from facefusion_provider.job.layout import RootLayout, WorkLayout, root_of
+from facefusion_provider.job.liveness import LeaseKind
+from facefusion_provider.job.records import RunHolder, RunLease, StandingWorker, Sweep
 
 logger = logging.getLogger(__name__)
 
-DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's cleanup to finish removing the work
-STALE_DELETION = timedelta(minutes=10)  # a deletion marker this old belongs to a cleanup that died
+DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's sweep to finish removing the work
 POLL_SECONDS = 1.0
+RUN_LEASE_SECONDS_VARIABLE = "FACEFUSION_RUN_LEASE_SECONDS"  # the CLI run's TTL (tests shorten it)
 # How long a span worker done with its own run works other live runs' segments (worker/helping.py; 0 or unset: none).
 HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
+
+
+class LeaseLostError(RetryableError):
+    """This run's lease was removed by a sweep (it was not renewed within its TTL): the work may be gone."""
+
+    failure_class = "lease_lost"
 
 
 def help_seconds() -> float:
@@ -41,99 +51,240 @@ def help_seconds() -> float:
     return max(seconds, 0.0)
 
 
+def cli_lease_seconds() -> float:
+    return float(storage.positive_setting(RUN_LEASE_SECONDS_VARIABLE, int(liveness.CLI_RUN_TTL_SECONDS)))
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A lease as listed: its record and the store's time of its last write."""
+
+    key: str
+    lease: RunLease
+    written: float
+
+    @property
+    def live(self) -> bool:
+        return liveness.is_live(self.written, self.lease.ttl_seconds)
+
+    @property
+    def wants_work(self) -> bool:
+        """Live, active and naming its target: workers work this run's segments."""
+        return self.live and self.lease.state == "active" and bool(self.lease.target_uri)
+
+
 def hold(layout: WorkLayout, run_key: str, lease: RunLease, *, wait: float = DELETION_WAIT_SECONDS) -> None:
-    """Write this run's lease on the work, after any removal in progress has finished."""
-    deadline = time.monotonic() + wait
+    """Write this run's lease on the work, after any sweep in progress has finished; announce it.
+
+    Returns only when the lease was written less than half its TTL before the look for a sweep: a holder paused
+    between its write and its look (found by the simulation) may find no sweep yet hold a lease that has lapsed, which
+    a sweep starting just then would rightly judge dead."""
+    deadline = liveness.clock.monotonic() + wait
+    data = lease.model_dump_json().encode()
     while True:
-        storage.write_bytes_atomic(layout.run_lease(run_key), lease.model_dump_json().encode())
-        deleting = _deletion(layout)
-        if deleting is None:
+        written = liveness.clock.monotonic()
+        storage.write_bytes_atomic(layout.run_lease(run_key), data)
+        sweep = _sweep(layout)
+        if sweep is None and liveness.clock.monotonic() - written < lease.ttl_seconds / 2:
+            announce(root_of(layout))
             return
-        if datetime.now(UTC) - deleting.started_at > STALE_DELETION:
-            logger.warning("%s: removing a stale deletion marker left by run %s", layout.work_uri, deleting.run_key)
+        if sweep is None:
+            continue  # too slow between the write and the look: write again
+        if not sweep.live:
+            logger.warning("%s: removing a stale sweep marker left by run %s", layout.work_uri, sweep.run_key)
             storage.delete(layout.deleting)
             continue
-        if time.monotonic() > deadline:
-            raise RetryableError(f"{layout.work_uri}: still being removed by run {deleting.run_key} after {wait:.0f} s")
-        logger.info("%s: run %s is removing this work; waiting for it to finish", layout.work_uri, deleting.run_key)
-        time.sleep(POLL_SECONDS)
+        if liveness.clock.monotonic() > deadline:
+            raise RetryableError(f"{layout.work_uri}: still being removed by run {sweep.run_key} after {wait:.0f} s")
+        logger.info("%s: run %s is removing this work; waiting for it to finish", layout.work_uri, sweep.run_key)
+        liveness.clock.sleep(POLL_SECONDS)
 
 
-def renew(layout: WorkLayout, run_key: str) -> None:
-    """Rewrite this run's lease as it is (its modification time says the run still waits); a released one stays gone."""
+def renew(layout: WorkLayout, run_key: str, lease: RunLease | None = None) -> None:
+    """Rewrite this run's lease (its modification time is its renewal). Raises ``LeaseLostError`` when it is gone (a
+    sweep removed it: the work may be gone too); with ``lease`` given, that record is written (a new state or TTL)."""
+    uri = layout.run_lease(run_key)
     try:
-        data = storage.read_bytes(layout.run_lease(run_key))
-    except InputMissingError:
+        data = storage.read_bytes(uri)
+    except FaceFusionError:
+        if storage.exists(uri):
+            raise
+        raise LeaseLostError(
+            f"{layout.work_uri}: the lease of run {run_key} was removed (not renewed within its TTL, the work was "
+            "swept); run again to rebuild the work"
+        ) from None
+    storage.write_bytes_atomic(uri, lease.model_dump_json().encode() if lease is not None else data)
+
+
+def keep_for_retry(layout: WorkLayout, run_key: str, ttl_seconds: float) -> None:
+    """A failed run keeps its work for a retry or a clear: its lease becomes ``kept`` for ``ttl_seconds``."""
+    current = read_lease(layout.run_lease(run_key))
+    if current is None:
         return
-    storage.write_bytes_atomic(layout.run_lease(run_key), data)
+    renew(layout, run_key, current.model_copy(update={"state": "kept", "ttl_seconds": ttl_seconds}))
 
 
 def release(layout: WorkLayout, run_key: str) -> None:
     storage.delete(layout.run_lease(run_key))
+    announce(root_of(layout))
 
 
-def leases(layout: WorkLayout) -> dict[str, RunLease]:
-    """Every lease on the work by run key; an unreadable one counts as live (never remove work on a guess)."""
-    return {
-        item.uri.rsplit("/", 1)[-1].removesuffix(".json"): read_lease(item.uri)
-        for item in storage.list_files(layout.runs_dir)
-    }
+class RunHold:
+    """A run's hold on its work while a process renews the lease from a thread: ``check`` raises ``LeaseLostError``
+    once a renewal has found the lease removed, so the process stops before it writes into a removed work."""
+
+    def __init__(self, layout: WorkLayout, run_key: str) -> None:
+        self.layout, self.run_key = layout, run_key
+        self._lost: LeaseLostError | None = None
+
+    def renew(self) -> None:
+        try:
+            renew(self.layout, self.run_key)
+        except LeaseLostError as error:
+            self._lost = error
+            raise
+
+    def check(self) -> None:
+        if self._lost is not None:
+            raise self._lost
 
 
-def read_lease(uri: str) -> RunLease:
-    """The lease at ``uri``; an unreadable one as a live lease of an unknown run (no target: nobody helps it)."""
+@contextmanager
+def holding(layout: WorkLayout, run_key: str, lease: RunLease) -> Iterator[RunHold]:
+    """Hold the work for the block (a CLI run), renewing the lease every quarter TTL from a thread. The lease stays
+    when the block ends: its run releases it."""
+    hold(layout, run_key, lease)
+    with renewing(layout, run_key, lease.ttl_seconds) as held:
+        yield held
+
+
+@contextmanager
+def renewing(layout: WorkLayout, run_key: str, ttl_seconds: float | None = None) -> Iterator[RunHold]:
+    """Renew a lease its run holds already (a worker command of an Airflow run) every quarter TTL while the block
+    runs; the TTL is read from the lease when not given."""
+    held = RunHold(layout, run_key)
+    if ttl_seconds is None:
+        current = read_lease(layout.run_lease(run_key))
+        ttl_seconds = current.ttl_seconds if current is not None else liveness.DEFAULT_TTL_SECONDS[LeaseKind.RUN]
+    every = liveness.renew_every(ttl_seconds)
+    with liveness.repeating(held.renew, every, name="facefusion-lease", what=f"renewing the lease of {run_key}"):
+        yield held
+
+
+def run_leases(layout: WorkLayout) -> list[HeldLease]:
+    """Every lease on the work with the time of its last write; an unreadable one as an anonymous lease of the
+    default TTL (never remove work on a guess, nor keep it for ever)."""
+    found = []
+    for item in storage.list_files(layout.runs_dir):
+        key = item.uri.rsplit("/", 1)[-1].removesuffix(".json")
+        lease = read_lease(item.uri) or unreadable_lease(key)
+        found.append(HeldLease(key, lease, item.modified))
+    return found
+
+
+def read_lease(uri: str) -> RunLease | None:
     try:
         return RunLease.model_validate_json(storage.read_bytes(uri))
     except (FaceFusionError, ValueError):
-        key = uri.rsplit("/", 1)[-1].removesuffix(".json")
-        return RunLease(dag_id="?", run_id=key, output_uri="?", created_at=datetime.now(UTC))
+        return None
 
 
-def remove_if_unused(
-    layout: WorkLayout, run_key: str, is_live: Callable[[RunLease], bool], *, wait: float = DELETION_WAIT_SECONDS
-) -> list[str]:
-    """Remove the work unless another run holding a lease is live (``is_live``); returns the keys of those runs
-    (empty: the work was removed).
+def unreadable_lease(key: str) -> RunLease:
+    return RunLease(
+        holder=RunHolder(kind="airflow", run_id=key),
+        ttl_seconds=liveness.DEFAULT_TTL_SECONDS[LeaseKind.RUN],
+        state="kept",
+        output_uri="",
+        created_at=datetime.now(UTC),
+    )
 
-    Another run's cleanup deciding at the same time may keep the work for the lease this run has just released, so
+
+def sweep_if_unused(layout: WorkLayout, run_key: str, *, wait: float = DELETION_WAIT_SECONDS) -> list[str]:
+    """Remove the work unless another run's lease is live; returns the keys of those runs (empty: removed).
+
+    Another run's sweep deciding at the same time may keep the work for the lease this run has just released, so
     this one waits for it to finish and decides again."""
-    deadline = time.monotonic() + wait
-    marker = Deleting(run_key=run_key, started_at=datetime.now(UTC))
-    while not storage.write_bytes_exclusive(layout.deleting, marker.model_dump_json().encode()):
-        deleting = _deletion(layout)
-        if deleting is None:
+    deadline = liveness.clock.monotonic() + wait
+    ttl = liveness.DEFAULT_TTL_SECONDS[LeaseKind.SWEEP]
+    marker = Sweep(run_key=run_key, started_at=datetime.now(UTC), ttl_seconds=ttl).model_dump_json().encode()
+    created = liveness.clock.monotonic()
+    while not storage.write_bytes_exclusive(layout.deleting, marker):
+        created = liveness.clock.monotonic()
+        other = _sweep(layout)
+        if other is None:
             continue  # it ended between our two looks
-        if datetime.now(UTC) - deleting.started_at > STALE_DELETION:
-            storage.delete(layout.deleting)  # a cleanup that died mid-way: start again
+        if not other.live:
+            storage.delete(layout.deleting)  # a sweep that died mid-way: start again
             continue
-        if time.monotonic() > deadline:
-            logger.info(
-                "%s: run %s is still deciding after %.0f s; left to it", layout.work_uri, deleting.run_key, wait
-            )
-            return [deleting.run_key]
-        logger.info(
-            "%s: run %s is deciding whether to remove it; deciding again after it", layout.work_uri, deleting.run_key
-        )
-        time.sleep(POLL_SECONDS)
+        if liveness.clock.monotonic() > deadline:
+            logger.info("%s: run %s is still deciding after %.0f s; left to it", layout.work_uri, other.run_key, wait)
+            return [other.run_key]
+        logger.info("%s: run %s is deciding whether to remove it; deciding again after", layout.work_uri, other.run_key)
+        liveness.clock.sleep(POLL_SECONDS)
     try:
-        holders = [key for key, lease in leases(layout).items() if key != run_key and is_live(lease)]
+        holders = [held.key for held in run_leases(layout) if held.key != run_key and held.live]
         if holders:
             logger.info("%s: kept for runs %s", layout.work_uri, ", ".join(sorted(holders)))
             return holders
         for item in storage.list_files(layout.work_uri):
+            if liveness.clock.monotonic() - created >= ttl / 2:
+                # Paused this long, our marker may lapse and a run hold the work again: leave the rest to its run.
+                logger.warning("%s: the sweep took over %.0f s; the rest is left", layout.work_uri, ttl / 2)
+                return [run_key]
             if item.uri != layout.deleting:
                 storage.delete(item.uri)
-        storage.remove_empty_folders(layout.work_uri)
         return []
     finally:
         storage.delete(layout.deleting)
         storage.remove_empty_folders(layout.work_uri)
 
 
-def _deletion(layout: WorkLayout) -> Deleting | None:
-    try:
-        return Deleting.model_validate_json(storage.read_bytes(layout.deleting))
-    except FaceFusionError:
+@dataclass(frozen=True)
+class _SweepSeen:
+    run_key: str
+    live: bool
+
+
+def _sweep(layout: WorkLayout) -> _SweepSeen | None:
+    """The sweep in progress, if any, and whether its marker is live."""
+    listed = storage.stat(layout.deleting)
+    if listed is None:
         return None
-    except ValueError:  # half-written by a crashed writer on a store without atomic writes: treat as stale
-        return Deleting(run_key="?", started_at=datetime(1970, 1, 1, tzinfo=UTC))
+    try:
+        sweep = Sweep.model_validate_json(storage.read_bytes(layout.deleting))
+    except FaceFusionError:
+        return None  # it ended between the listing and the read
+    except ValueError:  # half-written by a crashed writer on a store without atomic writes: treat as lapsed
+        return _SweepSeen("?", False)
+    return _SweepSeen(sweep.run_key, liveness.is_live(listed.modified, sweep.ttl_seconds))
+
+
+def announce(root: RootLayout) -> None:
+    """Rewrite the change signal: idle standing workers look at the works again (docs/protocol.md)."""
+    storage.write_bytes_atomic(root.signal, uuid.uuid4().hex.encode())
+
+
+def live_standing_workers(root: RootLayout) -> list[str]:
+    """The names of the standing workers whose lease is live (one listing)."""
+    ttl = liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER]
+    return [
+        item.uri.rsplit("/", 1)[-1].removesuffix(".json")
+        for item in storage.list_files(root.workers_dir)
+        if item.uri.endswith(".json") and liveness.is_live(item.modified, ttl)
+    ]
+
+
+@contextmanager
+def standing_worker_lease(root: RootLayout, worker: StandingWorker) -> Iterator[None]:
+    """Hold a standing worker's lease while the block runs (renewed every quarter TTL); remove it after."""
+    uri = root.worker(worker.name)
+    data = worker.model_dump_json().encode()
+    storage.write_bytes_atomic(uri, data)
+    try:
+        every = liveness.renew_every(worker.ttl_seconds)
+        with liveness.repeating(
+            lambda: storage.write_bytes_atomic(uri, data), every, name="facefusion-worker", what=uri
+        ):
+            yield
+    finally:
+        storage.delete(uri)

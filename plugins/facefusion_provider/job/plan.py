@@ -49,7 +49,3 @@ def plan_spans(segments: list[Segment], wave: int = 0, max_spans: int = MAX_SPAN
         Span(index=i, first=a, last=b, start=segments[a].start, end=segments[b - 1].end)
         for i, (a, b) in enumerate(itertools.pairwise(cuts))
     ]
-
-
-def span_segments(span: Span, segments: list[Segment]) -> list[Segment]:
-    return segments[span.first : span.last]

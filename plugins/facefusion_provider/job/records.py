@@ -4,7 +4,7 @@ run leases. A record's shape is part of ``JOB_FORMAT_VERSION``, and so of every 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,7 +12,7 @@ from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 
 # Bump when job.json, the segment files or the markers change shape: the version is part of the work id.
-JOB_FORMAT_VERSION = 2
+JOB_FORMAT_VERSION = 3  # 3: chunk_size left the options (and so every work id's hash)
 
 
 class _Record(BaseModel):
@@ -107,43 +107,63 @@ class OutputMarker(_Record):
 
 
 class Claim(_Record):
-    """``claims/NNNNN.GGGG.json``: generation ``G`` of the claim on segment ``N``. Its holder rewrites it to renew the
-    lease; a claim not rewritten for a lease period has lapsed and the next generation may be created."""
+    """``claims/NAME.GGGG.json``: generation ``G`` of the claim on ``NAME`` (a segment index, ``prepare``, or
+    ``merge-{run_key}``), a lease (docs/protocol.md): its holder rewrites it within ``ttl_seconds``; a lapsed claim is
+    taken over by creating generation ``G + 1``."""
 
-    index: int
+    name: str
     generation: int = Field(ge=1)
     holder: str  # one worker process
     owner: str  # the task that runs it (dag/run/task/map index), or the holder itself outside Airflow
     host: str
     pid: int
+    ttl_seconds: float = Field(gt=0)
 
 
 class StandingWorker(_Record):
-    """``{work_root}/workers/NAME.json``: a standing worker (``facefusion-worker serve``) is alive while it rewrites
-    this file; swap_span tasks that wait for standing workers fail when none is."""
+    """``{work_root}/workers/NAME.json``: a standing worker's lease (``facefusion-worker serve``), rewritten within
+    ``ttl_seconds`` while it runs; swap_span tasks that wait for standing workers fail when none is live."""
 
     name: str
     host: str
     pid: int
     started_at: datetime
+    ttl_seconds: float = Field(gt=0)
+
+
+class RunHolder(_Record):
+    """Who holds a run lease: an Airflow DAG run (``dag_id``, ``run_id``), or a ``facefusion-worker run`` process."""
+
+    kind: Literal["airflow", "cli"]
+    dag_id: str = ""
+    run_id: str = ""
+    host: str = ""
+    pid: int = 0
+
+    def describe(self) -> str:
+        return f"{self.dag_id}/{self.run_id}" if self.kind == "airflow" else f"CLI run {self.host}/{self.pid}"
 
 
 class RunLease(_Record):
-    """``runs/KEY.json``: a run that uses this work; cleanup removes the work only when no live run holds a lease."""
+    """``runs/KEY.json``: a run's lease on the work (docs/protocol.md). Live while rewritten within ``ttl_seconds``;
+    ``active`` asks workers to work the run's segments, ``kept`` (a failed run) only keeps the work for a retry."""
 
-    dag_id: str
-    run_id: str
+    holder: RunHolder
+    ttl_seconds: float = Field(gt=0)
+    state: Literal["active", "kept"] = "active"
     output_uri: str
     created_at: datetime
     target_uri: str = ""  # this run's path to the target: a worker with nothing left of its own run helps this one
     priority: int = 0  # standing and helping workers take a run of higher priority first
-    # The run's sources and options (as validated): a standing worker prepares the work before its prepare task runs.
+    # The run's sources and options (as validated): a worker prepares the work from them when job.json is missing.
     source_uris: list[str] = Field(default_factory=list)
     options: dict[str, Any] | None = None
 
 
-class Deleting(_Record):
-    """``deleting.json``: a cleanup is removing this work; a run that wants it waits until it is gone."""
+class Sweep(_Record):
+    """``deleting.json``: a cleanup is removing this work (a lease of its own); a run that wants it waits until it is
+    gone."""
 
     run_key: str
     started_at: datetime
+    ttl_seconds: float = Field(gt=0)

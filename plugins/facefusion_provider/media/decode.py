@@ -6,7 +6,7 @@ is exact for variable frame rates, B-frames and long GOPs, and the cost does not
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 
 import av
@@ -20,6 +20,10 @@ from facefusion_provider.types import VideoProbe
 
 # When a seek lands after the wanted frame (open GOPs, edit lists), seek again this many frames earlier, then more.
 SEEK_BACKOFF_FRAMES = (0, 16, 128, 1024)
+SEEK_CHECK_FRAMES = 2  # frames decoded at each checked segment start: the first and the one after it
+# Decoders that apply ``skip_frame`` to the packet it is set for. Others apply it later, to frames already queued
+# (libdav1d drops the segment's first frames), so their pre-roll is decoded whole.
+PREROLL_SKIPPING_DECODERS = frozenset({"h264", "hevc", "vp9"})
 
 
 @dataclass
@@ -67,6 +71,26 @@ def decode_frame(source: MediaSource, probe: VideoProbe, index: int, name: str) 
         frames.close()
 
 
+def check_seek_decode(source: MediaSource, probe: VideoProbe, starts: Iterable[int], name: str) -> None:
+    """Refuse a target whose seek-decode at ``starts`` disagrees with the probe, before any span relies on it.
+
+    A span decodes by seek; a video whose decoder gives other frames after a seek than the probe lists (an unusual
+    codec, a broken index) would fail spans for good, or worse, shift frames.
+    """
+    for start in sorted({start for start in starts if 0 < start < probe.frame_count}):
+        end = min(start + SEEK_CHECK_FRAMES, probe.frame_count)
+        try:
+            for _ in decode_frames(source, probe, start, end, name):
+                pass
+        except InvalidMediaError as error:
+            reason = str(error).removeprefix(f"{name}: ")
+            raise InvalidMediaError(
+                f"{name}: decoding from frame {start} by seek does not give the frames the probe lists ({reason}); "
+                f"this {probe.codec} video in {probe.container} cannot be cut into segments exactly: re-encode it "
+                "(e.g. H.264 in MP4) and run again"
+            ) from None
+
+
 def _frames_from(
     container: av.container.InputContainer,
     video: av.video.stream.VideoStream,
@@ -76,13 +100,15 @@ def _frames_from(
 ) -> Iterator[av.VideoFrame]:
     """Frames from the keyframe at or before ``seek_pts``, skipping those shown before ``first_pts``.
 
-    In the pre-roll the decoder skips non-reference frames: shown before the segment and needed by no other frame.
+    In the pre-roll, decoders known to honour it skip non-reference frames (shown before the segment, needed by none).
     """
     container.seek(seek_pts, backward=True, any_frame=False, stream=video)
     stats.seeks += 1
     context = video.codec_context
+    skips_preroll = context.name in PREROLL_SKIPPING_DECODERS
     for packet in container.demux(video):
-        context.skip_frame = "NONREF" if packet.pts is not None and packet.pts < first_pts else "DEFAULT"
+        in_preroll = skips_preroll and packet.pts is not None and packet.pts < first_pts
+        context.skip_frame = "NONREF" if in_preroll else "DEFAULT"
         for frame in video.decode(packet):
             stats.decoded += 1
             if frame.pts is not None and frame.pts < first_pts:

@@ -1,8 +1,10 @@
 """Encode frames in the final codec with settings that depend only on the options and the target (so every segment of a
-job is encoded alike), keeping each frame's original timestamp."""
+job is encoded alike, on any machine), keeping each frame's original timestamp."""
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import TracebackType
@@ -12,6 +14,7 @@ import av.container
 import av.video.stream
 from av.video.frame import PictureType
 
+from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 
@@ -20,6 +23,15 @@ LOSSLESS_QUALITY = 100
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 SEGMENT_FORMAT = "mp4"
 LABEL_TAG = "comment"  # a container tag that says which job and frames a segment file holds
+# A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
+# libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
+# resumed segment would differ. A fixed count makes segments the same on every machine; 8 frame threads cost nothing
+# measurable on 2 cores (720p veryfast: about 115 fps, as auto), and cap one encoder at about 8 cores.
+ENCODER_THREADS = 8
+X265_THREADS = f"pools={ENCODER_THREADS}:frame-threads=2"  # x265 ignores FFmpeg's thread count
+NVIDIA_DRIVER = "libcuda.so.1"
+KUBERNETES_VARIABLE = "KUBERNETES_SERVICE_HOST"  # set in every Kubernetes pod
+_opened: set[tuple[object, ...]] = set()  # encoder settings and sizes this process has opened once
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,70 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
     return settings
 
 
+def check_encoder(settings: EncoderSettings, width: int, height: int, frame_rate: Fraction) -> None:
+    """Open the encoder once as the segments will: one that this machine cannot open is a bad option, not a retry."""
+    context = av.CodecContext.create(settings.codec, "w")
+    assert isinstance(context, av.VideoCodecContext)
+    context.width, context.height, context.pix_fmt = width, height, settings.pix_fmt
+    context.time_base, context.framerate = 1 / frame_rate, frame_rate
+    context.options = fixed_thread_options(settings)
+    _fix_threads(context)
+    try:
+        context.open()
+    except av.FFmpegError as error:
+        reason = str(getattr(error, "strerror", None) or error).strip()
+        why = _why_not(settings.codec)
+        raise InvalidOptionError(
+            f"output_video_encoder: {settings.codec} cannot be opened on this machine ({reason}){why}"
+        ) from None
+
+
+def judged_here(codec: str, environ: Mapping[str, str]) -> bool:
+    """Whether opening ``codec`` here tells whether it opens where the spans run. Software encoders open alike
+    everywhere; NVENC cannot be judged by a Kubernetes pod without a GPU driver (prepare is off the GPU pool by
+    default): the spans refuse it then, at their first segment."""
+    return not codec.endswith("_nvenc") or KUBERNETES_VARIABLE not in environ or _has_nvidia_driver()
+
+
+def _check_once(settings: EncoderSettings, width: int, height: int, frame_rate: Fraction) -> None:
+    key = (settings.codec, settings.pix_fmt, tuple(sorted(settings.options.items())), width, height, frame_rate)
+    if key not in _opened:
+        check_encoder(settings, width, height, frame_rate)
+        _opened.add(key)
+
+
+def _has_nvidia_driver() -> bool:
+    try:
+        ctypes.CDLL(NVIDIA_DRIVER)
+    except OSError:
+        return False
+    return True
+
+
+def _why_not(codec: str) -> str:
+    if not codec.endswith("_nvenc"):
+        return f" for {codec} at this size and pixel format: choose another encoder"
+    if not _has_nvidia_driver():
+        return (
+            f": NVENC needs an NVIDIA GPU and its driver, and this machine has none (no {NVIDIA_DRIVER}); use libx264"
+        )
+    return ": this GPU has no NVENC (A100, H100 and H200 have none), or the video size is beyond it; use libx264"
+
+
+def fixed_thread_options(settings: EncoderSettings) -> dict[str, str]:
+    """The encoder's options with its own thread settings fixed where FFmpeg's thread count does not reach them."""
+    options = dict(settings.options)
+    if settings.codec == "libx265":
+        options["x265-params"] = ":".join(filter(None, (options.get("x265-params"), X265_THREADS)))
+    return options
+
+
+def _fix_threads(context: av.VideoCodecContext) -> None:
+    """The same threads everywhere (see ``ENCODER_THREADS``); frame threads, as slices would cost compression."""
+    context.thread_count = ENCODER_THREADS
+    context.thread_type = "FRAME"
+
+
 class VideoEncoder:
     """Encodes frames into one video file; a frame's pts is its pts in the target minus ``pts_offset``.
 
@@ -89,6 +165,7 @@ class VideoEncoder:
         container_format: str = SEGMENT_FORMAT,
         label: str | None = None,
     ) -> None:
+        _check_once(settings, width, height, frame_rate)
         self.frame_count = 0
         self._time_base = time_base
         self._pts_offset = pts_offset
@@ -96,11 +173,12 @@ class VideoEncoder:
         self._container = av.open(path, mode="w", format=container_format)
         if label:
             self._container.metadata[LABEL_TAG] = label
-        stream = self._container.add_stream(settings.codec, rate=frame_rate, options=dict(settings.options))
+        stream = self._container.add_stream(settings.codec, rate=frame_rate, options=fixed_thread_options(settings))
         assert isinstance(stream, av.video.stream.VideoStream)
         stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
         stream.codec_context.time_base = time_base
         stream.time_base = time_base
+        _fix_threads(stream.codec_context)
         self._stream = stream
 
     def encode(self, frame: av.VideoFrame, pts: int) -> None:

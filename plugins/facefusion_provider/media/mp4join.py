@@ -34,6 +34,7 @@ from facefusion_provider.media.mp4index import (
     parse_movie,
     track_frame_times,
 )
+from facefusion_provider.media.mp4ranges import MediaRange, chunk_ranges, coalesced
 
 # The sample-table boxes a segment's video track may hold: all of them are rebuilt here (sample descriptions copied).
 SEGMENT_TABLES = frozenset({"stsd", "stts", "ctts", "stss", "stsz", "stsc", "stco", "co64"})
@@ -54,15 +55,6 @@ class MovieFile:
     moov: bytes
     size: int
     index: MovieIndex
-
-
-@dataclass(frozen=True)
-class MediaRange:
-    """Bytes ``[start, end)`` of one input: ``source`` counts the segments from 0, the target is ``len(segments)``."""
-
-    source: int
-    start: int
-    end: int
 
 
 @dataclass(frozen=True)
@@ -160,7 +152,7 @@ def join_movies(
     if len(head) != head_size:
         raise UnsupportedLayoutError("the head changed size between its two layouts")
     _check_frame_times(moov_payload, len(head) + media_bytes, ticks)
-    return JoinedMovie(head, tuple(_coalesced(ranges)))
+    return JoinedMovie(head, tuple(coalesced(ranges)))
 
 
 def _segment_video(segment: MovieFile, number: int) -> TrackIndex:
@@ -266,21 +258,14 @@ def sound_ranges(target: MovieFile) -> list[tuple[int, int]]:
     chunk by chunk; adjacent ones as one): a work may store them as one file ahead of the merge."""
     pieces = []
     for track in _audio_tracks(target):
-        starts, ends = _chunk_ranges(track)
+        starts, ends = chunk_ranges(track)
         pieces += [MediaRange(0, int(a), int(b)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    return [(piece.start, piece.end) for piece in _coalesced(pieces)]
-
-
-def _chunk_ranges(track: TrackIndex) -> tuple[Int64Array, Int64Array]:
-    """Where each chunk of ``track`` starts and ends in its file."""
-    firsts = np.cumsum(track.chunk_sizes) - track.chunk_sizes
-    lasts = firsts + track.chunk_sizes - 1
-    return track.offsets[firsts], track.offsets[lasts] + track.sizes[lasts]
+    return [(piece.start, piece.end) for piece in coalesced(pieces)]
 
 
 def _moved_audio(track: TrackIndex, position: int, source: int, ranges: list[MediaRange]) -> tuple[_Tables, int]:
     """``track``'s chunks laid out one after another from ``position``; appends their ranges of the target."""
-    starts, ends = _chunk_ranges(track)
+    starts, ends = chunk_ranges(track)
     lengths = ends - starts
     moved = position + np.cumsum(lengths) - lengths
     ranges.extend(MediaRange(source, int(a), int(b)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True))
@@ -293,17 +278,6 @@ def _moved_audio(track: TrackIndex, position: int, source: int, ranges: list[Med
         chunk_offsets=moved,
     )
     return tables, position + int(lengths.sum())
-
-
-def _coalesced(ranges: list[MediaRange]) -> list[MediaRange]:
-    """Adjacent ranges of one input as one."""
-    joined: list[MediaRange] = []
-    for piece in ranges:
-        if joined and joined[-1].source == piece.source and joined[-1].end == piece.start:
-            joined[-1] = MediaRange(piece.source, joined[-1].start, piece.end)
-        else:
-            joined.append(piece)
-    return joined
 
 
 # --- writing the moov ------------------------------------------------------------------------------------------

@@ -3,37 +3,45 @@ the output as an Airflow Asset."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 from pydantic import JsonValue
 
+from facefusion_provider.exceptions import FaceFusionError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import OutputMarker, RunLease
+from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.operators import run_metrics
 from facefusion_provider.settings import load_settings
 
+logger = logging.getLogger(__name__)
+
 # One asset for every output of the DAG; each event's extra names the file (output_uri) and the work that made it.
 SWAP_OUTPUT_ASSET = Asset(name="facefusion_swap_output", uri="x-facefusion://facefusion_swap/output")
-LIVE_RUN_STATES = frozenset({"queued", "running"})
 
 
-def lease_is_live(lease: RunLease, state: str | None, now: datetime, keep_failed: timedelta) -> bool:
-    """Whether the run that holds ``lease`` may still need the work: queued or running, or failed recently enough
-    that a clear from the UI would resume it. A finished run's cleanup releases its own lease; a run Airflow no
-    longer knows needs nothing."""
-    if state in LIVE_RUN_STATES:
-        return True
-    return state == "failed" and now - lease.created_at < keep_failed
+def keep_work_for_retry(context: Context) -> None:
+    """A task's ``on_failure_callback``: the failed run keeps its work for a retry or a clear from the UI, for
+    ``[facefusion] keep_failed_work_hours`` (its lease becomes ``kept``: docs/protocol.md, "Failed runs")."""
+    ti = context["ti"]
+    ticket = ti.xcom_pull(task_ids="validate")
+    if not isinstance(ticket, dict) or not ticket.get("work_uri") or not ticket.get("run_key"):
+        return  # validate failed: no lease was written
+    hours = load_settings().keep_failed_work.total_seconds()
+    try:
+        FaceFusionStorageHook().keep_for_retry(ticket["work_uri"], ticket["run_key"], hours)
+    except FaceFusionError as error:  # a callback must not fail: the lease then lapses after its own TTL
+        logger.warning("Could not keep work %s for a retry: %s", ticket["work_uri"], error)
 
 
 class CleanupJobOperator(BaseOperator):
-    """Once this run's output carries its marker: release the run's lease on ``work_uri``, remove the work unless a
-    live run holds a lease (or a run failed within ``[facefusion] keep_failed_work_hours``), then record an event on
+    """Once this run's output carries its marker: release the run's lease on ``work_uri``, remove the work unless
+    another run's lease is live (docs/protocol.md: whoever holds it, another Airflow or a CLI run), then record an event on
     each outlet asset with ``{"output_uri", "work_id", "frame_count", "sha256"}`` as its extra. Reports the run's
     merge seconds, output bytes and fps (its frames over the seconds since the run started).
 
@@ -60,18 +68,8 @@ class CleanupJobOperator(BaseOperator):
         if marker is None:
             # Retryable: an object store may show the output a moment after merge wrote it.
             raise AirflowException(f"{self.output_uri} carries no marker of work {work_id}: keeping {self.work_uri}")
-        keep_failed = load_settings().keep_failed_work
-        ti, now = context["ti"], datetime.now(UTC)
-
-        def is_live(lease: RunLease) -> bool:
-            if lease.dag_id == "?":  # unreadable: keep the work
-                return True
-            if not lease.dag_id:  # a `facefusion-worker run` process: Airflow cannot tell whether it still runs
-                return now - lease.created_at < keep_failed
-            state = self._run_state(ti, lease)
-            return lease_is_live(lease, state, now, keep_failed)
-
-        holders = hook.release_work(self.work_uri, self.run_key, is_live)
+        now = datetime.now(UTC)
+        holders = hook.release_work(self.work_uri, self.run_key)
         if holders:
             self.log.info("Kept %s: runs %s still use it", self.work_uri, ", ".join(holders))
         else:
@@ -88,14 +86,6 @@ class CleanupJobOperator(BaseOperator):
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = extra
         return extra
-
-    @staticmethod
-    def _run_state(ti: Any, lease: RunLease) -> str | None:
-        """The Airflow state of the lease's run, or None when Airflow has no such run (deleted, or not a DAG run)."""
-        if ti.get_dr_count(dag_id=lease.dag_id, run_ids=[lease.run_id]) == 0:
-            return None
-        raw = ti.get_dagrun_state(dag_id=lease.dag_id, run_id=lease.run_id)
-        return str(getattr(raw, "value", raw))  # the Task SDK's enum prints as "DagRunState.SUCCESS"
 
 
 def _report_run(marker: OutputMarker, context: Context, now: datetime) -> None:

@@ -1,57 +1,80 @@
-"""What every backend shares about a worker command: its argv, its environment, when it has nothing to do, and how its
-failure becomes a task failure. The local operator and the Kubernetes operator both build on these functions."""
+"""What every backend shares about a worker command: the call it makes (argv and environment, from the worker
+contract), when it has nothing to do, and how its failure becomes a task failure. The local operator and the
+Kubernetes operator both build on these functions."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from facefusion_provider.exceptions import NON_RETRYABLE_EXIT_CODES, NonRetryableError
+from facefusion_provider.contract import (
+    ALLOWED_INPUT_PREFIXES_VARIABLE,
+    ALLOWED_OUTPUT_PREFIXES_VARIABLE,
+    FAULTS_VARIABLE,
+    HELP_SECONDS_VARIABLE,
+    RUN_KEY_VARIABLE,
+    TASK_KEY_VARIABLE,
+    TRY_NUMBER_VARIABLE,
+    WorkerFailure,
+    span_worker_args,
+    worker_argv,
+)
+from facefusion_provider.exceptions import NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
 from facefusion_provider.operators.run_metrics import worker_metric_environment
-from facefusion_provider.options import Options, options_to_argv
 from facefusion_provider.settings import load_settings
-from facefusion_provider.storage.uris import ALLOWED_INPUT_PREFIXES_VARIABLE, ALLOWED_OUTPUT_PREFIXES_VARIABLE
-
-WorkerCommand = Literal["prepare", "swap-span", "merge"]
-WORKER_COMMANDS: tuple[WorkerCommand, ...] = ("prepare", "swap-span", "merge")
-
-TRY_NUMBER_VARIABLE = "FACEFUSION_TRY_NUMBER"
-FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"
-TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
-TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"
 
 
-def worker_argv(command: str, work_uri: str, worker_args: Sequence[str] = ()) -> list[str]:
-    """The worker's arguments after the program name, identical for a subprocess and a pod."""
-    if command not in WORKER_COMMANDS:
-        raise ValueError(f"unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}")
-    return [command, "--work-uri", work_uri, *(str(arg) for arg in worker_args)]
+@dataclass(frozen=True)
+class WorkerCall:
+    """One worker command of a task, with its templated fields rendered: ``prepare`` and ``merge`` carry their flags
+    in ``worker_args``; ``swap-span`` carries this run's ``target_uri`` and its ``span`` (one item of plan's list)."""
+
+    command: str
+    work_uri: str
+    output_uri: str
+    run_key: str = ""
+    worker_args: tuple[str, ...] = ()
+    target_uri: str = ""
+    span: Mapping[str, Any] | None = None
+
+    @property
+    def work_id(self) -> str:
+        return WorkLayout(self.work_uri).work_id
+
+    def argv(self) -> list[str]:
+        """``<command> --work-uri URI [flags]``, identical for a subprocess and a pod."""
+        flags = span_worker_args(self.target_uri, self.span) if self.span is not None else self.worker_args
+        return worker_argv(self.command, self.work_uri, flags)
 
 
-def prepare_worker_args(source_uris: Sequence[str], target_uri: str, options: Options) -> list[str]:
-    """The flags of ``prepare`` after ``--work-uri``: inputs and every option that differs from its default."""
-    argv: list[str] = []
-    for source in source_uris:
-        argv += ["--source", source]
-    return [*argv, "--target", target_uri, *options_to_argv(options)]
-
-
-def span_worker_args(target_uri: str, span: Mapping[str, Any]) -> list[str]:
-    """The flags of ``swap-span``: this run's target and the span (one item of ``plan``'s list)."""
-    return ["--target", target_uri, "--segments", f"{span['first']}:{span['last']}", "--span", str(span["index"])]
-
-
-def merge_worker_args(target_uri: str, output_uri: str) -> list[str]:
-    return ["--target", target_uri, "--output", output_uri]
+def worker_call(
+    command: str,
+    work_uri: str,
+    output_uri: str,
+    *,
+    run_key: str = "",
+    worker_args: Sequence[Any] = (),
+    target_uri: str | None = None,
+    span: Mapping[str, Any] | None = None,
+) -> WorkerCall:
+    """The call of an operator's rendered fields; ``swap-span`` without its span or target is a DAG bug."""
+    if command == "swap-span" and (span is None or not target_uri):
+        raise ValueError("swap-span needs its span and this run's target_uri")
+    return WorkerCall(
+        command=command,
+        work_uri=work_uri,
+        output_uri=output_uri,
+        run_key=run_key,
+        worker_args=tuple(str(arg) for arg in worker_args),
+        target_uri=target_uri or "",
+        span=span,
+    )
 
 
 def task_key(context: Mapping[str, Any]) -> str:
@@ -60,9 +83,9 @@ def task_key(context: Mapping[str, Any]) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
 
 
-def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") -> dict[str, str]:
-    """Variables a worker command gets from its task: the try number, the task's key, the allow-lists, and the
-    test-only fault switch when it is set."""
+def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", run_key: str = "") -> dict[str, str]:
+    """Variables a worker command gets from its task: the try number, the task's key, the run's lease key (decided by
+    validate), the allow-lists, and the test-only fault switch when it is set."""
     settings = load_settings()
     env = {
         TRY_NUMBER_VARIABLE: str(try_number),
@@ -71,6 +94,8 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") ->
     }
     if key:
         env[TASK_KEY_VARIABLE] = key
+    if run_key:
+        env[RUN_KEY_VARIABLE] = run_key
     if settings.help_other_runs_seconds > 0:
         env[HELP_SECONDS_VARIABLE] = f"{settings.help_other_runs_seconds:g}"
     if faults := environ.get(FAULTS_VARIABLE):
@@ -78,54 +103,13 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "") ->
     return env
 
 
-def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], work_uri: str) -> dict[str, str]:
+def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], call: WorkerCall) -> dict[str, str]:
     """Everything a worker command gets from its running task, on every backend: ``worker_env`` and the variables of
     its metrics (where to push them, and the labels that name this task; the job is the work)."""
     ti = context["ti"]
-    metric_env = worker_metric_environment(ti, environ, job_id=WorkLayout(work_uri).work_id)
-    return {**worker_env(int(ti.try_number), environ, key=task_key(context)), **metric_env}
-
-
-@dataclass(frozen=True)
-class WorkerFailure:
-    """A worker command that did not succeed: what it reported, and whether a retry can help."""
-
-    exit_code: int | None
-    failure_class: str
-    retryable: bool
-    message: str
-
-    def describe(self) -> str:
-        code = "" if self.exit_code is None else f", exit code {self.exit_code}"
-        return f"worker failed ({self.failure_class}{code}): {self.message}"
-
-
-def parse_failure_report(exit_code: int | None, report: str | None) -> WorkerFailure:
-    """Read the worker's one-line JSON report. The exit code decides retries when there is one (bad input never
-    retries); without one (a pod's termination message alone) the report's ``retryable`` does."""
-    details = _report_fields(report)
-    if exit_code is not None and exit_code < 0:
-        name = signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else str(-exit_code)
-        return WorkerFailure(exit_code, "killed", True, f"worker killed by signal {name} (out of memory or stopped)")
-    if exit_code is not None:
-        retryable = exit_code not in NON_RETRYABLE_EXIT_CODES
-    else:
-        retryable = bool(details.get("retryable", True))
-    failure_class = str(details.get("failure_class") or ("retryable" if retryable else "invalid_input"))
-    message = str(details.get("message") or (report or "").strip() or "no failure report")
-    return WorkerFailure(exit_code, failure_class, retryable, message)
-
-
-def _report_fields(report: str | None) -> dict[str, object]:
-    """The last line of ``report`` that is a JSON object with a ``failure_class``, or nothing."""
-    for line in reversed((report or "").strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and "failure_class" in value:
-            return value
-    return {}
+    metric_env = worker_metric_environment(ti, environ, work_id=call.work_id)
+    env = worker_env(int(ti.try_number), environ, key=task_key(context), run_key=call.run_key)
+    return {**env, **metric_env}
 
 
 def failure_exception(failure: WorkerFailure, where: str = "") -> AirflowException:

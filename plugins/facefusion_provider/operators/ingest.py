@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook
 from facefusion_provider.operators.commands import FAILURE_XCOM_KEY, fail_on_bad_input
-from facefusion_provider.operators.params import FORM_HIDDEN_OPTIONS, option_params, title_of
+from facefusion_provider.operators.params import option_params, title_of
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.settings import load_settings
 
@@ -48,7 +48,7 @@ INPUT_FIELDS = (
     "settle_minutes",
     "swap_dag_id",
 )
-CONFIG_FIELDS = (*INPUT_FIELDS, *(name for name in Options.model_fields if name not in FORM_HIDDEN_OPTIONS))
+CONFIG_FIELDS = (*INPUT_FIELDS, *Options.model_fields)
 
 
 def ingest_settings() -> dict[str, Any]:

@@ -7,34 +7,39 @@ The worker writes its failure report to the termination message; a non-retryable
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
-from airflow.sdk import Context
+from airflow.sdk import Context, get_current_context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client import models as k8s
 
 from facefusion_provider import metric_names
-from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.operators.commands import (
+from facefusion_provider.contract import (
+    MODELS_CACHE_VARIABLE,
+    MODELS_DIR_VARIABLE,
+    MODELS_URI_VARIABLE,
     TERMINATION_LOG_VARIABLE,
     WorkerFailure,
-    completed_work,
-    fail_on_bad_input,
-    failure_exception,
     parse_failure_report,
+)
+from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.operators.commands import (
+    WorkerCall,
+    failure_exception,
     record_failure,
     task_worker_env,
-    worker_argv,
+    worker_call,
     worker_env,
 )
 from facefusion_provider.operators.links import OUTPUT_LINKS
-from facefusion_provider.operators.spans import SwapSpanMixin
+from facefusion_provider.operators.spans import nothing_to_do, record_line_progress, record_progress
 from facefusion_provider.settings import KubernetesSettings, load_settings
 
 WORKER_UID = 10001  # the image's non-root user (images/worker/Dockerfile)
@@ -45,24 +50,72 @@ MODELS_CACHE_PATH = "/var/cache/facefusion/models"
 LABEL_PREFIX = "facefusion.io"
 
 
-class KubernetesWorkerOperator(KubernetesPodOperator):
-    """Run ``facefusion-worker <command> --work-uri URI [worker_args]`` in a pod of the worker image.
+def literal_for_kubernetes(value: str) -> str:
+    """``value`` as Kubernetes must read it in a container's args, command or env: the kubelet replaces ``$(VAR)``
+    with the container's variable and ``$$`` with ``$``, so every ``$`` is doubled and the container gets ``value``."""
+    return value.replace("$", "$$")
 
-    Work that is already done (this run's output carries this work's marker, a prepared work) starts no pod. GPU
-    commands (``[facefusion] gpu_commands``) ask for ``gpu_count`` of ``gpu_resource`` and carry the GPU pool's node
-    selector, tolerations and affinity. The pod is deferrable and durable (a restarted Airflow worker follows the
-    running pod instead of starting a second), waits ``startup_timeout_seconds`` for node scale-up and image pulls, is
-    deleted when it succeeds and kept when it fails, and runs as a non-root user on a read-only root filesystem with
-    every capability dropped.
+
+class WorkerPodCallbacks(KubernetesPodOperatorCallback):
+    """Progress reaches the task state store as on the local backend: from the worker's progress lines where the
+    operator streams the pod's log, and from the committed segments when the pod ends."""
+
+    @staticmethod
+    def progress_callback(*, line: str, **kwargs: Any) -> None:
+        try:
+            context = get_current_context()
+        except RuntimeError:  # a log read outside a running task (a test, a dry run) has no task to record for
+            return
+        record_line_progress(context, line)
+
+    @staticmethod
+    def on_pod_completion(
+        *, pod: k8s.V1Pod, context: Context | None = None, operator: Any = None, **kwargs: Any
+    ) -> None:
+        span = getattr(operator, "span", None)
+        if context is None or not span:
+            return
+        try:
+            committed = FaceFusionStorageHook().committed_segments(operator.work_uri)
+        except Exception as error:  # progress is for people: a storage hiccup here must not fail a finished pod
+            operator.log.warning("Could not read the span's committed segments for its progress: %s", error)
+            return
+        segments = range(int(span["first"]), int(span["last"]))
+        done = sum(index in committed for index in segments)
+        record_progress(context, {"segments_committed": done, "segments_total": len(segments)})
+
+
+class FaceFusionWorkerPodOperator(KubernetesPodOperator):
+    """Run ``facefusion-worker <command> --work-uri URI [flags]`` in a pod of the worker image: the Kubernetes
+    backend's worker-command operator (the same call as ``FaceFusionWorkerOperator``, launched as a pod).
+
+    Work that is already done (this run's output carries this work's marker, a prepared work, a committed span) starts
+    no pod. GPU commands (``[facefusion] gpu_commands``) ask for ``gpu_count`` of ``gpu_resource`` and carry the GPU
+    pool's node selector, tolerations and affinity. The pod is deferrable and durable (a restarted Airflow worker
+    follows the running pod instead of starting a second), waits ``startup_timeout_seconds`` for node scale-up and
+    image pulls, is deleted when it succeeds and kept when it fails, and runs as a non-root user on a read-only root
+    filesystem with every capability dropped. Every argument and variable built from the conf is written so that
+    Kubernetes passes it on literally (``literal_for_kubernetes``).
 
     :param command: ``prepare``, ``swap-span`` or ``merge``.
     :param work_uri: the shared work folder, from ``validate``.
     :param output_uri: this run's output, from ``validate``: when it is done, nothing is left to do.
+    :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
+    :param target_uri: ``swap-span``: this run's target.
+    :param span: ``swap-span``: one item of ``plan``'s list (mapped: one pod per span).
     :param pod_settings: the pods' settings; default from the ``[facefusion]`` section.
     """
 
-    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "work_uri", "output_uri", "worker_args")
+    template_fields: Sequence[str] = (
+        *KubernetesPodOperator.template_fields,
+        "work_uri",
+        "output_uri",
+        "run_key",
+        "worker_args",
+        "target_uri",
+        "span",
+    )
     ui_color = "#e4f0e8"
     operator_extra_links = (*KubernetesPodOperator.operator_extra_links, *OUTPUT_LINKS)
 
@@ -72,109 +125,58 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
         command: str,
         work_uri: str,
         output_uri: str,
+        run_key: str = "",
         worker_args: Sequence[str] = (),
+        target_uri: str | None = None,
+        span: dict[str, Any] | None = None,
         pod_settings: KubernetesSettings | None = None,
         **kwargs: Any,
     ) -> None:
         settings = pod_settings or load_settings().kubernetes
-        gpu = command in settings.gpu_commands
-        defaults: dict[str, Any] = {
-            "kubernetes_conn_id": settings.conn_id,
-            "namespace": settings.namespace,
-            "image": settings.image,
-            "name": f"facefusion-{command}",
-            "service_account_name": settings.service_account,
-            "container_resources": pod_resources(settings, gpu=gpu),
-            "node_selector": dict(settings.node_selector) if gpu else {},
-            "tolerations": [dict(item) for item in settings.tolerations] if gpu else [],
-            "affinity": dict(settings.affinity) if gpu else None,
-            "env_from": _storage_env_from(settings),
-            "volumes": pod_volumes(settings),
-            "volume_mounts": pod_volume_mounts(settings),
-            "security_context": pod_security_context(),
-            "container_security_context": container_security_context(),
-            "automount_service_account_token": False,
-            "deferrable": True,
-            "durable": True,
-            "startup_timeout_seconds": settings.startup_timeout_seconds,
-            "on_finish_action": "delete_succeeded_pod",
-            "log_pod_spec_on_failure": False,
-            "do_xcom_push": False,
-            "termination_message_policy": "FallbackToLogsOnError",
-        }
-        super().__init__(**{**defaults, **kwargs})
+        super().__init__(**{**pod_defaults(settings, command), **kwargs})
         self.command = command
         self.work_uri = work_uri
         self.output_uri = output_uri
+        self.run_key = run_key
         self.worker_args = worker_args
+        self.target_uri = target_uri
+        self.span = span
         self.pod_settings = settings
 
-    @property
-    def span_or_none(self) -> dict[str, Any] | None:
-        return None
-
-    def worker_arguments(self) -> list[str]:
-        return [str(arg) for arg in self.worker_args]
-
-    def before_launch(self, hook: FaceFusionStorageHook, work_uri: str, context: Any) -> None:
-        """Called just before the pod starts (a span logs where it resumes)."""
+    def call(self) -> WorkerCall:
+        return worker_call(
+            self.command,
+            self.work_uri,
+            self.output_uri,
+            run_key=self.run_key,
+            worker_args=self.worker_args,
+            target_uri=self.target_uri,
+            span=self.span,
+        )
 
     def execute(self, context: Context) -> Any:
-        hook = FaceFusionStorageHook()
-        with fail_on_bad_input(context):
-            reason = completed_work(hook, self.command, self.work_uri, self.output_uri, self.span_or_none)
-            if not reason:
-                self.before_launch(hook, self.work_uri, context)
+        reason = nothing_to_do(FaceFusionStorageHook(), self.call(), context)
         if reason:
             self.log.info("Nothing to do, no pod started: %s", reason)
             return None
         return super().execute(context)
 
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
-        """The parent's pod, with the worker argv, its environment, and labels naming the work and span."""
-        self.arguments = worker_argv(self.command, self.work_uri, self.worker_arguments())
-        plain = [k8s.V1EnvVar(name=k, value=v) for k, v in self.worker_environment(context)]
-        self.env_vars = [*plain, node_name_variable()]
-        self.labels = {**self.labels, **self.job_labels()}
-        self.annotations = {**self.annotations, **self.job_annotations()}
-        return super().build_pod_request_obj(context, dry_run=dry_run)
+        """The parent's pod with the worker's container args, environment, labels and annotations (``worker_pod``)."""
+        call = self.call()
+        # Without a task (a dry run) there is no try, task key or metric label to give.
+        task_env = task_worker_env(context, os.environ, call) if context else worker_env(1, os.environ)
+        env = worker_pod_env(task_env, self.pod_settings)
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        return worker_pod(pod, self.base_container_name, call, env)
 
-    def worker_environment(self, context: Context | None = None) -> list[tuple[str, str]]:
-        """Plain variables only: the storage credentials come from ``env_from`` references, never from here. Without
-        a task (a dry run) there is no try, task key or metric label to give."""
-        task_env = task_worker_env(context, os.environ, self.work_uri) if context else worker_env(1, os.environ)
-        env = {**task_env, TERMINATION_LOG_VARIABLE: TERMINATION_LOG}
-        if self.pod_settings.models_volume_claim:
-            env["FACEFUSION_MODELS_DIR"] = MODELS_PATH
-        if self.pod_settings.models_uri:
-            env["FACEFUSION_MODELS_URI"] = self.pod_settings.models_uri
-        env["FACEFUSION_MODELS_CACHE"] = MODELS_CACHE_PATH
-        return sorted(env.items())
-
-    def job_labels(self) -> dict[str, str]:
-        labels = {
-            "app.kubernetes.io/name": "facefusion-worker",
-            "app.kubernetes.io/component": self.command,
-            f"{LABEL_PREFIX}/work-id": make_safe_label_value(WorkLayout(self.work_uri).work_id or "unknown"),
-        }
-        if self.span_or_none is not None:
-            labels[f"{LABEL_PREFIX}/span-index"] = str(self.span_or_none["index"])
-        return labels
-
-    def job_annotations(self) -> dict[str, str]:
-        return {f"{LABEL_PREFIX}/work-uri": _without_credentials(self.work_uri)}
-
-    def cleanup(
-        self,
-        pod: k8s.V1Pod,
-        remote_pod: k8s.V1Pod,
-        xcom_result: dict[str, Any] | None = None,
-        context: Context | None = None,
+    def post_complete_action(
+        self, *, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, context: Context, result: dict[str, Any] | None, **kwargs: Any
     ) -> None:
-        """The parent's cleanup (delete a succeeded pod, keep a failed one), then the worker's failure class decides
-        retries: a non-retryable report fails the task at once, any other failure is retried."""
+        """The parent's (delete a succeeded pod, keep a failed one), then the worker's failure class decides retries,
+        as on the local backend: a non-retryable report fails the task at once, any other failure is retried."""
         try:
-            super().cleanup(pod, remote_pod, xcom_result, context)
+            super().post_complete_action(pod=pod, remote_pod=remote_pod, context=context, result=result, **kwargs)
         except AirflowFailException:
             raise
         except AirflowException as error:
@@ -187,29 +189,75 @@ class KubernetesWorkerOperator(KubernetesPodOperator):
             raise failure_exception(failure, where) from error
 
 
-class KubernetesSwapSpanOperator(SwapSpanMixin, KubernetesWorkerOperator):
-    """``swap-span`` for one span of ``plan``'s list (mapped: one pod per span). A span whose segments are all
-    committed, or an output that already carries this work, succeeds at once without starting a pod (never a skip:
-    merge must run).
+def pod_defaults(settings: KubernetesSettings, command: str) -> dict[str, Any]:
+    """The pod operator's arguments for ``command`` from the settings (an operator's own arguments win)."""
+    gpu = command in settings.gpu_commands
+    return {
+        "kubernetes_conn_id": settings.conn_id,
+        "namespace": settings.namespace,
+        "image": settings.image,
+        "name": f"facefusion-{command}",
+        "service_account_name": settings.service_account,
+        "container_resources": pod_resources(settings, gpu=gpu),
+        "node_selector": dict(settings.node_selector) if gpu else {},
+        "tolerations": [dict(item) for item in settings.tolerations] if gpu else [],
+        "affinity": dict(settings.affinity) if gpu else None,
+        "env_from": _storage_env_from(settings),
+        "volumes": pod_volumes(settings),
+        "volume_mounts": pod_volume_mounts(settings),
+        "security_context": pod_security_context(),
+        "container_security_context": container_security_context(),
+        "automount_service_account_token": False,
+        "deferrable": True,
+        "durable": True,
+        "startup_timeout_seconds": settings.startup_timeout_seconds,
+        "on_finish_action": "delete_succeeded_pod",
+        "log_pod_spec_on_failure": False,
+        "do_xcom_push": False,
+        "termination_message_policy": "FallbackToLogsOnError",
+        "callbacks": WorkerPodCallbacks,
+    }
 
-    :param target_uri: this run's target (its own path to the work's content).
-    :param span: one item of ``plan``'s list.
-    """
 
-    template_fields: Sequence[str] = (*KubernetesWorkerOperator.template_fields, "target_uri", "span")
+def worker_pod_env(task_env: Mapping[str, str], settings: KubernetesSettings) -> dict[str, str]:
+    """Plain variables only: the storage credentials come from ``env_from`` references, never from here."""
+    env = {**task_env, TERMINATION_LOG_VARIABLE: TERMINATION_LOG, MODELS_CACHE_VARIABLE: MODELS_CACHE_PATH}
+    if settings.models_volume_claim:
+        env[MODELS_DIR_VARIABLE] = MODELS_PATH
+    if settings.models_uri:
+        env[MODELS_URI_VARIABLE] = settings.models_uri
+    return env
 
-    def __init__(self, *, work_uri: str, output_uri: str, target_uri: str, span: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(command="swap-span", work_uri=work_uri, output_uri=output_uri, **kwargs)
-        self.target_uri = target_uri
-        self.span = span
 
-    @property
-    def span_or_none(self) -> dict[str, Any] | None:
-        return self.span
+def worker_pod(pod: k8s.V1Pod, container_name: str, call: WorkerCall, env: Mapping[str, str]) -> k8s.V1Pod:
+    """A copy of ``pod`` whose worker container runs ``call`` with ``env`` (both written literally for Kubernetes),
+    labelled and annotated with the work and span."""
+    pod = copy.deepcopy(pod)
+    container = next(item for item in pod.spec.containers if item.name == container_name)
+    container.args = [literal_for_kubernetes(arg) for arg in call.argv()]
+    plain = [k8s.V1EnvVar(name=name, value=literal_for_kubernetes(value)) for name, value in sorted(env.items())]
+    container.env = [*(container.env or []), *plain, node_name_variable()]
+    pod.metadata.labels = {**(pod.metadata.labels or {}), **worker_labels(call)}
+    pod.metadata.annotations = {**(pod.metadata.annotations or {}), **worker_annotations(call)}
+    return pod
 
-    def job_annotations(self) -> dict[str, str]:
-        frames = f"{self.span['start']}-{int(self.span['end']) - 1}" if {"start", "end"} <= set(self.span) else ""
-        return {**super().job_annotations(), **({f"{LABEL_PREFIX}/frames": frames} if frames else {})}
+
+def worker_labels(call: WorkerCall) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": "facefusion-worker",
+        "app.kubernetes.io/component": call.command,
+        f"{LABEL_PREFIX}/work-id": make_safe_label_value(call.work_id or "unknown"),
+    }
+    if call.span is not None:
+        labels[f"{LABEL_PREFIX}/span-index"] = str(call.span["index"])
+    return labels
+
+
+def worker_annotations(call: WorkerCall) -> dict[str, str]:
+    annotations = {f"{LABEL_PREFIX}/work-uri": _without_credentials(call.work_uri)}
+    if call.span is not None and {"start", "end"} <= set(call.span):
+        annotations[f"{LABEL_PREFIX}/frames"] = f"{call.span['start']}-{int(call.span['end']) - 1}"
+    return annotations
 
 
 def pod_failure(pod: k8s.V1Pod | None, container_name: str) -> WorkerFailure | None:

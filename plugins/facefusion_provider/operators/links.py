@@ -1,26 +1,23 @@
 """Extra links of the worker tasks: this run's output video and its preview image, one click from the task's page.
 
 Airflow 3 resolves an operator's links on the worker when the task ends and keeps each as an XCom (``_link_<class>``)
-that the UI reads, so a link is computed once, from the task's rendered ``output_uri`` (``validate``'s XCom). An
-``s3://`` output gets a presigned GET URL, signed through the ``[facefusion] aws_conn_id`` connection and valid for
-``LINK_EXPIRY`` after the task ended; any other output links to its own URI (``file:///...``). ``prepare`` has none.
+in the metadata database, where anyone who can read the database or the task's links sees it. So a link holds no
+credential and no location: it leads to the provider's view in the API server (``airflow_plugin/outputs.py``) with
+the DAG and run ids only, and the view checks the user's access to the DAG's runs before it redirects to a presigned
+URL of a few minutes (``s3://``) or sends the file (a local output). ``prepare`` has none.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperatorLink
 
-from facefusion_provider.job.layout import preview_uri_of
-from facefusion_provider.settings import load_settings
+from facefusion_provider.airflow_plugin import output_link_path
 
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
-LINK_EXPIRY = timedelta(days=7)  # SigV4's longest: the link is signed once, when the task ends
 LINKED_COMMANDS = frozenset({"merge", "swap-span"})  # the tasks that write, or work towards, the output
 
 
@@ -30,8 +27,7 @@ class OutputVideoLink(BaseOperatorLink):
     name = "Output video"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        output_uri = linked_output_uri(operator)
-        return browsable_url(output_uri) if output_uri else ""
+        return output_view_url(operator, ti_key, "video")
 
 
 class OutputPreviewLink(BaseOperatorLink):
@@ -40,8 +36,7 @@ class OutputPreviewLink(BaseOperatorLink):
     name = "Output preview"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        output_uri = linked_output_uri(operator)
-        return browsable_url(preview_uri_of(output_uri)) if output_uri else ""
+        return output_view_url(operator, ti_key, "preview")
 
 
 OUTPUT_LINKS: tuple[BaseOperatorLink, ...] = (OutputVideoLink(), OutputPreviewLink())
@@ -55,19 +50,11 @@ def linked_output_uri(operator: Any) -> str:
     return output_uri
 
 
-def browsable_url(uri: str) -> str:
-    """A URL a browser can open: presigned for ``s3://`` (empty when it cannot be signed), the URI itself otherwise."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3":
-        return uri
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # boto3 only where a link is signed
-    from botocore.config import Config
+def output_view_url(operator: Any, ti_key: TaskInstanceKey | None, kind: str) -> str:
+    """The view's URL for this task's run (under ``[api] base_url`` when set), or "" where the task has no output."""
+    if ti_key is None or not linked_output_uri(operator):
+        return ""
+    from airflow.configuration import conf
 
-    # SigV4 always: boto3 may presign with SigV2 (no region known), which newer AWS regions refuse.
-    hook = S3Hook(aws_conn_id=load_settings().aws_conn_id, config=Config(signature_version="s3v4"))
-    url = hook.generate_presigned_url(
-        "get_object",
-        params={"Bucket": parsed.netloc, "Key": parsed.path.lstrip("/")},
-        expires_in=int(LINK_EXPIRY.total_seconds()),
-    )
-    return url or ""
+    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    return base + output_link_path(ti_key.dag_id, ti_key.run_id, kind)

@@ -1,4 +1,5 @@
-"""The local backend: each worker command runs as a subprocess of the Airflow worker, with the argv a pod would get."""
+"""The worker-command operator of the local backend: the command runs as a subprocess of the Airflow worker, with
+the argv a pod would get, started by a launcher (``SubprocessLauncher``; tests plug in their own)."""
 
 from __future__ import annotations
 
@@ -6,41 +7,83 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.sdk import BaseOperator, Context
 
+from facefusion_provider.contract import TERMINATION_LOG_VARIABLE, parse_failure_report
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.commands import (
-    TERMINATION_LOG_VARIABLE,
-    completed_work,
-    fail_on_bad_input,
-    parse_failure_report,
-    raise_for_failure,
-    task_worker_env,
-    worker_argv,
-)
+from facefusion_provider.operators.commands import WorkerCall, raise_for_failure, task_worker_env, worker_call
 from facefusion_provider.operators.links import OUTPUT_LINKS
-from facefusion_provider.operators.spans import SwapSpanMixin
+from facefusion_provider.operators.spans import nothing_to_do, record_line_progress
 from facefusion_provider.settings import load_settings
 
 
-class LocalWorkerOperator(BaseOperator):
-    """Run ``facefusion-worker <command> --work-uri URI [worker_args]`` as a subprocess.
+class WorkerLauncher(Protocol):
+    """Starts a worker command and waits for it: returns its exit code and its failure report (or last line)."""
 
-    Work that is already done (this run's output carries this work's marker, a prepared work) launches no process. A
-    worker exit code for bad input fails the task at once; any other failure is retried with the task's backoff.
+    def run(self, argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> tuple[int, str]: ...
+
+    def stop(self) -> None: ...
+
+
+class SubprocessLauncher:
+    """``program argv`` as a child process in a temporary folder, with ``env`` over this process's environment."""
+
+    def __init__(self, program: Sequence[str]) -> None:
+        self.program = list(program)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> tuple[int, str]:
+        with tempfile.TemporaryDirectory(prefix="facefusion-") as workdir:
+            termination_log = Path(workdir, "termination-log")
+            full_env = {**os.environ, **env, TERMINATION_LOG_VARIABLE: str(termination_log)}
+            last_line = ""
+            self._process = subprocess.Popen(
+                [*self.program, *argv], env=full_env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            assert self._process.stdout is not None
+            for raw in iter(self._process.stdout.readline, b""):
+                last_line = raw.decode(errors="backslashreplace").rstrip()
+                on_line(last_line)
+            exit_code = self._process.wait()
+            report = termination_log.read_text() if termination_log.exists() else last_line
+        return exit_code, report
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)  # the worker unwinds: uploads aborted, temporary files removed
+
+
+class FaceFusionWorkerOperator(BaseOperator):
+    """Run ``facefusion-worker <command> --work-uri URI [flags]`` through a launcher (a subprocess by default).
+
+    Work that is already done (this run's output carries this work's marker, a prepared work, a span whose segments
+    are all committed) launches nothing and succeeds (never a skip: merge must run). A worker exit code for bad input
+    fails the task at once; any other failure is retried with the task's backoff. A span's progress lines are kept in
+    the task state store.
 
     :param command: ``prepare``, ``swap-span`` or ``merge``.
     :param work_uri: the shared work folder, from ``validate``.
     :param output_uri: this run's output, from ``validate``: when it is done, nothing is left to do.
+    :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
-    :param worker_command: the worker program; default from the ``[facefusion] worker_command`` setting.
+    :param target_uri: ``swap-span``: this run's target (its own path to the work's content).
+    :param span: ``swap-span``: one item of ``plan``'s list (mapped: one task per span).
+    :param launcher: what starts the worker; default a subprocess of ``[facefusion] worker_command``.
     """
 
-    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_uri", "worker_args")
+    template_fields: Sequence[str] = (
+        *BaseOperator.template_fields,
+        "work_uri",
+        "output_uri",
+        "run_key",
+        "worker_args",
+        "target_uri",
+        "span",
+    )
     ui_color = "#d7ecff"
     operator_extra_links = OUTPUT_LINKS
 
@@ -50,87 +93,56 @@ class LocalWorkerOperator(BaseOperator):
         command: str,
         work_uri: str,
         output_uri: str,
+        run_key: str = "",
         worker_args: Sequence[str] = (),
-        worker_command: Sequence[str] | None = None,
+        target_uri: str | None = None,
+        span: dict[str, Any] | None = None,
+        launcher: WorkerLauncher | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.command = command
         self.work_uri = work_uri
         self.output_uri = output_uri
+        self.run_key = run_key
         self.worker_args = worker_args
-        self.worker_command = worker_command
-        self._process: subprocess.Popen[bytes] | None = None
+        self.target_uri = target_uri
+        self.span = span
+        self.launcher = launcher
 
-    @property
-    def span_or_none(self) -> dict[str, Any] | None:
-        return None
-
-    def worker_arguments(self) -> list[str]:
-        return [str(arg) for arg in self.worker_args]
-
-    def before_launch(self, hook: FaceFusionStorageHook, work_uri: str, context: Mapping[str, Any]) -> None:
-        """Called just before the worker starts (a span logs where it resumes)."""
-
-    def on_worker_line(self, context: Mapping[str, Any], line: str) -> None:
-        """Called with every line the worker writes (a span records its progress)."""
+    def call(self) -> WorkerCall:
+        return worker_call(
+            self.command,
+            self.work_uri,
+            self.output_uri,
+            run_key=self.run_key,
+            worker_args=self.worker_args,
+            target_uri=self.target_uri,
+            span=self.span,
+        )
 
     def execute(self, context: Context) -> None:
+        call = self.call()
         hook = FaceFusionStorageHook()
-        with fail_on_bad_input(context):
-            reason = completed_work(hook, self.command, self.work_uri, self.output_uri, self.span_or_none)
-            if not reason:
-                self.before_launch(hook, self.work_uri, context)
+        reason = nothing_to_do(hook, call, context)
         if reason:
             self.log.info("Nothing to do, no worker started: %s", reason)
             return
-        argv = worker_argv(self.command, self.work_uri, self.worker_arguments())
-        program = list(self.worker_command or load_settings().worker_command)
-        env = task_worker_env(context, os.environ, self.work_uri)
+        self.launcher = self.launcher or SubprocessLauncher(load_settings().worker_command)
         # The AWS connection's credentials travel in the child's environment only: never argv, conf, XCom or logs.
-        self._run_worker([*program, *argv], context, {**env, **hook.worker_environment()})
+        env = {**task_worker_env(context, os.environ, call), **hook.worker_environment()}
+        argv = call.argv()
+        self.log.info("Running worker: %s", argv)
 
-    def _run_worker(self, command: list[str], context: Context, env: Mapping[str, str]) -> None:
-        with tempfile.TemporaryDirectory(prefix="facefusion-") as workdir:
-            termination_log = Path(workdir, "termination-log")
-            full_env = {**os.environ, **env, TERMINATION_LOG_VARIABLE: str(termination_log)}
-            self.log.info("Running command: %s", command)
-            last_line = ""
-            self._process = subprocess.Popen(
-                command, env=full_env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
-            assert self._process.stdout is not None
-            for raw in iter(self._process.stdout.readline, b""):
-                last_line = raw.decode(errors="backslashreplace").rstrip()
-                self.log.info("%s", last_line)
-                self.on_worker_line(context, last_line)
-            exit_code = self._process.wait()
-            self.log.info("Command exited with return code %s", exit_code)
-            report = termination_log.read_text() if termination_log.exists() else last_line
+        def on_line(line: str) -> None:
+            self.log.info("%s", line)
+            record_line_progress(context, line)
+
+        exit_code, report = self.launcher.run(argv, env, on_line)
+        self.log.info("Worker exited with return code %s", exit_code)
         if exit_code != 0:
             raise_for_failure(parse_failure_report(exit_code, report), context)
 
     def on_kill(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)  # the worker unwinds: uploads aborted, temporary files removed
-
-
-class LocalSwapSpanOperator(SwapSpanMixin, LocalWorkerOperator):
-    """``swap-span`` for one span of ``plan``'s list (mapped: one task per span). A span whose segments are all
-    committed, or an output that already carries this work, succeeds at once without starting a process (never a
-    skip: merge must run).
-
-    :param target_uri: this run's target (its own path to the work's content).
-    :param span: one item of ``plan``'s list.
-    """
-
-    template_fields: Sequence[str] = (*LocalWorkerOperator.template_fields, "target_uri", "span")
-
-    def __init__(self, *, work_uri: str, output_uri: str, target_uri: str, span: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(command="swap-span", work_uri=work_uri, output_uri=output_uri, **kwargs)
-        self.target_uri = target_uri
-        self.span = span
-
-    @property
-    def span_or_none(self) -> dict[str, Any] | None:
-        return self.span
+        if self.launcher is not None:
+            self.launcher.stop()

@@ -1,7 +1,7 @@
 """The trigger form of ``facefusion_swap``: one typed ``Param`` per option, generated from the options model.
 
 Each option becomes its own field: title, description, type, a dropdown for an enum, a multi-select for a list of
-choices, minimum and maximum, default (a deprecated spelling of another option is left out of the form). The everyday options sit in the form's open first section; the rest are
+choices, minimum and maximum, default. The everyday options sit in the form's open first section; the rest are
 grouped by their ``section`` into sections the form shows collapsed. The conf these fields make is flat
 (``{"source_uris": [...], "target_uri": ..., "face_swapper_blend": 90}``): the canonical shape. The older shape with
 the options nested under ``"options"`` is accepted too (``validate`` merges both).
@@ -13,14 +13,9 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from facefusion_provider.job.inputs import EMPTY_LIST_OPTIONS
 from facefusion_provider.options import Options, options_json_schema
 
-CONF_INPUT_FIELDS = ("source_uris", "target_uri", "output_uri")
-NESTED_OPTIONS_KEY = "options"  # the older conf shape: every option under this key
-# Options the conf still accepts but the form does not show (a deprecated spelling of another option).
-FORM_HIDDEN_OPTIONS = frozenset({"chunk_size"})
-# List options where an empty list is a real choice: the form sends an emptied multi-select as null, which means [].
-EMPTY_LIST_OPTIONS = frozenset({"processors"})
 _ACRONYMS = {"uris": "URIs", "uri": "URI"}
 
 
@@ -58,8 +53,6 @@ def option_params(*, section: str | None = None, defaults: Options | None = None
     values = (defaults or Options()).model_dump(mode="json")
     params = {}
     for name in Options.model_fields:
-        if name in FORM_HIDDEN_OPTIONS:
-            continue
         schema = {**param_schema(name, properties[name]), "default": values[name]}
         if section:
             schema["section"] = section

@@ -28,7 +28,7 @@ PUBLISHED_SPAN: dict[str, Any] = {"index": 0, "first": 0, "last": 0, "start": 0,
 
 class PlanSpansOperator(BaseOperator):
     """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
-    ``max_active_spans_per_run``; one with ``span_workers = standing``), each a run of consecutive segments. When this run's output already carries the
+    ``max_active_spans_per_run``; the DAG gives one with ``span_workers = standing``), each a run of consecutive segments. When this run's output already carries the
     work's marker there is nothing to plan (the work may be gone): one span that has nothing to do. Reports how many
     segments this run finds committed already (reused) and how many it has to compute (launched).
 
@@ -48,8 +48,6 @@ class PlanSpansOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         settings = load_settings()
         wave = self.wave or settings.span_wave or settings.max_active_spans_per_run
-        if settings.span_workers == "standing":
-            wave = 1  # standing workers split the work themselves: one waiting task (one trigger) a run is enough
         hook = FaceFusionStorageHook()
         if hook.output_done(self.output_uri, WorkLayout(self.work_uri).work_id) is not None:
             self.log.info("%s already holds this work's output: nothing to plan", self.output_uri)

@@ -38,7 +38,7 @@ def run_tags(ti: TaskInstanceLike) -> dict[str, str]:
 
 
 def worker_metric_environment(
-    ti: TaskInstanceLike, environ: Mapping[str, str], job_id: str | None = None
+    ti: TaskInstanceLike, environ: Mapping[str, str], work_id: str | None = None
 ) -> dict[str, str]:
     """Variables a worker command needs for its metrics: where to push them (this side's exporter settings in
     ``environ``) and the attributes that name its task (read by ``worker.metrics``)."""
@@ -48,7 +48,7 @@ def worker_metric_environment(
         names.RUN_ID: ti.run_id,
         names.TASK_ID: ti.task_id,
         names.MAP_INDEX: str(-1 if ti.map_index is None else ti.map_index),
-        names.JOB_ID: job_id or "",
+        names.WORK_ID: work_id or "",
     }
     return forwarded | {names.ATTRIBUTE_VARIABLES[name]: value for name, value in values.items() if value}
 

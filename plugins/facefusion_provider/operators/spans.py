@@ -1,124 +1,155 @@
-"""What a ``swap-span`` operator knows on every backend: the span of ``plan``'s list it works on, how it records the
-span's progress in Airflow's task state store, and (``[facefusion] span_workers = standing``) how it waits for the
-standing workers instead of starting one."""
+"""A span's progress in Airflow's task state store (the same on every backend), and, with ``[facefusion]
+span_workers = standing``, the deferrable task that waits for the standing workers to commit a span instead of
+starting a worker: the DAG picks it when it is built, so the graph shows what runs."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
+from facefusion_provider.contract import progress_in_line
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.ids import run_key
-from facefusion_provider.job.progress import PROGRESS_PREFIX
-from facefusion_provider.operators.commands import completed_work, fail_on_bad_input, span_worker_args
-from facefusion_provider.settings import load_settings
+from facefusion_provider.job.records import RunLease
+from facefusion_provider.operators.commands import WorkerCall, completed_work, fail_on_bad_input, worker_call
+from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
-
-if TYPE_CHECKING:
-    from airflow.triggers.base import BaseTrigger
 
 logger = logging.getLogger(__name__)  # an operator's own log shows in its task log like this one
 
 PROGRESS_KEY = "progress"  # the task state store key of a span's progress
 
 
-class SwapSpanMixin:
-    """The span of a mapped ``swap_span`` task, ``{"index": 2, "first": 64, "last": 96, "start": 16384,
-    "end": 24576, "label": "frames 16384-24575 (32 segments)"}``, and this run's ``target_uri``.
+def nothing_to_do(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> str | None:
+    """Why the call has nothing to do, or None; a span about to start says where it resumes. Bad input or a broken
+    work found here fails the task at once."""
+    with fail_on_bad_input(context):
+        reason = completed_work(hook, call.command, call.work_uri, call.output_uri, call.span)
+        if reason is None:
+            hold_run_again(hook, call, context)
+        if reason is None and call.span is not None:
+            log_span_start(hook, call.work_uri, call.span, context)
+    return reason
 
-    Listed before the backend's worker operator, so its ``span`` and ``worker_arguments`` replace the worker
-    operator's; each operator keeps its own ``__init__`` (Airflow applies ``default_args`` only to an ``__init__`` a
-    class defines).
+
+def hold_run_again(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> None:
+    """Every task of a run holds the work again as it starts (docs/protocol.md, "Queued Airflow runs"): a run queued
+    past its lease's TTL, or cleared after it failed (its lease ``kept``), holds it as an active run again."""
+    pull = getattr(context.get("ti"), "xcom_pull", None)
+    lease = pull(task_ids="validate", key="run_lease") if call.run_key and pull is not None else None
+    if isinstance(lease, dict):
+        hook.hold_work(call.work_uri, call.run_key, RunLease.model_validate({**lease, "state": "active"}))
+
+
+def log_span_start(
+    hook: FaceFusionStorageHook, work_uri: str, span: Mapping[str, Any], context: Mapping[str, Any]
+) -> None:
+    """Say where this try starts (the markers in storage are the truth) and record it as the span's progress."""
+    segments = range(int(span["first"]), int(span["last"]))
+    committed = hook.committed_segments(work_uri)
+    done = [index for index in segments if index in committed]
+    first_left = next((index for index in segments if index not in committed), None)
+    store = _store(context)
+    previous = store.get(PROGRESS_KEY) if store is not None else None
+    if previous:
+        logger.info("Progress recorded by the previous try: %s", json.dumps(previous, sort_keys=True))
+    logger.info(
+        "Span %s (%s): %d of %d segments committed; starting at segment %s",
+        span["index"],
+        span.get("label", ""),
+        len(done),
+        len(segments),
+        first_left,
+    )
+    record_progress(context, {"segments_committed": len(done), "segments_total": len(segments)})
+
+
+def record_line_progress(context: Mapping[str, Any], line: str) -> None:
+    """The worker writes ``facefusion.progress {json}`` at each commit: keep the latest in the task state store."""
+    progress = progress_in_line(line)
+    if progress is not None:
+        record_progress(context, progress)
+
+
+def record_progress(context: Mapping[str, Any], progress: Mapping[str, Any]) -> None:
+    store = _store(context)
+    if store is not None:
+        store.set(PROGRESS_KEY, {**progress, "updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
+
+
+def _store(context: Mapping[str, Any]) -> Any:
+    """``context["task_state_store"]`` (Airflow 3.3); None where a context has none (an older Airflow, a unit test)."""
+    return context.get("task_state_store")
+
+
+class SpanCommittedOperator(BaseOperator):
+    """Wait, deferred (no pool slot, no process), until the standing workers have committed every segment of one span
+    of ``plan``'s list; fails naming what to start when no standing worker is alive. A span already committed, or an
+    output that already carries this work, succeeds at once.
+
+    :param work_uri: the shared work folder, from ``validate``.
+    :param output_uri: this run's output, from ``validate``.
+    :param target_uri: this run's target, from ``validate``.
+    :param run_key: this run's lease key, from ``validate``: renewed while waiting.
+    :param span: one item of ``plan``'s list.
     """
 
-    span: dict[str, Any]
-    target_uri: str
-    work_uri: str
-    output_uri: str
+    template_fields: Sequence[str] = (
+        *BaseOperator.template_fields,
+        "work_uri",
+        "output_uri",
+        "target_uri",
+        "run_key",
+        "span",
+    )
+    ui_color = "#fff3d6"
+    operator_extra_links = OUTPUT_LINKS
+    command = "swap-span"  # what the standing workers run for it (its output links are a swap-span's)
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        *,
+        work_uri: str,
+        output_uri: str,
+        target_uri: str,
+        run_key: str,
+        span: dict[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.work_uri = work_uri
+        self.output_uri = output_uri
+        self.target_uri = target_uri
+        self.run_key = run_key
+        self.span = span
 
-        def defer(
-            self,
-            *,
-            trigger: BaseTrigger,
-            method_name: str,
-            kwargs: dict[str, Any] | None = None,
-            timeout: timedelta | float | None = None,
-        ) -> NoReturn: ...
-
-    def execute(self, context: Context) -> Any:
-        """With standing workers, wait (deferred: no pool slot, no process) until the span is committed; else the
-        backend's operator starts a worker for the span."""
-        if load_settings().span_workers != "standing":
-            return super().execute(context)  # type: ignore[misc]
-        hook = FaceFusionStorageHook()
-        with fail_on_bad_input(context):
-            reason = completed_work(hook, "swap-span", self.work_uri, self.output_uri, self.span)
-            if not reason:
-                self.before_launch(hook, self.work_uri, context)
+    def execute(self, context: Context) -> None:
+        call = worker_call(
+            "swap-span",
+            self.work_uri,
+            self.output_uri,
+            run_key=self.run_key,
+            target_uri=self.target_uri,
+            span=self.span,
+        )
+        reason = nothing_to_do(FaceFusionStorageHook(), call, context)
         if reason:
-            logger.info("Nothing to do: %s", reason)
-            return None
-        logger.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
-        first, last = int(self.span["first"]), int(self.span["last"])
-        key = run_key(context["ti"].dag_id, context["ti"].run_id)  # the lease validate wrote, renewed while waiting
-        trigger = SpanCommittedTrigger(self.work_uri, first, last, run_key=key)
+            self.log.info("Nothing to do: %s", reason)
+            return
+        self.log.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
+        trigger = SpanCommittedTrigger(
+            self.work_uri, int(self.span["first"]), int(self.span["last"]), run_key=self.run_key
+        )
         self.defer(trigger=trigger, method_name="span_committed")
 
     def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:
         if event.get("status") != "committed":
             raise AirflowException(str(event.get("message") or event))  # retried: the workers may be starting
         segments = int(event["segments"])
-        logger.info("Span %s: all %d segments committed by the standing workers", self.span["index"], segments)
-        self.record_progress(context, {"segments_committed": segments, "segments_total": segments})
-
-    def worker_arguments(self) -> list[str]:
-        return span_worker_args(self.target_uri, self.span)
-
-    def before_launch(self, hook: FaceFusionStorageHook, work_uri: str, context: Mapping[str, Any]) -> None:
-        """Say where this try starts (the markers in storage are the truth) and record it as the span's progress."""
-        segments = range(int(self.span["first"]), int(self.span["last"]))
-        committed = hook.committed_segments(work_uri)
-        done = [index for index in segments if index in committed]
-        first_left = next((index for index in segments if index not in committed), None)
-        previous = _store(context).get(PROGRESS_KEY) if _store(context) is not None else None
-        if previous:
-            logger.info("Progress recorded by the previous try: %s", json.dumps(previous, sort_keys=True))
-        logger.info(
-            "Span %s (%s): %d of %d segments committed; starting at segment %s",
-            self.span["index"],
-            self.span.get("label", ""),
-            len(done),
-            len(segments),
-            first_left,
-        )
-        self.record_progress(context, {"segments_committed": len(done), "segments_total": len(segments)})
-
-    def on_worker_line(self, context: Mapping[str, Any], line: str) -> None:
-        """The worker writes ``facefusion.progress {json}`` at each commit: keep the latest in the task state store."""
-        position = line.find(PROGRESS_PREFIX)
-        if position < 0:
-            return
-        try:
-            progress = json.loads(line[position + len(PROGRESS_PREFIX) :])
-        except ValueError:
-            return
-        if isinstance(progress, dict):
-            self.record_progress(context, progress)
-
-    def record_progress(self, context: Mapping[str, Any], progress: Mapping[str, Any]) -> None:
-        store = _store(context)
-        if store is not None:
-            store.set(PROGRESS_KEY, {**progress, "updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
-
-
-def _store(context: Mapping[str, Any]) -> Any:
-    """``context["task_state_store"]`` (Airflow 3.3); None where a context has none (an older Airflow, a unit test)."""
-    return context.get("task_state_store")
+        self.log.info("Span %s: all %d segments committed by the standing workers", self.span["index"], segments)
+        record_progress(context, {"segments_committed": segments, "segments_total": segments})

@@ -8,7 +8,6 @@ here, naming the field, before any worker runs. Nothing is ever written at the o
 from __future__ import annotations
 
 import contextlib
-import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -17,16 +16,16 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, NonRetryableError
+from facefusion_provider.contract import merge_worker_args, prepare_worker_args
+from facefusion_provider.exceptions import InputMissingError, NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.ids import run_key, work_id
-from facefusion_provider.job.inputs import CONF_FIELDS, check_output_format, check_sources, run_uris
+from facefusion_provider.job.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, check_conf, check_output_outside_work
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import RunLease
+from facefusion_provider.job.records import RunHolder, RunLease
 from facefusion_provider.operators import run_metrics
-from facefusion_provider.operators.commands import fail_on_bad_input, merge_worker_args, prepare_worker_args
-from facefusion_provider.operators.params import CONF_INPUT_FIELDS, EMPTY_LIST_OPTIONS, NESTED_OPTIONS_KEY
-from facefusion_provider.options import Options, parse_options
+from facefusion_provider.operators.commands import fail_on_bad_input
+from facefusion_provider.options import Options
 from facefusion_provider.settings import load_settings
 
 
@@ -36,34 +35,6 @@ class StorageChecks:
 
     content_id: Callable[[str], str]
     check_writable: Callable[[str], None]
-
-
-def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
-    """The options of a run: the flat fields (the form's, each with its default), with the older nested
-    ``options`` object laid over them; a key given both ways with two values is an error."""
-    unknown = sorted(set(conf) - {*CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, *Options.model_fields})
-    if unknown:
-        raise InvalidOptionError("; ".join(_unknown_key(key) for key in unknown))
-    nested = conf.get(NESTED_OPTIONS_KEY) or {}
-    if not isinstance(nested, dict):
-        raise InvalidOptionError(f"options: expected an object of option names and values, got {nested!r}")
-    for name, value in nested.items():
-        if name in conf and conf[name] != value:
-            raise InvalidOptionError(
-                f"options.{name}: given twice, as {name} ({conf[name]!r}) and as options.{name} ({value!r}); give it once"
-            )
-    flat = {name: params[name] for name in Options.model_fields if name in params}
-    values = {**flat, **nested}
-    for name in EMPTY_LIST_OPTIONS & {name for name, value in values.items() if value is None}:
-        values[name] = []  # the form's emptied multi-select
-    return parse_options(values, where="options")
-
-
-def _unknown_key(key: str) -> str:
-    known = [*CONF_INPUT_FIELDS, *Options.model_fields]
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(known)}"
-    return f"{key}: unknown conf key{hint}"
 
 
 def validate_conf(
@@ -77,35 +48,21 @@ def validate_conf(
 ) -> dict[str, Any]:
     """Check a run's conf and name its work. Any problem is an ``InvalidOptionError`` (or ``InputMissingError``,
     ``StorageDeniedError``) whose message starts with the field, e.g. ``face_swapper_blend: ...``."""
-    options = conf_options(params, conf)
-    sources = params.get("source_uris")
-    if not isinstance(sources, list) or not sources:
-        raise InvalidOptionError(f"source_uris: expected a non-empty list of paths or URIs, got {sources!r}")
-    uris = run_uris(
-        sources,
-        params.get("target_uri") or "",  # an empty one is named by run_uris
-        params.get("output_uri") or "",
-        fields=CONF_FIELDS,
-        relative=False,
-        allowed_inputs=allowed_inputs,
-        allowed_outputs=allowed_outputs,
-    )
-    assert uris.output_uri is not None
-    check_sources(uris.source_uris, options, CONF_FIELDS)
-    check_output_format(uris.output_uri, options, CONF_FIELDS)
-    target_id = _content_id(checks, uris.target_uri, "target_uri")
-    source_ids = [_content_id(checks, uri, f"source_uris[{i}]") for i, uri in enumerate(uris.source_uris)]
-    checks.check_writable(uris.output_uri)
-    work = work_id(target_id, source_ids, options)
+    checked = check_conf(params, conf, allowed_inputs=allowed_inputs, allowed_outputs=allowed_outputs)
+    check_output_outside_work(checked.output_uri, work_root, "output_uri")
+    target_id = _content_id(checks, checked.target_uri, "target_uri")
+    source_ids = [_content_id(checks, uri, f"source_uris[{i}]") for i, uri in enumerate(checked.source_uris)]
+    checks.check_writable(checked.output_uri)
+    work = work_id(target_id, source_ids, checked.options)
     return {
         "work_id": work,
         "work_uri": WorkLayout.under(work_root, work).work_uri,
-        "source_uris": uris.source_uris,
-        "target_uri": uris.target_uri,
-        "output_uri": uris.output_uri,
-        "options": options.model_dump(mode="json"),
-        "prepare_args": prepare_worker_args(uris.source_uris, uris.target_uri, options),
-        "merge_args": merge_worker_args(uris.target_uri, uris.output_uri),
+        "source_uris": checked.source_uris,
+        "target_uri": checked.target_uri,
+        "output_uri": checked.output_uri,
+        "options": checked.options.model_dump(mode="json"),
+        "prepare_args": prepare_worker_args(checked.source_uris, checked.target_uri, checked.options),
+        "merge_args": merge_worker_args(checked.target_uri, checked.output_uri),
     }
 
 
@@ -165,11 +122,6 @@ class ValidateSwapConfOperator(BaseOperator):
         self.work_root = work_root
         self.run_priority = run_priority
 
-    def ticket(self, key: str) -> str:
-        """A template of one ticket field (``work_uri``, ``output_uri``, ``prepare_args``, ...) for a templated field
-        downstream; with ``render_template_as_native_obj`` lists stay lists."""
-        return f"{{{{ ti.xcom_pull(task_ids={self.task_id!r}, key={key!r}) }}}}"
-
     def execute(self, context: Context) -> dict[str, Any]:
         hook = FaceFusionStorageHook()
         settings = load_settings()
@@ -188,8 +140,8 @@ class ValidateSwapConfOperator(BaseOperator):
             )
         key = run_key(dag_run.dag_id, dag_run.run_id)
         lease = RunLease(
-            dag_id=dag_run.dag_id,
-            run_id=dag_run.run_id,
+            holder=RunHolder(kind="airflow", dag_id=dag_run.dag_id, run_id=dag_run.run_id),
+            ttl_seconds=settings.run_lease.total_seconds(),
             output_uri=ticket["output_uri"],
             created_at=datetime.now(UTC),
             target_uri=ticket["target_uri"],
@@ -203,4 +155,4 @@ class ValidateSwapConfOperator(BaseOperator):
             self.log.info(
                 "%s already holds this work's output: the worker tasks have nothing to do", ticket["output_uri"]
             )
-        return {**ticket, "run_key": key}
+        return {**ticket, "run_key": key, "run_lease": lease.model_dump(mode="json")}

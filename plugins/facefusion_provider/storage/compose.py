@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.storage.filesystems import filesystem, storage_errors
 from facefusion_provider.storage.multipart import UPLOAD_MAX_PARTS, UPLOAD_MIN_PART_BYTES, MultipartUpload
-from facefusion_provider.storage.objects import put_file_atomic
+from facefusion_provider.storage.objects import put_file_atomic, replace_confined
 from facefusion_provider.storage.ranges import RANGE_GAP_BYTES, RANGE_PIECE_BYTES
 from facefusion_provider.storage.uris import local_path
 
@@ -83,7 +83,7 @@ def compose(uri: str, pieces: Sequence[Piece]) -> Composed:
         if destination is None:
             put_file_atomic(path, uri)
         else:
-            os.replace(path, destination)
+            replace_confined(path, destination)  # never through a link swapped into an output folder
     copied = sum(piece.size for piece in pieces if isinstance(piece, ByteSlice) and local_path(piece.uri))
     return Composed(size, copied_bytes=copied, moved_bytes=size - copied, parts=1)
 

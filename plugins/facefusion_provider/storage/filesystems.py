@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import fsspec
 from fsspec.spec import AbstractFileSystem
 
+from facefusion_provider import contract
 from facefusion_provider.exceptions import (
     FaceFusionError,
     InputMissingError,
@@ -31,8 +32,8 @@ from facefusion_provider.exceptions import (
 )
 from facefusion_provider.storage.uris import bucket_and_key, local_path
 
-S3_ENDPOINT_VARIABLE = "FACEFUSION_S3_ENDPOINT_URL"
-S3_MAX_ATTEMPTS_VARIABLE = "FACEFUSION_S3_MAX_ATTEMPTS"
+S3_ENDPOINT_VARIABLE = contract.S3_ENDPOINT_VARIABLE
+S3_MAX_ATTEMPTS_VARIABLE = contract.S3_MAX_ATTEMPTS_VARIABLE
 DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
 S3_POOL_CONNECTIONS = 64  # the merge has this many part copies in flight (S3 copies; they hold no memory here)
 _S3FS_ROUNDS = 2

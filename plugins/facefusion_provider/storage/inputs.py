@@ -15,13 +15,14 @@ from typing import IO
 
 from fsspec.spec import AbstractFileSystem
 
+from facefusion_provider import contract
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
 from facefusion_provider.storage.filesystems import filesystem, positive_setting, storage_errors
 from facefusion_provider.storage.uris import local_path
 
-INPUT_CACHE_DIR_VARIABLE = "FACEFUSION_INPUT_CACHE_DIR"
-INPUT_CACHE_MAX_BYTES_VARIABLE = "FACEFUSION_INPUT_CACHE_MAX_BYTES"
-READ_BLOCK_VARIABLE = "FACEFUSION_S3_READ_BLOCK_BYTES"
+INPUT_CACHE_DIR_VARIABLE = contract.INPUT_CACHE_DIR_VARIABLE
+INPUT_CACHE_MAX_BYTES_VARIABLE = contract.INPUT_CACHE_MAX_BYTES_VARIABLE
+READ_BLOCK_VARIABLE = contract.S3_READ_BLOCK_VARIABLE
 DEFAULT_INPUT_CACHE_MAX_BYTES = 50 * 1024**3
 DEFAULT_READ_BLOCK_BYTES = 4 * 1024 * 1024  # one ranged GET per block; blocks a seek returns to stay cached
 _DOWNLOAD_BLOCK = 16 * 1024 * 1024

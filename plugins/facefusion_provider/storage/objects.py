@@ -2,11 +2,16 @@
 
 An atomic write shows readers the old object or the whole new one; an exclusive write creates an object only if
 nothing is there (S3's conditional PUT, a hard link on a local disk), so of two writers exactly one wins.
+
+A local write under an allowed output prefix (``FACEFUSION_ALLOWED_OUTPUT_PREFIXES``) goes through folder handles
+opened without following symbolic links below the prefix (``confined_folder``): a link swapped into an output's
+folders after ``validate`` checked them cannot redirect the output, its preview or its marker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -15,15 +20,16 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 from fsspec.spec import AbstractFileSystem
 
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
 from facefusion_provider.storage.filesystems import error_code, filesystem, is_local, storage_errors
-from facefusion_provider.storage.uris import local_path
+from facefusion_provider.storage.uris import allowed_prefixes, is_within, local_path
 
 _HASH_BLOCK = 8 * 1024 * 1024
 _FOLDER_ATTEMPTS = 20  # a folder emptied and removed by another process between our makedirs and our file, again
@@ -60,11 +66,85 @@ def read_json(uri: str) -> Any:
     return json.loads(read_bytes(uri))
 
 
+def confining_prefix(path: str) -> str | None:
+    """The allowed local output prefix (as configured) that holds ``path``, when the worker has an output allow-list."""
+    for prefix in allowed_prefixes("output"):
+        root = local_path(prefix) if urlparse(prefix).scheme == "file" else None
+        if root is not None and is_within(path, root.rstrip("/") or "/"):
+            return root.rstrip("/") or "/"
+    return None
+
+
+@contextlib.contextmanager
+def confined_folder(root: str, folder: str) -> Iterator[int]:
+    """A handle on ``folder``, opened one name at a time from ``root`` without following a symbolic link (missing
+    folders are created the same way); a link on the way is an ``InvalidOptionError`` naming it."""
+    os.makedirs(root, exist_ok=True)
+    handle = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the prefix itself is the administrator's: it may be a link
+    try:
+        current = root
+        for name in [part for part in folder[len(root) :].split("/") if part]:
+            current = f"{current.rstrip('/')}/{name}"
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=handle)
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=handle)
+            except OSError as error:
+                if os.path.islink(current) or error.errno == errno.ELOOP:
+                    raise InvalidOptionError(
+                        f"output: {current} is a symbolic link; symbolic links are refused in output folders"
+                    ) from None
+                raise
+            os.close(handle)
+            handle = inner
+        yield handle
+    finally:
+        os.close(handle)
+
+
+def replace_confined(temp: str, destination: str) -> None:
+    """``os.replace(temp, destination)`` for a temporary file beside ``destination``; under an allowed output prefix
+    through a folder handle that follows no symbolic link, and never onto a link."""
+    root = confining_prefix(destination)
+    if root is None:
+        os.replace(temp, destination)
+        return
+    folder, name = os.path.split(destination)
+    if os.path.dirname(temp) != folder:
+        raise ValueError(f"{temp} is not beside {destination}")
+    with confined_folder(root, folder) as handle:
+        os.replace(os.path.basename(temp), name, src_dir_fd=handle, dst_dir_fd=handle)
+
+
+def _write_local_confined(root: str, path: str, data: bytes | IO[bytes]) -> None:
+    """``data`` (bytes, or a file to copy) written to ``path`` by name inside a confined folder handle."""
+    folder, name = os.path.split(path)
+    temp = f".tmp-{uuid.uuid4().hex[:12]}"
+    with confined_folder(root, folder) as handle:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _NEW_FILE_MODE, dir_fd=handle)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if isinstance(data, bytes):
+                    out.write(data)
+                else:
+                    shutil.copyfileobj(data, out, _HASH_BLOCK)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, name, src_dir_fd=handle, dst_dir_fd=handle)  # a link at ``name`` is replaced, not followed
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=handle)
+            raise
+
+
 def write_bytes_atomic(uri: str, data: bytes) -> None:
     """Readers see the old object or the whole new one, never a part."""
     fs, path = filesystem(uri)
     with storage_errors(uri, fs, missing_is_input=False):
-        if is_local(fs):
+        root = confining_prefix(path) if is_local(fs) else None
+        if root is not None:
+            _write_local_confined(root, path, data)
+        elif is_local(fs):
             _write_local_atomic(path, data)
         else:
             fs.pipe_file(path, data)  # an object store PUT is atomic: the key appears only when complete
@@ -228,7 +308,12 @@ def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
     fs, path = filesystem(uri)
     if is_local(fs):
         with storage_errors(uri, fs, missing_is_input=False):
-            _copy_local_atomic(local, path)
+            root = confining_prefix(path)
+            if root is not None:
+                with open(local, "rb") as source:
+                    _write_local_confined(root, path, source)
+            else:
+                _copy_local_atomic(local, path)
         return
     # One PUT, or a multipart upload that s3fs completes only after every part (and aborts on error): the key
     # never shows a partial object.
@@ -353,3 +438,23 @@ def _check_local_writable(path: str, uri: str, field: str) -> None:
         raise StorageDeniedError(f"{field}: cannot write {uri}: {error.strerror or error} ({folder})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def stat(uri: str) -> StoredObject | None:
+    """The object at ``uri`` (version, size, the store's modification time), or None when there is none: one HEAD."""
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False):
+        try:
+            if urlparse(uri).scheme == "s3":
+                bucket, key = path.split("/", 1) if "/" in path else (path, "")
+                head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+                info = {
+                    "size": head.get("ContentLength"),
+                    "ETag": head.get("ETag"),
+                    "LastModified": head.get("LastModified"),
+                }
+            else:
+                info = fs.info(path)
+        except FileNotFoundError:
+            return None
+    return _stored_object(uri, info)

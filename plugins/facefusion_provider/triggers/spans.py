@@ -11,16 +11,20 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout, work_root_of
 
-POLL_SECONDS = 5.0
-NO_WORKER_SECONDS = 120.0  # a span waits this long for a standing worker to appear before its task fails
-RENEW_SECONDS = 600.0  # how often the run's lease is rewritten: standing workers help runs renewed within the hour
+POLL_SECONDS = 10.0  # one HEAD a poll while nothing changes: about $0.10 a month per waiting run on S3 Standard
+NO_WORKER_SECONDS = 600.0  # a span waits this long for a live standing worker (KEDA may be scaling up from zero)
+WORKERS_EVERY_SECONDS = 300.0  # how often it lists the standing workers' leases (a LIST costs 12 GETs)
+RENEW_SECONDS = 1800.0  # how often the run's lease is renewed: a quarter of the default run TTL
 
 
 class SpanCommittedTrigger(BaseTrigger):
     """Fires ``{"status": "committed"}`` once segments ``[first, last)`` of the work are committed, or
-    ``{"status": "no_standing_worker"}`` when no standing worker has had a live heartbeat for ``no_worker_seconds``
-    (one listing of the segments and one of the workers per poll). While it waits it renews the run's lease
-    (``run_key``), so standing workers keep taking a run that waits behind a long queue."""
+    ``{"status": "no_standing_worker"}`` when no standing worker has had a live lease for ``no_worker_seconds``.
+
+    Cheap while it waits (docs/protocol.md, "The change signal"): each poll asks only whether the first segment not yet
+    seen committed is committed now (one HEAD of its marker, then the next ones while they are); the standing workers'
+    leases are listed every ``WORKERS_EVERY_SECONDS``. It renews the run's lease (``run_key``) every
+    ``renew_seconds``, so the work stays held while the run waits behind a long queue."""
 
     def __init__(
         self,
@@ -51,32 +55,39 @@ class SpanCommittedTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = FaceFusionStorageHook()
-        work_root = work_root_of(WorkLayout(self.work_uri))
+        layout = WorkLayout(self.work_uri)
+        work_root = work_root_of(layout)
         loop = asyncio.get_running_loop()
         alone_since: float | None = None
-        renewed = loop.time()
+        renewed = workers_seen = loop.time()
+        next_left = self.first  # segments before it were seen committed: a marker is never removed while we wait
+        # Storage calls block: they run in a thread, never on the triggerer's event loop.
+        if not await asyncio.to_thread(hook.standing_workers, work_root):
+            alone_since = loop.time()
         while True:
             if self.run_key and loop.time() - renewed >= self.renew_seconds:
                 await asyncio.to_thread(hook.renew_lease, self.work_uri, self.run_key)
                 renewed = loop.time()
-            # Storage calls block: they run in a thread, never on the triggerer's event loop.
-            committed = await asyncio.to_thread(hook.committed_segments, self.work_uri)
-            left = [index for index in range(self.first, self.last) if index not in committed]
-            if not left:
+            while next_left < self.last and await asyncio.to_thread(hook.exists, layout.segment_marker(next_left)):
+                next_left += 1
+            if next_left >= self.last:
                 yield _event({"status": "committed", "segments": self.last - self.first})
                 return
-            if await asyncio.to_thread(hook.standing_workers, work_root):
-                alone_since = None
-            elif alone_since is None:
-                alone_since = loop.time()
-            elif loop.time() - alone_since >= self.no_worker_seconds:
+            if loop.time() - workers_seen >= min(WORKERS_EVERY_SECONDS, self.no_worker_seconds / 2):
+                workers_seen = loop.time()
+                if await asyncio.to_thread(hook.standing_workers, work_root):
+                    alone_since = None
+                elif alone_since is None:
+                    alone_since = loop.time()
+            if alone_since is not None and loop.time() - alone_since >= self.no_worker_seconds:
+                left = self.last - next_left
                 message = (
                     f"span_workers = standing, but no standing worker (facefusion-worker serve --work-root "
-                    f"{work_root}) has been alive for {self.no_worker_seconds:.0f} s; {len(left)} of the span's "
+                    f"{work_root}) has been alive for {self.no_worker_seconds:.0f} s; at least {left} of the span's "
                     f"{self.last - self.first} segments are not committed. Start the standing workers "
-                    "(deploy/standing-workers.yaml), or set [facefusion] span_workers = task"
+                    "(deploy/chart, standingWorkers), or set [facefusion] span_workers = task"
                 )
-                yield _event({"status": "no_standing_worker", "message": message, "left": len(left)})
+                yield _event({"status": "no_standing_worker", "message": message, "left": left})
                 return
             await asyncio.sleep(self.poll_seconds)
 

@@ -15,24 +15,22 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
+from facefusion_provider.contract import WorkerSettings
 from facefusion_provider.exceptions import InvalidMediaError, RetryableError
 
-FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"
-TRY_NUMBER_VARIABLE = "FACEFUSION_TRY_NUMBER"
 Item = TypeVar("Item")
 
 
 def _matching(command: str, index: int | None) -> Iterator[dict[str, Any]]:
-    spec = os.environ.get(FAULTS_VARIABLE)
-    if not spec:
+    settings = WorkerSettings.from_environ(os.environ)
+    if not settings.test_faults:
         return
-    try_number = int(os.environ.get(TRY_NUMBER_VARIABLE, "1"))
-    for fault in json.loads(spec):
+    for fault in json.loads(settings.test_faults):
         if fault.get("command") != command:
             continue
         if index is not None and "indexes" in fault and index not in fault["indexes"]:
             continue
-        if "tries" in fault and try_number not in fault["tries"]:
+        if "tries" in fault and settings.try_number not in fault["tries"]:
             continue
         yield fault
 
@@ -43,7 +41,7 @@ def maybe_inject(command: str, index: int | None = None) -> None:
         if "frame_delay" in fault:
             continue
         where = f"{command}" + (f" span {index}" if index is not None else "")
-        where += f" try {os.environ.get(TRY_NUMBER_VARIABLE, '1')}"
+        where += f" try {WorkerSettings.from_environ(os.environ).try_number}"
         if fault.get("retryable", True):
             raise RetryableError(f"injected transient failure ({where})")
         raise InvalidMediaError(f"injected permanent failure ({where})")

@@ -3,9 +3,8 @@
 A pod that exits when its own span is done leaves its GPU idle until the next task's pod has started and loaded its
 models (about 14 s); in a batch of many short runs that is a quarter of the pool's time. So a worker may go on to the
 free segments of other live runs under the same work root, through the same claims and markers, for at most
-``FACEFUSION_HELP_OTHER_RUNS_SECONDS`` (its own run's merge waits for it that long at most). A run is live for this
-while it holds a lease naming its target, written (or renewed: the trigger of a run waiting for standing workers
-renews it) within ``RECENT_RUNS``: a failed run's work is left to its retry.
+``FACEFUSION_HELP_OTHER_RUNS_SECONDS`` (its own run's merge waits for it that long at most). A run wants work while its
+lease is live and active (docs/protocol.md): a failed run's lease is ``kept``, its work left to its retry.
 """
 
 from __future__ import annotations
@@ -15,22 +14,26 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, InvalidJobError
 from facefusion_provider.job import leases
-from facefusion_provider.job.claims import SegmentClaims, lease_seconds, longest_free_run, scan_work
-from facefusion_provider.job.layout import WORK_FOLDER, WorkLayout
-from facefusion_provider.job.outputs import output_done
+from facefusion_provider.job.claims import (
+    SegmentClaims,
+    WorkState,
+    latest_claims,
+    lease_seconds,
+    longest_free_run,
+    scan_work,
+)
+from facefusion_provider.job.layout import PREPARE_CLAIM, WORK_FOLDER, WorkLayout, merge_claim_name, output_done
 from facefusion_provider.job.records import JobSpec, RunLease
 from facefusion_provider.options import Options
 from facefusion_provider.worker.span import FrameProcessors, work_segments
 from facefusion_provider.worker.work import checked_uris, load_job
 
 logger = logging.getLogger(__name__)
-
-RECENT_RUNS = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -45,37 +48,29 @@ class LiveWork:
     lease: RunLease | None = None  # the oldest live run's lease: its inputs and options
 
 
-def live_works(
-    work_root: str, *, besides: str, now: datetime, seen: dict[str, RunLease] | None = None
-) -> list[LiveWork]:
-    """Works under ``work_root`` that a recent run holds a lease on, highest priority first, then oldest run first;
-    not ``besides``. One listing of the work folders, then one of each work's leases; a lease is read only when its
-    version is new to ``seen`` (a cache by URI and version, kept by the caller)."""
+def live_works(work_root: str, *, besides: str, seen: dict[str, RunLease] | None = None) -> list[LiveWork]:
+    """Works under ``work_root`` whose runs want work (a live, active lease naming its target), highest priority
+    first, then oldest run first; not ``besides``. One listing of the work folders, then one of each work's leases; a
+    lease is read only when its version is new to ``seen`` (a cache by URI and version, kept by the caller)."""
     seen = {} if seen is None else seen
     found = []
     for folder in storage.list_folders(storage.join(work_root, WORK_FOLDER)):
         layout = WorkLayout(folder)
         if layout.work_id == besides:
             continue
-        recent = []
+        wanting = []
         for item in storage.list_files(layout.runs_dir):
             key = f"{item.uri}@{item.version}"
             if key not in seen:
-                seen[key] = leases.read_lease(item.uri)
-            lease = seen[key]
-            if _is_live(lease, item.modified, now):
-                recent.append(lease)
-        if recent:
-            first = min(recent, key=lambda lease: lease.created_at)
-            priority = max(lease.priority for lease in recent)
+                seen[key] = leases.read_lease(item.uri) or leases.unreadable_lease(item.uri)
+            held = leases.HeldLease(item.uri, seen[key], item.modified)
+            if held.wants_work:
+                wanting.append(held.lease)
+        if wanting:
+            first = min(wanting, key=lambda lease: lease.created_at)
+            priority = max(lease.priority for lease in wanting)
             found.append(LiveWork(layout, first.target_uri, first.created_at, priority, first))
     return sorted(found, key=lambda work: (-work.priority, work.started_at))
-
-
-def _is_live(lease: RunLease, modified: float, now: datetime) -> bool:
-    """A lease naming its target, written or renewed (a waiting standing-mode run renews it) within ``RECENT_RUNS``."""
-    renewed = datetime.fromtimestamp(modified, UTC)
-    return bool(lease.target_uri) and now - max(lease.created_at, renewed) < RECENT_RUNS
 
 
 def same_models(one: Options, other: Options) -> bool:
@@ -178,7 +173,7 @@ def help_other_runs(
 
     while time.monotonic() < deadline:
         committed, shorter = 0, list[tuple[int, LiveWork]]()
-        live = live_works(work_root, besides=besides, now=datetime.now(UTC), seen=memory.leases)
+        live = live_works(work_root, besides=besides, seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
         for other in live if standing else []:
             if other.layout.work_id not in memory.specs and other.layout.work_id not in memory.given_up:
@@ -296,7 +291,8 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
     lease, layout = other.lease, other.layout
     if lease is None or lease.options is None or storage.exists(layout.job_json):
         return
-    if not storage.write_bytes_exclusive(layout.prepare_claim, owner.encode()):
+    claims = SegmentClaims(layout, owner=owner)
+    if not claims.take_name(PREPARE_CLAIM, WorkState(frozenset(), latest_claims(layout))):
         return  # another worker prepares it
     try:
         uris = checked_uris(lease.source_uris, lease.target_uri, None)
@@ -305,7 +301,7 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
     except (FaceFusionError, ValueError) as error:
         logger.warning("work %s: not prepared here (%s); its run's prepare task will", layout.work_id, error)
         return
-    logger.info("work %s: prepared for run %s/%s before its prepare task", layout.work_id, lease.dag_id, lease.run_id)
+    logger.info("work %s: prepared for %s before its prepare task", layout.work_id, lease.holder.describe())
     if (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count) and spec.probe.streams:
         sound = threading.Thread(target=_store_sound, args=(layout, uris.target_uri), name="facefusion-sound")
         sound.start()  # beside the frames, off the run's critical path: the merge then reads one file
@@ -313,7 +309,7 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
 
 
 def _store_sound(layout: WorkLayout, target_uri: str) -> None:
-    from facefusion_provider.worker.merge import store_sound
+    from facefusion_provider.worker.sound import store_sound
 
     began = time.monotonic()
     try:
@@ -337,13 +333,15 @@ def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
     """
     from facefusion_provider.worker.merge import merge
 
-    merged, now = 0, datetime.now(UTC)
-    for item in storage.list_files(layout.runs_dir):
-        key, lease = item.uri.rsplit("/", 1)[-1].removesuffix(".json"), leases.read_lease(item.uri)
-        if not _is_live(lease, item.modified, now) or output_done(layout.work_id, lease.output_uri) is not None:
-            continue  # a failed run's output is its retry's to write
-        if not storage.write_bytes_exclusive(layout.merge_claim(key), owner.encode()):
+    merged, claims = 0, SegmentClaims(layout, owner=owner)
+    for held in leases.run_leases(layout):
+        lease = held.lease
+        if not held.wants_work or output_done(layout.work_id, lease.output_uri) is not None:
+            continue  # a kept (failed) run's output is its retry's to write
+        state = WorkState(frozenset(), latest_claims(layout))
+        if not claims.take_name(merge_claim_name(held.key), state):
             continue  # another worker merges it
+        key = held.key
         try:
             result = merge(layout.work_uri, lease.target_uri, lease.output_uri)
         except FaceFusionError as error:

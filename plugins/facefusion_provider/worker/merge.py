@@ -1,9 +1,10 @@
 """``merge``: this run's output from the committed segments, with the target's audio, frame-exact and never encoded
 again, published atomically, with its preview and its marker beside it.
 
-An MP4 output is joined from indexes (``media.mp4join``): its moov is built from the moovs the segment markers carry
-and the target's, and its media data is copied as it is (on S3 by S3 itself: ``storage.compose``). Anything else is
-remuxed, verified, and published as it is written (``worker.publish``).
+An MP4 output is joined from indexes (``worker.join``, ``media.mp4join``): its moov is built from the moovs the segment
+markers carry and the target's, and its media data is copied as it is (on S3 by S3 itself: ``storage.compose``).
+Anything else is remuxed here, verified, and published as it is written; either way ``worker.publish`` writes the
+preview and the marker.
 
 The output, its preview and its marker belong to the run that names them; the segments are the shared work's. One
 listing finds every marker however many segments there are; the markers are read side by side and, for a remux, the
@@ -12,27 +13,23 @@ segment files fetched ahead.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
-import io
 import logging
 import os
-import posixpath
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
-from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.job.inputs import CLI_FIELDS, check_output_format
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri, parse_segment_name, preview_uri_of
-from facefusion_provider.job.outputs import output_done
-from facefusion_provider.job.records import JobSpec, OutputMarker, Segment, SegmentMarker
+from facefusion_provider.job.layout import WorkLayout, output_done, parse_segment_name, preview_uri_of
+from facefusion_provider.job.records import JobSpec, SegmentMarker
 from facefusion_provider.worker import faults
+from facefusion_provider.worker.join import corrupt_segment, local_digest, plan_join
 from facefusion_provider.worker.prefetch import Prefetch
 from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import segment_label
@@ -40,15 +37,12 @@ from facefusion_provider.worker.work import checked_uris, load_job, work_layout
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
-    from facefusion_provider.media.mp4join import MovieFile
 
 logger = logging.getLogger(__name__)
 
 MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
 MARKER_READS_AT_ONCE = 32  # the merge's marker reads in flight at once, within the S3 client's connection pool
-INDEX_JOIN_EXTENSIONS = frozenset({"mp4", "m4v"})  # outputs joined from the segments' indexes when they allow it
-INDEX_READ_BYTES = 256 * 1024  # the ranged reads of a remote MP4's index: its head, then its moov
 
 
 @dataclass(frozen=True)
@@ -58,7 +52,7 @@ class MergeResult:
     frame_count: int
     skipped: bool  # the output already exists for this work
     timings: dict[str, float] = field(default_factory=dict)
-    method: str = "remux"  # or "index": joined from the inputs' indexes, see ``media.mp4join``
+    method: str = "remux"  # or "index": joined from the inputs' indexes, see ``worker.join``
 
 
 def merge_prefetch() -> int:
@@ -82,20 +76,52 @@ def merge(work_uri: str, target: str, output: str) -> MergeResult:
 
 
 def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
-    preview_uri = preview_uri_of(output_uri)
+    """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker."""
     done = output_done(spec.work_id, output_uri)
     if done is not None:
         logger.info("output %s is already done", output_uri)
-        return MergeResult(output_uri, preview_uri, done.frame_count, skipped=True)
-    from facefusion_provider.media.merge import PendingSegment, merge_segments
-    from facefusion_provider.worker.publish import OutputPublisher
+        return MergeResult(output_uri, preview_uri_of(output_uri), done.frame_count, skipped=True)
+    from facefusion_provider.worker.publish import finish_merge
 
     began = time.perf_counter()
     markers, sizes = _committed(spec, layout)
-    expected = spec.frame_end - spec.frame_start
-    joined = _index_join(spec, layout, markers, sizes, target_uri, output_uri)
-    if joined is not None:
-        return _publish_joined(spec, layout, output_uri, joined, began)
+    markers_read = time.perf_counter()
+    plan = plan_join(spec, layout, markers, sizes, target_uri, output_uri)
+    if plan is None:
+        size, digest, timings = _remux(spec, layout, markers, target_uri, output_uri)
+        how, method = "by remuxing", "remux"
+    else:
+        composed = storage.compose(output_uri, plan.pieces)  # S3 copies the large ranges itself
+        size, digest, method = composed.size, None, "index"
+        how = f"from their indexes ({composed.copied_bytes / 1e6:.1f} MB of it copied by the store)"
+        timings = {
+            "index_s": plan.index_s,  # every segment's and the target's moov read, the output's moov built and checked
+            "publish_s": time.perf_counter() - markers_read - plan.index_s,
+            "copied_mb": composed.copied_bytes / 1e6,  # bytes the store copied without this process
+            "moved_mb": composed.moved_bytes / 1e6,  # bytes read and written here (the head, the audio, small segments)
+        }
+    return finish_merge(
+        spec,
+        layout,
+        output_uri,
+        size=size,
+        sha256=digest,
+        method=method,
+        timings={"markers_s": markers_read - began, **timings},
+        began=began,
+        segment_count=len(markers),
+        how=how,
+    )
+
+
+def _remux(
+    spec: JobSpec, layout: WorkLayout, markers: list[SegmentMarker], target_uri: str, output_uri: str
+) -> tuple[int, str, dict[str, float]]:
+    """The output remuxed from the segment files and the target's other streams, verified and published: its size,
+    sha256 and timings."""
+    from facefusion_provider.media.merge import PendingSegment, merge_segments
+    from facefusion_provider.worker.publish import OutputPublisher
+
     pending = [
         PendingSegment(marker.start, marker.end, segment_label(spec, segment))
         for marker, segment in zip(markers, spec.segments, strict=True)
@@ -105,7 +131,7 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         OutputPublisher(output_uri, folder, expected_bytes=sum(m.size for m in markers)) as publisher,
     ):
         fetches = [functools.partial(_local_segment, layout, marker, folder) for marker in markers]
-        markers_read = time.perf_counter()
+        began = time.perf_counter()
         # The next segments download (and are checked) while the remux reads the current one; an S3 output's media
         # data uploads while it is written.
         with (
@@ -129,219 +155,14 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
         size, digest = published_file.size, published_file.sha256()
         verified = time.perf_counter()
         publisher.publish()
-    published = time.perf_counter()
-    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
-    finished = time.perf_counter()
     timings = {
-        "markers_s": markers_read - began,
-        "remux_s": remuxed - markers_read,  # fetching the segments overlaps it
+        "remux_s": remuxed - began,  # fetching the segments overlaps it
         "fetch_wait_s": prefetch.wait_seconds,  # the part of remux_s spent waiting for the next segment
         "fetch_work_s": prefetch.work_seconds,  # downloading and hashing, summed over the fetch threads
         "verify_s": verified - remuxed,  # the moov moved in front, the frame times checked, the checksum
-        "publish_s": published - verified,
-        "preview_s": finished - published,
-        "total_s": finished - began,  # all but the marker's own write, which comes last: it says the output is done
+        "publish_s": time.perf_counter() - verified,
     }
-    rounded = {key: round(value, 3) for key, value in timings.items()}
-    marker = OutputMarker(
-        work_id=spec.work_id, output_uri=output_uri, frame_count=expected, sha256=digest, size=size, timings=rounded
-    )
-    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
-    logger.info(
-        "merged %d frames from %d segments into %s (%.1f MB) in %.2f s by remuxing; preview %s",
-        expected,
-        len(markers),
-        output_uri,
-        size / 1e6,
-        finished - began,
-        preview_uri,
-    )
-    return MergeResult(output_uri, preview_uri, expected, skipped=False, timings=rounded)
-
-
-@dataclass(frozen=True)
-class _Joined:
-    """An output planned from its inputs' indexes: the pieces to compose and what planning them took."""
-
-    pieces: list[storage.Piece]
-    segment_count: int
-    began: float  # when the indexes began to be read (the markers had been read)
-    index_s: float
-
-
-def _index_join(  # noqa: PLR0917 - the merge's own state, passed on once
-    spec: JobSpec,
-    layout: WorkLayout,
-    markers: list[SegmentMarker],
-    sizes: dict[str, int],
-    target_uri: str,
-    output_uri: str,
-) -> _Joined | None:
-    """The output as ``media.mp4join`` plans it from the segments' and the target's moov boxes alone; None (with
-    the reason logged) where it does not apply, and the merge remuxes."""
-    from facefusion_provider.media.mp4index import UnsupportedLayoutError
-    from facefusion_provider.media.mp4join import join_movies
-
-    began = time.perf_counter()
-    extension = posixpath.splitext(urlparse(output_uri).path)[1][1:].lower()
-    whole = (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count)
-    reason = (
-        f"a .{extension} output is remuxed"
-        if extension not in INDEX_JOIN_EXTENSIONS
-        else "a trimmed output is remuxed"
-        if not whole
-        else "a rotated output is remuxed"
-        if spec.probe.rotation
-        else None
-    )
-    if reason is None:
-        uris = [layout.segment_file(marker.file) for marker in markers] + [target_uri]
-        reads = [
-            functools.partial(_segment_movie, spec, layout, marker, segment, sizes.get(marker.file))
-            for marker, segment in zip(markers, spec.segments, strict=True)
-        ]
-        reads.append(functools.partial(_movie_file, target_uri))
-        with Prefetch(reads, MARKER_READS_AT_ONCE) as reading:
-            movies = list(reading.results())
-        files = [movie for movie in movies if movie is not None]
-        try:
-            if len(files) != len(movies):
-                raise UnsupportedLayoutError("a segment or the target is not a plain MP4")
-            joined = join_movies(
-                files[:-1],
-                files[-1],
-                [marker.start for marker in markers],
-                spec.probe.pts,
-                Fraction(spec.probe.time_base),
-            )
-        except UnsupportedLayoutError as error:
-            reason = str(error)
-    if reason is not None:
-        logger.info("%s: not joined from the indexes (%s); remuxing", output_uri, reason)
-        return None
-    ranges = list(joined.ranges)
-    sound = [piece for piece in ranges if piece.source == len(markers)]
-    stored = _stored_sound(layout, sum(piece.end - piece.start for piece in sound))
-    pieces: list[storage.Piece] = [joined.head]
-    if stored is not None and ranges[: len(sound)] == sound:  # the sound leads the media data: one stored file
-        pieces.append(stored)
-        ranges = ranges[len(sound) :]
-    pieces += [storage.ByteSlice(uris[piece.source], piece.start, piece.end) for piece in ranges]
-    return _Joined(pieces, len(markers), began=began, index_s=time.perf_counter() - began)
-
-
-def _stored_sound(layout: WorkLayout, size: int) -> storage.ByteSlice | None:
-    """The work's stored sound (``store_sound``) where it holds exactly the bytes the join copies from the target."""
-    name = layout.sound_file.rsplit("/", 1)[-1]  # listed URIs may quote a local path otherwise than the layout
-    found = [item for item in storage.list_files(layout.sound_file) if item.uri.rsplit("/", 1)[-1] == name]
-    if not size or not found or found[0].size != size:
-        return None
-    return storage.ByteSlice(layout.sound_file, 0, size)
-
-
-def store_sound(layout: WorkLayout, target_uri: str) -> int:
-    """Stores the target's sound in the work, as a join lays it out, so that the merge reads one file instead of
-    the target's many small chunks (a muxer interleaves them between frames: reaching them reads the whole target).
-    A standing worker does this while the frames are worked; returns the bytes stored (0: nothing to store)."""
-    from facefusion_provider.media.mp4index import UnsupportedLayoutError
-    from facefusion_provider.media.mp4join import sound_ranges
-
-    target = _movie_file(target_uri)
-    try:
-        ranges = [] if target is None else sound_ranges(target)
-    except UnsupportedLayoutError:
-        return 0
-    if not ranges:
-        return 0
-    return storage.compose(layout.sound_file, [storage.ByteSlice(target_uri, a, b) for a, b in ranges]).size
-
-
-def _movie_file(uri: str) -> MovieFile | None:
-    """An input's moov and its parsed index, read by two small ranged reads on S3; None where it is not plain MP4."""
-    from facefusion_provider.media.mp4index import parse_movie, read_moov
-    from facefusion_provider.media.mp4join import MovieFile
-
-    with storage.open_input(uri, block_size=INDEX_READ_BYTES) as handle:
-        found = read_moov(handle)
-    movie = None if found is None else parse_movie(*found)
-    return None if found is None or movie is None else MovieFile(found[0], found[1], movie)
-
-
-def _segment_movie(
-    spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
-) -> MovieFile | None:
-    """A committed segment's index, checked: the file's listed size, its label and, where the file is local (reading
-    it costs no transfer), its checksum and its own moov. A remote file's index comes from its marker, where the
-    commit stored it, and its bytes are never read here: S3 copies them."""
-    from facefusion_provider.media.mp4index import parse_movie
-    from facefusion_provider.media.mp4join import MovieFile, movie_comment
-
-    uri = layout.segment_file(marker.file)
-    path = storage.local_path(uri)
-    if path is not None and _local_digest(uri, path) != marker.sha256:
-        raise _corrupt(layout, marker)
-    if listed_size is None:
-        raise InvalidJobError(
-            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
-        )
-    if marker.moov is None or path is not None:
-        movie = _movie_file(uri)
-    else:
-        moov = base64.b64decode(marker.moov)
-        index = parse_movie(moov, marker.size)
-        movie = None if index is None else MovieFile(moov, marker.size, index)
-    label = segment_label(spec, segment)
-    if movie is not None and movie_comment(movie.moov) != label:
-        raise InvalidJobError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
-    if listed_size != marker.size or (movie is not None and movie.size != marker.size):
-        raise InvalidJobError(
-            f"{uri}: holds {listed_size} bytes, its marker {marker.size} (corrupt segment); "
-            f"delete {layout.segment_marker(marker.index)} and rerun"
-        )
-    return movie
-
-
-def _publish_joined(spec: JobSpec, layout: WorkLayout, output_uri: str, joined: _Joined, began: float) -> MergeResult:
-    """Writes the joined output at once (S3 copying every large range itself), then its preview and marker."""
-    preview_uri = preview_uri_of(output_uri)
-    indexed = time.perf_counter()
-    composed = storage.compose(output_uri, joined.pieces)
-    published = time.perf_counter()
-    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
-    finished = time.perf_counter()
-    timings = {
-        "markers_s": joined.began - began,
-        "index_s": joined.index_s,  # every segment's and the target's moov read, the output's moov built and checked
-        "publish_s": published - indexed,  # written: S3 copies the large ranges itself
-        "preview_s": finished - published,
-        "total_s": finished - began,
-        "copied_mb": composed.copied_bytes / 1e6,  # bytes the store copied without this process
-        "moved_mb": composed.moved_bytes / 1e6,  # bytes read and written here (the head, the audio, small segments)
-    }
-    rounded = {key: round(value, 3) for key, value in timings.items()}
-    expected = spec.frame_end - spec.frame_start
-    marker = OutputMarker(
-        work_id=spec.work_id,
-        output_uri=output_uri,
-        frame_count=expected,
-        sha256=None,
-        size=composed.size,
-        timings=rounded,
-        method="index",
-    )
-    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
-    logger.info(
-        "joined %d frames from %d segments into %s (%.1f MB, %.1f MB of it copied by the store) from their indexes "
-        "in %.2f s; preview %s",
-        expected,
-        joined.segment_count,
-        output_uri,
-        composed.size / 1e6,
-        composed.copied_bytes / 1e6,
-        finished - began,
-        preview_uri,
-    )
-    return MergeResult(output_uri, preview_uri, expected, skipped=False, timings=rounded, method="index")
+    return size, digest, timings
 
 
 @contextlib.contextmanager
@@ -353,7 +174,7 @@ def _merge_original(spec: JobSpec, target_uri: str, target: MediaSource) -> Iter
     """
     remote = None if isinstance(target, str) or not spec.probe.streams else target
     fetch = None if remote is None else storage.range_fetcher(target_uri, remote)
-    planned = None if remote is None or fetch is None else _copied_sample_ranges(remote)
+    planned = None if remote is None or fetch is None else copied_sample_ranges(remote)
     if remote is None or fetch is None or planned is None:
         yield target
         return
@@ -373,42 +194,24 @@ def _merge_original(spec: JobSpec, target_uri: str, target: MediaSource) -> Iter
     )
 
 
-def _copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], int] | None:
-    """Where the samples of every track but the video ones lie in ``target``, as sorted ranges with the gaps FFmpeg
-    reads through closed, and the file's size; None when its moov does not describe it or no such sample exists.
-
-    These are the samples of the streams the merge copies (audio, subtitle, data; a track it cannot copy costs only its
-    own bytes). A demuxer that discards the other streams reads just these, seeking over every larger gap. Only the
-    largest gaps stay open where the file's size allows fewer GETs (``storage.RANGE_BYTES_PER_GET``).
-    """
-    import numpy as np
-
+def copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], int] | None:
+    """Where the samples of the streams the merge copies (every track but the video ones: audio, subtitle, data) lie
+    in ``target``, and the file's size; None when its moov does not describe it or no such sample exists. A demuxer
+    that discards the other streams reads just these, seeking over every larger gap."""
     from facefusion_provider.media.mp4index import read_movie_index
+    from facefusion_provider.media.mp4ranges import non_video_sample_ranges
 
     movie = read_movie_index(target)
-    tracks = [] if movie is None else [track for track in movie.tracks if track.handler != "vide"]
-    if movie is None or not any(track.sample_count for track in tracks):
+    if movie is None:
         return None
-    offsets = np.concatenate([track.offsets for track in tracks])
-    order = np.argsort(offsets, kind="stable")
-    starts = offsets[order]
-    ends = np.minimum(starts + np.concatenate([track.sizes for track in tracks])[order], movie.file_size)
-    reach = np.maximum.accumulate(ends)  # the end of everything up to each sample
-    gaps = starts[1:] - reach[:-1]
-    most_breaks = max(0, movie.file_size // storage.RANGE_BYTES_PER_GET - 1)
-    gap = storage.RANGE_GAP_BYTES
-    if np.count_nonzero(gaps > gap) > most_breaks:
-        gap = max(gap, int(np.partition(gaps, len(gaps) - most_breaks - 1)[len(gaps) - most_breaks - 1]))
-    breaks = np.flatnonzero(gaps > gap) + 1
-    firsts, lasts = np.append(0, breaks), np.append(breaks - 1, len(starts) - 1)
-    ranges = [
-        (start, end) for start, end in zip(starts[firsts].tolist(), reach[lasts].tolist(), strict=True) if start < end
-    ]
+    ranges = non_video_sample_ranges(
+        movie, gap_bytes=storage.RANGE_GAP_BYTES, bytes_per_get=storage.RANGE_BYTES_PER_GET
+    )
     return (ranges, movie.file_size) if ranges else None
 
 
 def _verify_output(spec: JobSpec, output_uri: str, output: MediaSource) -> None:
-    """The written file holds exactly the job's frames at the original frame times (read back from its packets).
+    """The written file holds exactly the work's frames at the original frame times (read back from its packets).
 
     Times are compared from the first frame on: a muxer may move the whole timeline (Matroska starts it at the earliest
     audio packet) and a coarser clock rounds each timestamp to its tick (Matroska counts milliseconds).
@@ -425,22 +228,6 @@ def _verify_output(spec: JobSpec, output_uri: str, output: MediaSource) -> None:
             f"{output_uri}: the merged video holds {len(pts)} frames, expected {len(expected)} at the target's "
             "frame times; it was not published"
         )
-
-
-def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
-    """The contact sheet from the thumbnail pairs that the segments stored for the preview frames they hold."""
-    from facefusion_provider.media.preview import contact_sheet, preview_frames
-
-    columns: list[MediaSource] = []
-    for number in preview_frames(spec.frame_start, spec.frame_end):
-        uri = layout.frame_preview(number)
-        if storage.exists(uri):
-            columns.append(io.BytesIO(storage.read_bytes(uri)))
-        else:
-            logger.warning("preview frame %d has no thumbnail (%s); the preview leaves it out", number, uri)
-    if not columns:
-        raise InvalidJobError(f"work {spec.work_id}: no preview frame has a thumbnail; rerun its segments")
-    return contact_sheet(columns)
 
 
 def committed_markers(spec: JobSpec, layout: WorkLayout) -> list[SegmentMarker]:
@@ -507,26 +294,11 @@ def _local_segment(layout: WorkLayout, marker: SegmentMarker, folder: str) -> st
         path = os.path.join(folder, marker.file)
         digest = storage.get_file_sha256(uri, path)
     else:
-        digest = _local_digest(uri, path)
+        digest = local_digest(uri, path)
     if digest != marker.sha256:
         _discard_download(folder, path)
-        raise _corrupt(layout, marker)
+        raise corrupt_segment(layout, marker)
     return path
-
-
-def _local_digest(uri: str, path: str) -> str:
-    if not os.path.isfile(path):
-        raise InvalidJobError(
-            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
-        )
-    return storage.file_sha256(path)
-
-
-def _corrupt(layout: WorkLayout, marker: SegmentMarker) -> InvalidJobError:
-    return InvalidJobError(
-        f"{layout.segment_file(marker.file)}: checksum differs from its marker (corrupt segment); "
-        f"delete {layout.segment_marker(marker.index)} and rerun"
-    )
 
 
 def _discard_download(folder: str, path: str) -> None:

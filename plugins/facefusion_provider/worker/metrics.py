@@ -259,7 +259,7 @@ def metric_attributes(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def worker_metrics(attributes: Mapping[str, str] | None = None) -> WorkerMetrics:
-    """The worker's metrics for this task: the environment's attributes plus ``attributes`` (e.g. the job id once
+    """The worker's metrics for this task: the environment's attributes plus ``attributes`` (e.g. the work id once
     known). A no-op, without importing OpenTelemetry, when no exporter is configured."""
     if not exporter_configured(os.environ):
         return _NULL_METRICS

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 from urllib.parse import urlparse
 
@@ -15,7 +17,7 @@ from facefusion_provider.job.ids import analysis_id, work_id
 from facefusion_provider.job.inputs import CLI_FIELDS, RunUris, check_sources
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.plan import plan_segments
-from facefusion_provider.job.records import JobSpec
+from facefusion_provider.job.records import JobSpec, Segment
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.worker.work import checked_uris, load_job, local_copies, resolve_options, work_layout
@@ -55,11 +57,17 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
     if storage.exists(layout.job_json):
         logger.info("work %s: job.json exists, reusing it", expected)
         return load_job(layout)
+    from facefusion_provider.media.decode import check_seek_decode
+    from facefusion_provider.media.encode import check_encoder, encoder_settings, judged_here
     from facefusion_provider.media.probe import probe_video
 
     with storage.open_input(uris.target_uri) as target:
         probe = probe_video(target, uris.target_uri)
-    frame_start, frame_end = trimmed_range(options, probe.frame_count)
+        if judged_here(options.output_video_encoder, os.environ):
+            check_encoder(encoder_settings(options, probe), probe.width, probe.height, Fraction(probe.frame_rate))
+        frame_start, frame_end = trimmed_range(options, probe.frame_count)
+        segments = plan_segments(frame_start, frame_end, options.segment_size)
+        check_seek_decode(target, probe, seek_check_starts(segments), uris.target_uri)
     spec = JobSpec(
         work_id=expected,
         target_content_id=target_id,
@@ -69,7 +77,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         probe=probe,
         frame_start=frame_start,
         frame_end=frame_end,
-        segments=plan_segments(frame_start, frame_end, options.segment_size),
+        segments=segments,
         analysis_id=analysis_id(target_id, options) if options.processors else None,
         identity=_identity(uris, options, probe, models_dir) if options.processors else {},
     )
@@ -78,6 +86,11 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         return load_job(layout)
     logger.info("work %s: %d frames in %d segments", expected, frame_end - frame_start, len(spec.segments))
     return spec
+
+
+def seek_check_starts(segments: Sequence[Segment]) -> list[int]:
+    """Where prepare tries a seek-decode: the first, middle and last segment starts (a few GOPs' decode in all)."""
+    return [segments[0].start, segments[len(segments) // 2].start, segments[-1].start]
 
 
 def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:

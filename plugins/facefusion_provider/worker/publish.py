@@ -18,16 +18,24 @@ import logging
 import os
 import posixpath
 import threading
+import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.job.layout import WorkLayout, output_marker_uri, preview_uri_of
+from facefusion_provider.job.records import JobSpec, OutputMarker
 from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS, faststart_head, media_start, moov_at_end
 from facefusion_provider.media.mp4index import UnsupportedLayoutError
+from facefusion_provider.worker.merge import MergeResult
+
+if TYPE_CHECKING:
+    from facefusion_provider.media.containers import MediaSource
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +43,17 @@ DEFAULT_PART_BYTES = 16 * 1024 * 1024
 FOLLOW_SECONDS = 0.2  # how often the growing file is looked at while the muxer writes
 HEAD_PROBE_BYTES = 64 * 1024  # the muxer's first bytes, where the media data's start is read
 _READ_BYTES = 8 * 1024 * 1024  # a block of the hash
+
+
+def _make_output_folder(directory: str) -> None:
+    """The output's folder, made before anything is written; under an allowed output prefix without following, or
+    making, a symbolic link (an ``InvalidOptionError`` names one)."""
+    root = storage.confining_prefix(directory)
+    if root is None:
+        os.makedirs(directory, exist_ok=True)
+        return
+    with storage.confined_folder(root, directory):
+        pass
 
 
 def part_bytes(expected_bytes: int) -> int:
@@ -94,7 +113,7 @@ class OutputPublisher:
         self._destination = storage.local_path(uri)
         if self._destination is not None:
             directory, name = os.path.split(self._destination)
-            os.makedirs(directory, exist_ok=True)
+            _make_output_folder(directory)
             self.path = os.path.join(directory, f".{name}.partial-{uuid.uuid4().hex}{extension}")
         else:
             self.path = os.path.join(folder, "output" + extension)
@@ -152,7 +171,7 @@ class OutputPublisher:
         if self._follower is not None:
             self._follower.complete(finished)
         elif self._destination is not None:
-            os.replace(finished.path, self._destination)
+            storage.replace_confined(finished.path, self._destination)  # through no link swapped in meanwhile
         else:
             storage.put_file_atomic(finished.path, self.uri)
         self.published = True
@@ -294,3 +313,66 @@ class _JoinedReader(io.RawIOBase):
     def close(self) -> None:
         self._file.close()
         super().close()
+
+
+def finish_merge(
+    spec: JobSpec,
+    layout: WorkLayout,
+    output_uri: str,
+    *,
+    size: int,
+    sha256: str | None,
+    method: str,
+    timings: dict[str, float],
+    began: float,
+    segment_count: int,
+    how: str,
+) -> MergeResult:
+    """The one tail of every merge, once the output is in place: its preview, then its marker (last: it says the output
+    is done), the merge's timings in the marker and in one log line."""
+    preview_uri = preview_uri_of(output_uri)
+    published = time.perf_counter()
+    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
+    finished = time.perf_counter()
+    rounded = {
+        key: round(value, 3)
+        for key, value in {**timings, "preview_s": finished - published, "total_s": finished - began}.items()
+    }
+    frames = spec.frame_end - spec.frame_start
+    marker = OutputMarker(
+        work_id=spec.work_id,
+        output_uri=output_uri,
+        frame_count=frames,
+        sha256=sha256,
+        size=size,
+        timings=rounded,
+        method=method,
+    )
+    storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
+    logger.info(
+        "merged %d frames from %d segments into %s (%.1f MB) %s in %.2f s; preview %s",
+        frames,
+        segment_count,
+        output_uri,
+        size / 1e6,
+        how,
+        finished - began,
+        preview_uri,
+    )
+    return MergeResult(output_uri, preview_uri, frames, skipped=False, timings=rounded, method=method)
+
+
+def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
+    """The contact sheet from the thumbnail pairs that the segments stored for the preview frames they hold."""
+    from facefusion_provider.media.preview import contact_sheet, preview_frames
+
+    columns: list[MediaSource] = []
+    for number in preview_frames(spec.frame_start, spec.frame_end):
+        uri = layout.frame_preview(number)
+        if storage.exists(uri):
+            columns.append(io.BytesIO(storage.read_bytes(uri)))
+        else:
+            logger.warning("preview frame %d has no thumbnail (%s); the preview leaves it out", number, uri)
+    if not columns:
+        raise InvalidJobError(f"work {spec.work_id}: no preview frame has a thumbnail; rerun its segments")
+    return contact_sheet(columns)

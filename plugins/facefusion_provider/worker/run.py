@@ -4,6 +4,7 @@ holds one too, or ``keep_work`` is set."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -15,9 +16,8 @@ from typing import Any
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import work_id
 from facefusion_provider.job.inputs import CLI_FIELDS, check_output_format, check_sources
-from facefusion_provider.job.layout import WorkLayout, preview_uri_of
-from facefusion_provider.job.outputs import output_done
-from facefusion_provider.job.records import RunLease
+from facefusion_provider.job.layout import WorkLayout, output_done, preview_uri_of
+from facefusion_provider.job.records import RunHolder, RunLease
 from facefusion_provider.options import Options
 from facefusion_provider.worker.merge import merge_work
 from facefusion_provider.worker.prepare import content_ids, prepare_work
@@ -63,25 +63,28 @@ def run(
     layout = WorkLayout.under(work_root or default_work_root(), work)
     run_key = f"cli-{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     lease = RunLease(
-        dag_id="facefusion-worker run",
-        run_id=run_key,
+        holder=RunHolder(kind="cli", host=socket.gethostname(), pid=os.getpid()),
+        ttl_seconds=leases.cli_lease_seconds(),
         output_uri=uris.output_uri,
         created_at=datetime.now(UTC),
         target_uri=uris.target_uri,
+        source_uris=uris.source_uris,
+        options=resolved.model_dump(mode="json"),
     )
-    leases.hold(layout, run_key, lease)
     try:
-        spec = prepare_work(layout, uris, resolved, models_dir)
-        prepared = time.perf_counter()
-        every = range(len(spec.segments))
-        processors = FrameProcessors(spec, models_dir, work_root or default_work_root())
-        work_segments(spec, layout, uris.target_uri, every, processors, owner=run_key)
-        swapped = time.perf_counter()
-        merged = merge_work(spec, layout, uris.target_uri, uris.output_uri)
+        with leases.holding(layout, run_key, lease) as held:
+            spec = prepare_work(layout, uris, resolved, models_dir)
+            prepared = time.perf_counter()
+            every = range(len(spec.segments))
+            processors = FrameProcessors(spec, models_dir, work_root or default_work_root())
+            work_segments(spec, layout, uris.target_uri, every, processors, owner=run_key, guard=held.check)
+            swapped = time.perf_counter()
+            held.check()
+            merged = merge_work(spec, layout, uris.target_uri, uris.output_uri)
     finally:
         leases.release(layout, run_key)
     if not keep_work:
-        leases.remove_if_unused(layout, run_key, is_live=lambda _: True)  # another run's lease: it may still need it
+        leases.sweep_if_unused(layout, run_key)  # kept while another run's lease is live, whoever holds it
     finished = time.perf_counter()
     timings = {
         "prepare_s": prepared - began,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.claims import SegmentClaims, WorkState, longest_free_run, scan_work
+from facefusion_provider.job.claims import SegmentClaims, WorkState, commit_marker, longest_free_run, scan_work
 from facefusion_provider.job.layout import WorkLayout, segment_file_name
 from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
 from facefusion_provider.worker.metrics import WorkerMetrics
@@ -54,6 +54,7 @@ class SegmentPicker:
     layout: WorkLayout
     scan: Callable[[WorkLayout], WorkState] = scan_work
     deadline: float | None = None  # time.monotonic() after which it hands out no more segments (helping other runs)
+    guard: Callable[[], None] | None = None  # raises to stop the worker before its next claim (its run's lease lost)
     stolen: set[int] = field(default_factory=set)
 
     def has_free(self, state: WorkState) -> bool:
@@ -65,6 +66,8 @@ class SegmentPicker:
     def take(self, after: int | None) -> Segment | None:
         """Claim and return the next segment to work on (the one after ``after`` when it is free), or None."""
         while not self.past_deadline():
+            if self.guard is not None:
+                self.guard()
             state = self.scan(self.layout)
             candidates = self._candidates(state, after)
             if not candidates:
@@ -173,8 +176,11 @@ class Committer:
         claims: SegmentClaims,
         on_commit: Callable[[Segment], None],
         metrics: WorkerMetrics,
+        *,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.spec, self.layout, self.claims, self._on_commit = spec, layout, claims, on_commit
+        self._guard = guard
         self._metrics = metrics
         self.stats = CommitStats()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="facefusion-commit")
@@ -248,8 +254,9 @@ class Committer:
                 timings={"encode_s": round(encode_s, 3), "upload_s": round(upload_s, 3)},
                 moov=None if index is None else base64.b64encode(index[0]).decode(),
             )
-            won = storage.write_bytes_exclusive(self.layout.segment_marker(segment.index), marker_bytes(marker))
-            won = won or self._stored_is_ours(segment, marker)
+            if self._guard is not None:
+                self._guard()
+            won = commit_marker(self.layout, segment.index, marker_bytes(marker), file=name, writer=self.claims.holder)
         finally:
             os.unlink(path)
         self.claims.release(segment.index)
@@ -262,19 +269,10 @@ class Committer:
             logger.info("segment %d (%s) committed", segment.index, segment.label)
             self._on_commit(segment)
         else:
-            storage.delete(self.layout.segment_file(name))
             self.stats.discarded += 1
             logger.info(
                 "segment %d: another worker committed it first; this worker's file was discarded", segment.index
             )
-
-    def _stored_is_ours(self, segment: Segment, marker: SegmentMarker) -> bool:
-        """A conditional PUT whose answer was lost is retried and then finds its own marker: ours all the same."""
-        try:
-            stored = SegmentMarker.model_validate_json(storage.read_bytes(self.layout.segment_marker(segment.index)))
-        except ValueError:
-            return False
-        return stored.writer == marker.writer and stored.file == marker.file
 
 
 def marker_bytes(marker: SegmentMarker) -> bytes:

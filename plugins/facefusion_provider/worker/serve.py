@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from facefusion_provider import storage
+from facefusion_provider.job import leases, liveness
+from facefusion_provider.job.layout import RootLayout
+from facefusion_provider.job.liveness import LeaseKind
 from facefusion_provider.job.records import StandingWorker
-from facefusion_provider.job.standing import heartbeat
 from facefusion_provider.worker.helping import Helped, HelpMemory, help_other_runs
 
 logger = logging.getLogger(__name__)
@@ -44,11 +46,17 @@ def serve(
     """Work every live run's free segments until stopped, or until ``idle_exit`` seconds pass with nothing to do."""
     root = storage.normalize_uri(work_root, field="work_root")
     host = socket.gethostname()
-    me = StandingWorker(name=f"{host}-{os.getpid()}", host=host, pid=os.getpid(), started_at=datetime.now(UTC))
+    me = StandingWorker(
+        name=f"{host}-{os.getpid()}",
+        host=host,
+        pid=os.getpid(),
+        started_at=datetime.now(UTC),
+        ttl_seconds=liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER],
+    )
     began = idle_since = time.monotonic()
     done, memory = Helped(), HelpMemory()
     logger.info("standing worker %s serves the runs under %s", me.name, root)
-    with heartbeat(root, me):
+    with leases.standing_worker_lease(RootLayout(root), me):
         while True:
             helped = help_other_runs(
                 root, models_dir, owner=f"standing/{me.name}", deadline=math.inf, memory=memory, standing=True

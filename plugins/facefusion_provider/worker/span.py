@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from facefusion_provider import storage
+from facefusion_provider.contract import SpanProgress
 from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.job import leases
 from facefusion_provider.job.claims import (
     SegmentClaims,
     check_conditional_writes,
@@ -23,9 +26,8 @@ from facefusion_provider.job.claims import (
 )
 from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.job.leases import help_seconds
-from facefusion_provider.job.progress import SpanProgress
 from facefusion_provider.job.records import JobSpec, Segment
-from facefusion_provider.metric_names import JOB_ID
+from facefusion_provider.metric_names import WORK_ID
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
 from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
@@ -67,18 +69,22 @@ def swap_span(
     span: int = 0,
     models_dir: str | None = None,
     owner: str = "",
+    run_key: str = "",
+    guard: Callable[[], None] | None = None,
 ) -> SpanResult:
-    """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``."""
+    """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``.
+    A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease."""
     faults.maybe_inject("swap-span", span)
     layout = work_layout(work_uri)
-    spec = load_job(layout)
     target_uri = checked_uris([], target, None).target_uri
+    spec = load_or_prepare(layout, run_key, models_dir)
     if not 0 <= first < last <= len(spec.segments):
         raise InvalidOptionError(
             f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
         )
     processors = FrameProcessors(spec, models_dir, work_root_of(layout))
-    result = work_segments(spec, layout, target_uri, range(first, last), processors, span=span, owner=owner)
+    own = range(first, last)
+    result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
     budget = help_seconds()
     if budget <= 0:
         return result
@@ -93,6 +99,21 @@ def swap_span(
     logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
     timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
     return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)
+
+
+def load_or_prepare(layout: WorkLayout, run_key: str, models_dir: str | None) -> JobSpec:
+    """The work's job.json; when it is missing and the run's lease carries its inputs and options (docs/protocol.md,
+    "Queued Airflow runs"), the work prepared again from them."""
+    if run_key and not storage.exists(layout.job_json):
+        lease = leases.read_lease(layout.run_lease(run_key))
+        if lease is not None and lease.options is not None:
+            from facefusion_provider.options import Options
+            from facefusion_provider.worker.prepare import prepare_work
+
+            logger.info("work %s: no job.json (removed while this run waited); preparing it again", layout.work_id)
+            uris = checked_uris(lease.source_uris, lease.target_uri, None)
+            return prepare_work(layout, uris, Options.model_validate(lease.options), models_dir)
+    return load_job(layout)
 
 
 class FrameProcessors:
@@ -139,11 +160,13 @@ def work_segments(
     span: int = 0,
     owner: str = "",
     deadline: float | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> SpanResult:
     """Work the segments of ``own`` (and then the tails of other spans) until every one of ``own`` is committed.
 
     With ``own`` empty the worker is helping another run: it works that run's free segments until none is left or
-    ``deadline`` (``time.monotonic()``) passes, and waits for nobody.
+    ``deadline`` (``time.monotonic()``) passes, and waits for nobody. ``guard`` is called before each claim and each
+    commit: it raises to stop the worker (its run's lease was removed: ``job.leases.RunHold.check``).
     """
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.preview import preview_frames
@@ -154,14 +177,14 @@ def work_segments(
     state = scan_work(layout)
     reused = sum(index in state.committed for index in own)
     claims = SegmentClaims(layout, owner=owner)
-    picker = SegmentPicker(spec, own, claims, layout, deadline=deadline)
+    picker = SegmentPicker(spec, own, claims, layout, deadline=deadline, guard=guard)
     if helping and not picker.has_free(state):
         return _result(span, own, 0, skipped=True)
     if not helping and reused == len(own):
         logger.info("span %d (segments %d-%d): every segment is committed already", span, own[0], own[-1])
         return _result(span, own, reused, skipped=True)
     check_conditional_writes(layout)
-    metrics = worker_metrics({JOB_ID: spec.work_id})
+    metrics = worker_metrics({WORK_ID: spec.work_id})
     previews = preview_frames(spec.frame_start, spec.frame_end)
     decoding = DecodeStats()
     frames_done = 0
@@ -193,7 +216,7 @@ def work_segments(
             people.committed(segment.index)
             metrics.frames_remaining(people.remaining)
 
-        committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics)
+        committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics, guard=guard)
         with committer:
             while True:
                 state = scan_work(layout)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -50,6 +50,20 @@ def checked_uris(sources: Sequence[str] | str, target: str, output: str | None) 
 
 def work_layout(work_uri: str) -> WorkLayout:
     return WorkLayout(storage.normalize_uri(work_uri, field="work_uri"))
+
+
+@contextlib.contextmanager
+def run_held(work_uri: str, run_key: str) -> Iterator[Callable[[], None] | None]:
+    """While a worker command of an Airflow run (``run_key``) works, renew its run's lease from a thread
+    (docs/protocol.md); yields the guard that stops the worker once the lease was found removed. Outside a run
+    (no key), nothing."""
+    if not run_key:
+        yield None
+        return
+    from facefusion_provider.job import leases
+
+    with leases.renewing(work_layout(work_uri), run_key) as held:
+        yield held.check
 
 
 def load_job(layout: WorkLayout) -> JobSpec:

@@ -18,11 +18,11 @@ from typing import Any
 
 import av
 import httpx
+from demo_airflow import airflow_env
+from readback import frame_digests
+from synth import VideoSpec, pattern_frames, write_video
 
-from facefusion_provider.demo_airflow import airflow_env
 from facefusion_provider.media.images import encode_image
-from facefusion_provider.media.readback import frame_digests
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
+from demo_airflow import airflow_env, init_home
 from multiprocess_harness import AirflowCluster, PostgresCluster, postgres_bin
-
-from facefusion_provider.demo_airflow import airflow_env, init_home
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,7 @@ from airflow_harness import (
     signal_pid,
     stop_processes,
 )
-
-from facefusion_provider.demo_airflow import airflow_env
+from demo_airflow import airflow_env
 
 POSTGRES_USER = "postgres"
 # Scheduler, dag-processor, API server, triggerer: the names of their ``airflow`` subcommands.

@@ -73,7 +73,7 @@ def test_params_are_one_field_per_option(dagbag) -> None:  # type: ignore[no-unt
     dag = dagbag.dags["facefusion_swap"]
 
     assert dag.params.get_param("face_swapper_blend").schema["maximum"] == 100
-    assert {"source_uris", "target_uri", "output_uri", *Options.model_fields} - {"chunk_size"} == set(dag.params.keys())
+    assert {"source_uris", "target_uri", "output_uri", *Options.model_fields} == set(dag.params.keys())
 
 
 def test_dag_serializes_for_the_scheduler(dagbag) -> None:  # type: ignore[no-untyped-def]

@@ -11,11 +11,11 @@ import av
 import numpy as np
 import pytest
 from airflow_harness import conf, count_frames
+from demo_airflow import dags_test, run_succeeded
 from judge import identity_judge
 from people import carphone
 from skimage import data
 
-from facefusion_provider.demo_airflow import dags_test, run_succeeded
 from facefusion_provider.media.images import encode_image
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ a run triggered from it has one span failed (the worker's fault switch), cleared
 the grid with frame-range labels and output links; a bad value is blocked naming the field; the ingestion DAG does
 nothing and shows nothing failed.
 
-The module's server writes outputs to a moto S3 (through ``[facefusion] aws_conn_id``) so that merge's extra links are
-presigned http URLs, which Airflow's UI shows (it hides ``file://`` links). Screenshots: ``$FACEFUSION_TEST_ARTIFACTS``
+The module's server writes outputs to a moto S3 (through ``[facefusion] aws_conn_id``); merge's extra links lead to the
+provider's view, which redirects the logged-in browser to presigned http URLs. Screenshots: ``$FACEFUSION_TEST_ARTIFACTS``
 (see conftest); the best two are kept in docs/ (``ui-trigger-form.png``, ``ui-grid.png``).
 """
 
@@ -15,8 +15,8 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
-import httpx
 import pytest
 from airflow_harness import DAG_ID, SWAP_TASKS, StandaloneAirflow, count_frames, make_clip, make_image
 from airflow_ui import DEFAULT_SECTION, AirflowUI
@@ -161,13 +161,17 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
     ui.screenshot("grid")
     assert browser_airflow.xcom(run_id, SWAP_TASKS.validate, "options")["processors"] == []  # null means none
 
-    # merge's page links to the output and its preview (presigned: the browser opens them as they are).
+    # merge's page links to the provider's view (same origin: no credential stored in the link); the logged-in
+    # browser's session opens it, and the view redirects to a presigned URL of a few minutes.
     links = ui.extra_links(DAG_ID, run_id, SWAP_TASKS.merge, names=("Output video", "Output preview"))
-    assert links["Output video"].startswith(f"{moto.url}/{BUCKET}/out/clip.mp4?X-Amz-Algorithm=AWS4-HMAC-SHA256")
-    assert links["Output preview"].startswith(f"{moto.url}/{BUCKET}/out/clip.preview.jpg?")
-    (tmp_path / "output.mp4").write_bytes(httpx.get(links["Output video"]).content)
+    run_path = f"/facefusion/outputs/{DAG_ID}/{quote(run_id, safe='')}"
+    assert links["Output video"].endswith(f"{run_path}/video") and "X-Amz" not in links["Output video"]
+    assert links["Output preview"].endswith(f"{run_path}/preview")
+    video = ui.page.request.get(ui.base_url + f"{run_path}/video")
+    assert video.ok and video.url.startswith(f"{moto.url}/{BUCKET}/out/clip.mp4?X-Amz-Algorithm=AWS4-HMAC-SHA256")
+    (tmp_path / "output.mp4").write_bytes(video.body())
     assert count_frames(tmp_path / "output.mp4") == 3 * SEGMENT
-    assert httpx.get(links["Output preview"]).content[:3] == b"\xff\xd8\xff"  # a JPEG
+    assert ui.page.request.get(ui.base_url + f"{run_path}/preview").body()[:3] == b"\xff\xd8\xff"  # a JPEG
     ui.screenshot("merge-links")
     assert "Output video" in ui.extra_links(DAG_ID, run_id, SWAP_TASKS.swap, 0, names=("Output video",))
 

@@ -34,12 +34,12 @@ from facefusion_provider import storage
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import run_key
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri
-from facefusion_provider.job.outputs import output_done
+from facefusion_provider.job.layout import WorkLayout, output_done, output_marker_uri
 from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
-from facefusion_provider.job.standing import live_standing_workers, workers_dir
-from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator
-from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
+from facefusion_provider.job.layout import RootLayout
+from facefusion_provider.job.leases import live_standing_workers
+from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
+from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.operators.validate import StorageChecks, validate_conf
 from facefusion_provider.settings import FaceFusionSettings
@@ -48,7 +48,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 STANDING_WORKERS = ROOT / "deploy" / "standing-workers.yaml"
-HELM_VALUES = ROOT / "deploy" / "helm" / "values.yaml"
+HELM_VALUES = ROOT / "deploy" / "airflow-values.yaml"
 BUCKET = "facefusion-itest"
 WORK_ROOT = f"s3://{BUCKET}/work"
 REGION = "us-east-1"
@@ -112,7 +112,7 @@ def _decoded_frames(data: bytes) -> list[np.ndarray]:
 
 
 def _kubernetes_secret(name: str, endpoint: str) -> dict[str, Any]:
-    """The storage secret as an operator would apply it to the cluster (see deploy/secret.example.yaml)."""
+    """The storage secret as an operator would apply it to the cluster (see deploy/README.md, storage credentials)."""
     values = {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": endpoint}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque", "stringData": values}
 
@@ -173,7 +173,7 @@ def _prepared_work(s3_endpoint: str) -> PreparedWork:
         checks=StorageChecks(content_id=hook.content_id, check_writable=lambda uri: None),
     )
     work_uri, output_uri, target_uri = ticket["work_uri"], ticket["output_uri"], ticket["target_uri"]
-    LocalWorkerOperator(
+    FaceFusionWorkerOperator(
         task_id="prepare",
         command="prepare",
         work_uri=work_uri,
@@ -235,8 +235,9 @@ def test_span_pod_commits_the_same_segment_as_the_local_backend(
     settings = FaceFusionSettings.from_values(
         {"worker_image": worker_image, "storage_secret": secret_name}, airflow_home=str(tmp_path)
     ).kubernetes
-    operator = KubernetesSwapSpanOperator(
+    operator = FaceFusionWorkerPodOperator(
         task_id="swap_span",
+        command="swap-span",
         work_uri=work_uri,
         output_uri=output_uri,
         target_uri=target_uri,
@@ -257,8 +258,13 @@ def test_span_pod_commits_the_same_segment_as_the_local_backend(
     _forget_commits(layout)
     assert not hook.committed_segments(work_uri)
 
-    LocalSwapSpanOperator(
-        task_id="swap_span", work_uri=work_uri, output_uri=output_uri, target_uri=target_uri, span=span
+    FaceFusionWorkerOperator(
+        task_id="swap_span",
+        command="swap-span",
+        work_uri=work_uri,
+        output_uri=output_uri,
+        target_uri=target_uri,
+        span=span,
     ).execute(_context("swap_span"))  # type: ignore[arg-type]
     local_marker, local_segment = _committed(layout, SPAN_INDEX)
 
@@ -352,7 +358,7 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
         deadline, alive = time.monotonic() + 300, list[str]()
         while not alive and time.monotonic() < deadline:
             # Its heartbeat under the work root: what a waiting swap_span task looks for.
-            alive = live_standing_workers(WORK_ROOT)
+            alive = live_standing_workers(RootLayout(WORK_ROOT))
             state = podman.run("inspect", "--format", "{{.State.Status}}", name, check=False).stdout.strip()
             if not alive and state not in ("created", "running"):
                 break
@@ -362,7 +368,7 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     served = json.loads(summary.strip().splitlines()[-1])
     assert alive == [served["worker"]], f"the standing worker's heartbeat was never seen:\n{log[-4000:]}"
     assert (served["runs"], served["segments"]) == (1, 3), log[-4000:]
-    assert storage.list_files(workers_dir(WORK_ROOT)) == []  # its heartbeat went with it
+    assert storage.list_files(RootLayout(WORK_ROOT).workers_dir) == []  # its lease went with it
     assert sorted(hook.committed_segments(work.work_uri)) == [0, 1, 2]
     # Having committed the last segment, the pod merged the run's output (its merge task would find it done); the
     # work is the first 24 frames of the target, so the sound is cut: remuxed.
@@ -379,8 +385,9 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     storage.delete(output_marker_uri(work.output_uri))
     assert not hook.committed_segments(work.work_uri)
     (span,) = span_list(work.job, wave=1)
-    LocalSwapSpanOperator(
+    FaceFusionWorkerOperator(
         task_id="swap_span",
+        command="swap-span",
         work_uri=work.work_uri,
         output_uri=work.output_uri,
         target_uri=work.target_uri,

@@ -8,10 +8,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+from demo import DEMO_SIZE, make_demo_inputs
+from synth import VideoSpec, write_video
 
-from facefusion_provider.demo import DEMO_SIZE, make_demo_inputs
 from facefusion_provider.media.images import rgb_array
-from facefusion_provider.media.synth import VideoSpec, write_video
 
 
 def short_demo_clip(folder: Path, frames: int) -> tuple[str, Path]:

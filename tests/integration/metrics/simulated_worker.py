@@ -19,7 +19,7 @@ from facefusion_provider.worker.metrics import worker_metrics
 
 def main(frames: int, commit_every: int, hang_after: int | None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    metrics = worker_metrics({"job_id": "job-0123"})
+    metrics = worker_metrics({"work_id": "work-0123"})
     metrics.model_load("inswapper_128", 0.25)
     counted = 0
     try:

@@ -20,11 +20,11 @@ from typing import Any
 
 import av
 import pytest
+from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from demo_clip import short_demo_clip
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from facefusion_provider.job.layout import output_marker_uri
 from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.media.images import rgb_array

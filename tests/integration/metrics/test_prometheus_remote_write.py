@@ -109,7 +109,7 @@ def test_prometheus_answers_with_the_exact_frame_total(prometheus: str) -> None:
         "task_id": "swap_span",
         "map_index": "3",
         "try_number": "2",
-        "job_id": "job-0123",
+        "work_id": "work-0123",
         "node": "gpu-node-7",
         "gpu": "GPU-8c1f6c6e-1d6e-4a55-9b8f-3a2d2c1b0a99",
     }
@@ -137,7 +137,7 @@ def test_prometheus_answers_with_a_real_worker_runs_frame_total(prometheus: str,
     assert worker.returncode == 0, worker.stderr
     assert "remote write" not in worker.stderr  # no failed push
 
-    job = f'job_id="{json.loads(worker.stdout)["work_id"]}"'
+    job = f'work_id="{json.loads(worker.stdout)["work_id"]}"'
     for stage in ("decode", "swap", "encode"):
         (total,) = query(prometheus, f'sum({names.FRAMES.prometheus}{{stage="{stage}", {job}}})')
         assert total["value"][1] == str(frames) == "24", stage  # type: ignore[index]

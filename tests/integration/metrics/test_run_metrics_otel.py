@@ -69,23 +69,23 @@ def test_the_worker_environment_names_the_task_in_the_workers_attributes() -> No
     mapped = TaskInstance("facefusion_swap", "manual__1", "swap_span", 3)
     unmapped = TaskInstance("facefusion_swap", "manual__1", "merge", None)
 
-    assert worker_metric_environment(mapped, {}, job_id="abc") == {
+    assert worker_metric_environment(mapped, {}, work_id="abc") == {
         "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
         "FACEFUSION_METRIC_RUN_ID": "manual__1",
         "FACEFUSION_METRIC_TASK_ID": "swap_span",
         "FACEFUSION_METRIC_MAP_INDEX": "3",
-        "FACEFUSION_METRIC_JOB_ID": "abc",
+        "FACEFUSION_METRIC_WORK_ID": "abc",
     }
     assert worker_metric_environment(unmapped, {})["FACEFUSION_METRIC_MAP_INDEX"] == "-1"
-    assert "FACEFUSION_METRIC_JOB_ID" not in worker_metric_environment(unmapped, {})
+    assert "FACEFUSION_METRIC_WORK_ID" not in worker_metric_environment(unmapped, {})
     assert (
-        metric_attributes(worker_metric_environment(mapped, {}, job_id="abc")).items()
+        metric_attributes(worker_metric_environment(mapped, {}, work_id="abc")).items()
         >= {
             "dag_id": "facefusion_swap",
             "run_id": "manual__1",
             "task_id": "swap_span",
             "map_index": "3",
-            "job_id": "abc",
+            "work_id": "abc",
         }.items()
     )
 

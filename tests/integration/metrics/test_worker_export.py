@@ -80,7 +80,7 @@ def test_a_finished_worker_exports_the_true_totals_with_its_task_attributes(otlp
                 "task_id": "swap_span",
                 "map_index": "3",
                 "try_number": "2",
-                "job_id": "job-0123",
+                "work_id": "work-0123",
                 "node": "gpu-node-7",
                 "gpu": "GPU-8c1f6c6e-1d6e-4a55-9b8f-3a2d2c1b0a99",
             }.items()
@@ -151,7 +151,7 @@ def test_a_failed_worker_command_is_counted_by_its_class(
     env = child_environment(
         OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=otlp_receiver.endpoint,
         FACEFUSION_TEST_FAULTS=json.dumps(fault),
-        FACEFUSION_METRIC_JOB_ID="5f0c2a9be41d",
+        FACEFUSION_METRIC_WORK_ID="5f0c2a9be41d",
         **TASK_ENVIRONMENT,
     )
     work_uri = (tmp_path / "work" / "5f0c2a9be41d").as_uri()
@@ -173,7 +173,7 @@ def test_a_failed_worker_command_is_counted_by_its_class(
         >= {
             "failure_class": failure_class,
             "retryable": str(retryable).lower(),
-            "job_id": "5f0c2a9be41d",
+            "work_id": "5f0c2a9be41d",
             "task_id": "swap_span",
             "map_index": "3",
         }.items()

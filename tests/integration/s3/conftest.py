@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import s3fs
 from s3_servers import REGION, FaultyProxy, MotoServer
+from synth import VideoSpec, pattern_frames, write_video
 
 from facefusion_provider.media.images import encode_image
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 
 BUCKETS = ("videos", "work")
 

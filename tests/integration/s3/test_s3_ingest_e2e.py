@@ -27,9 +27,9 @@ from airflow_harness import TEST_SETTINGS, StandaloneAirflow
 from conftest import S3Stack
 from judge import identity_judge
 from people import carphone, people
+from readback import frame_digests
 
 from facefusion_provider.media.images import encode_image
-from facefusion_provider.media.readback import frame_digests
 
 pytestmark = pytest.mark.slow
 

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from committed import work_uri_for
 from conftest import S3Stack, make_clip
+from readback import frame_digests, packet_payloads
 from s3_servers import Fault
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
 from facefusion_provider.job.claims import SegmentClaims, scan_work
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 LOSSLESS = ["--processors", "--output-video-quality", "100"]

@@ -58,6 +58,7 @@ with open(os.environ["FAKE_WORKER_RECORD"], "a") as record:
     record.write(json.dumps({"argv": sys.argv[1:], "try": os.environ.get("FACEFUSION_TRY_NUMBER"),
                              "faults": os.environ.get("FACEFUSION_TEST_FAULTS"),
                              "task": os.environ.get("FACEFUSION_TASK_KEY"),
+                             "run": os.environ.get("FACEFUSION_RUN_KEY"),
                              "allowed": os.environ.get("FACEFUSION_ALLOWED_OUTPUT_PREFIXES"),
                              "metrics": {k: v for k, v in os.environ.items()
                                          if k.startswith(("FACEFUSION_METRIC_", "OTEL_"))}}) + "\\n")

@@ -13,7 +13,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.testclient import TestClient
 
-from facefusion_provider.airflow_plugin import FaceFusionPlugin, pools
+from facefusion_provider.airflow_plugin import FaceFusionPlugin, conf_limits, pools
+from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
 from facefusion_provider.operators.params import swap_params
 
@@ -42,8 +43,11 @@ def test_the_missing_pool_message_is_one_line_naming_the_pool_and_how_to_create_
 
 def test_the_plugin_registers_the_listener_and_the_middleware() -> None:
     assert issubclass(FaceFusionPlugin, AirflowPlugin) and FaceFusionPlugin.name == "facefusion"
-    assert FaceFusionPlugin.listeners == [pools]
-    assert [item["middleware"] for item in FaceFusionPlugin.fastapi_root_middlewares] == [OneLineParamErrors]
+    assert FaceFusionPlugin.listeners == [pools, conf_limits]
+    assert [item["middleware"] for item in FaceFusionPlugin.fastapi_root_middlewares] == [
+        OneLineParamErrors,
+        RefuseOutOfRangeConf,
+    ]
 
 
 def _airflow_param_error(conf: dict[str, Any]) -> str:

@@ -9,16 +9,19 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from facefusion_provider.contract import (
+    parse_failure_report,
+    prepare_worker_args,
+    span_worker_args,
+    worker_argv,
+)
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE, NON_RETRYABLE_EXIT_CODES
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.operators.commands import (
     completed_work,
-    parse_failure_report,
-    prepare_worker_args,
     raise_for_failure,
-    span_worker_args,
     task_worker_env,
-    worker_argv,
+    worker_call,
     worker_env,
 )
 from facefusion_provider.options import Options
@@ -49,12 +52,15 @@ def test_prepare_args_carry_inputs_and_changed_options() -> None:
     assert args[6:] == ["--processors", "--face-swapper-blend", "70", "--segment-size", "8"]
 
 
-def test_env_carries_try_number_task_and_allow_lists_and_faults_only_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_when_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_INPUT_PREFIXES", "s3://in/a, s3://in/b")
-    env = worker_env(3, {"PATH": "/bin"}, key="d/r/swap_span/2")
+    env = worker_env(3, {"PATH": "/bin"}, key="d/r/swap_span/2", run_key="d--r")
     assert env == {
         "FACEFUSION_TRY_NUMBER": "3",
         "FACEFUSION_TASK_KEY": "d/r/swap_span/2",
+        "FACEFUSION_RUN_KEY": "d--r",
         "FACEFUSION_ALLOWED_INPUT_PREFIXES": "s3://in/a/,s3://in/b/",
         "FACEFUSION_ALLOWED_OUTPUT_PREFIXES": "",
     }
@@ -71,16 +77,17 @@ def test_a_tasks_env_adds_its_metric_labels_the_work_as_job_and_where_to_push() 
         "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer secret",
     }
 
-    env = task_worker_env({"ti": ti}, airflow_side, "s3://work/work/5f0c2a9be41d")
+    call = worker_call("merge", "s3://work/work/5f0c2a9be41d", "s3://out/o.mp4", run_key="facefusion_swap--manual__1")
+    env = task_worker_env({"ti": ti}, airflow_side, call)
 
     assert env == {
-        **worker_env(3, airflow_side, key="facefusion_swap/manual__1/swap_span/2"),
+        **worker_env(3, airflow_side, key="facefusion_swap/manual__1/swap_span/2", run_key=call.run_key),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",  # never the headers: they may hold keys
         "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
         "FACEFUSION_METRIC_RUN_ID": "manual__1",
         "FACEFUSION_METRIC_TASK_ID": "swap_span",
         "FACEFUSION_METRIC_MAP_INDEX": "2",
-        "FACEFUSION_METRIC_JOB_ID": "5f0c2a9be41d",
+        "FACEFUSION_METRIC_WORK_ID": "5f0c2a9be41d",
     }
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from facefusion_provider.demo_airflow import DAGS_FOLDER, airflow_env, run_succeeded, swap_conf
+from demo_airflow import DAGS_FOLDER, airflow_env, run_succeeded, swap_conf
 
 
 def test_isolated_home_uses_this_projects_dags_and_facefusion_settings(tmp_path: Path) -> None:
@@ -17,11 +17,11 @@ def test_isolated_home_uses_this_projects_dags_and_facefusion_settings(tmp_path:
 
 
 def test_conf_has_the_dags_shape() -> None:
-    assert swap_conf(["/f.png"], "/in.mp4", "/out.mp4", {"chunk_size": 8}) == {
+    assert swap_conf(["/f.png"], "/in.mp4", "/out.mp4", {"segment_size": 8}) == {
         "source_uris": ["/f.png"],
         "target_uri": "/in.mp4",
         "output_uri": "/out.mp4",
-        "options": {"chunk_size": 8},
+        "segment_size": 8,
     }
 
 

@@ -12,9 +12,9 @@ import pytest
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from facefusion_provider.contract import SpanProgress
 from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_RETRYABLE
-from facefusion_provider.job.progress import SpanProgress
-from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
+from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.operators.plan import span_list
 
 
@@ -55,11 +55,12 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
         monkeypatch.delenv(name)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:4318/v1/metrics")
     work_uri = (tmp_path / "work" / "w1").as_uri()
-    operator = LocalWorkerOperator(
+    operator = FaceFusionWorkerOperator(
         task_id="prepare",
         command="prepare",
         work_uri=work_uri,
         output_uri=(tmp_path / "out.mp4").as_uri(),
+        run_key="facefusion_swap--r1",
         worker_args=["--target", "file:///in.mp4"],
     )
 
@@ -71,6 +72,7 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
             "try": "2",
             "faults": None,
             "task": "facefusion_swap/r1/swap_span/1",
+            "run": "facefusion_swap--r1",  # validate's run key, passed on, never recomputed
             "allowed": "s3://out/",
             "metrics": {
                 "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:4318/v1/metrics",
@@ -78,7 +80,7 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
                 "FACEFUSION_METRIC_RUN_ID": "r1",
                 "FACEFUSION_METRIC_TASK_ID": "swap_span",
                 "FACEFUSION_METRIC_MAP_INDEX": "1",
-                "FACEFUSION_METRIC_JOB_ID": "w1",
+                "FACEFUSION_METRIC_WORK_ID": "w1",
             },
         }
     ]
@@ -95,8 +97,9 @@ def test_a_span_whose_segments_are_all_committed_starts_no_process(
     commit_segment(job, 2)  # span 1 is done; span 2 is half done
 
     for index in (2, 1):
-        LocalSwapSpanOperator(
+        FaceFusionWorkerOperator(
             task_id="swap_span",
+            command="swap-span",
             work_uri=job.work_uri,
             output_uri=job.output_uri,
             target_uri="file:///in.mp4",
@@ -120,11 +123,16 @@ def test_a_finished_output_starts_no_process_even_after_cleanup(
     (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
 
     for command in ("prepare", "merge"):
-        LocalWorkerOperator(task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri).execute(
-            _context()
-        )
-    LocalSwapSpanOperator(
-        task_id="swap_span", work_uri=job.work_uri, output_uri=job.output_uri, target_uri="file:///in.mp4", span=span
+        FaceFusionWorkerOperator(
+            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri
+        ).execute(_context())
+    FaceFusionWorkerOperator(
+        task_id="swap_span",
+        command="swap-span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri="file:///in.mp4",
+        span=span,
     ).execute(_context())
 
     assert fake_worker() == []
@@ -142,8 +150,9 @@ def test_a_span_records_where_it_resumes_and_its_progress_in_the_task_state_stor
     progress = SpanProgress(span=0, segments_committed=2, segments_total=2, committed_here=1, frames_done=8)
     monkeypatch.setenv("FAKE_WORKER_LINES", f"2026-12-03 INFO worker: {progress.line()}")
     store = _StateStore()
-    operator = LocalSwapSpanOperator(
+    operator = FaceFusionWorkerOperator(
         task_id="swap_span",
+        command="swap-span",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
         target_uri="file:///in.mp4",
@@ -171,7 +180,7 @@ def test_bad_input_fails_at_once_with_the_workers_message_and_records_it(
     pushed: list[dict[str, Any]] = []
     context = _context()
     context["ti"].xcom_push = lambda **kwargs: pushed.append(kwargs)
-    operator = LocalWorkerOperator(
+    operator = FaceFusionWorkerOperator(
         task_id="prepare",
         command="prepare",
         work_uri=(tmp_path / "w").as_uri(),
@@ -199,8 +208,9 @@ def test_retryable_failure_is_an_ordinary_task_failure(
     monkeypatch.setenv("FAKE_WORKER_CLASS", "retryable")
     monkeypatch.setenv("FAKE_WORKER_MESSAGE", "injected transient failure (swap-span span 1 try 1)")
     monkeypatch.setenv("FACEFUSION_TEST_FAULTS", '[{"command": "swap-span"}]')
-    operator = LocalSwapSpanOperator(
+    operator = FaceFusionWorkerOperator(
         task_id="swap_span",
+        command="swap-span",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
         target_uri="file:///in.mp4",
@@ -215,18 +225,56 @@ def test_retryable_failure_is_an_ordinary_task_failure(
 
 
 def test_template_fields_extend_the_parents() -> None:
-    assert isinstance(LocalWorkerOperator.template_fields, tuple)
-    assert set(BaseOperator.template_fields) <= set(LocalWorkerOperator.template_fields)
-    assert {"work_uri", "output_uri", "worker_args"} <= set(LocalWorkerOperator.template_fields)
-    assert set(LocalWorkerOperator.template_fields) < set(LocalSwapSpanOperator.template_fields)
-    assert {"span", "target_uri"} <= set(LocalSwapSpanOperator.template_fields)
+    assert isinstance(FaceFusionWorkerOperator.template_fields, tuple)
+    assert set(BaseOperator.template_fields) <= set(FaceFusionWorkerOperator.template_fields)
+    expected = {"work_uri", "output_uri", "run_key", "worker_args", "span", "target_uri"}
+    assert expected <= set(FaceFusionWorkerOperator.template_fields)
+
+
+def test_a_plugged_launcher_gets_the_contract_argv_and_its_failure_fails_the_task(tmp_path: Path) -> None:
+    class RecordingLauncher:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[str], dict[str, str]]] = []
+
+        def run(self, argv: Any, env: Any, on_line: Callable[[str], None]) -> tuple[int, str]:
+            self.calls.append((list(argv), dict(env)))
+            on_line("a worker line")
+            return EXIT_INVALID_MEDIA, '{"failure_class": "invalid_media", "retryable": false, "message": "bad"}'
+
+        def stop(self) -> None:
+            pass
+
+    launcher = RecordingLauncher()
+    operator = FaceFusionWorkerOperator(
+        task_id="merge",
+        command="merge",
+        work_uri=(tmp_path / "w").as_uri(),
+        output_uri=(tmp_path / "o.mp4").as_uri(),
+        run_key="facefusion_swap--r1",
+        worker_args=["--target", "file:///in.mp4", "--output", (tmp_path / "o.mp4").as_uri()],
+        launcher=launcher,
+    )
+
+    with pytest.raises(AirflowFailException, match=r"invalid_media, exit code 12\): bad"):
+        operator.execute(_context())
+    argv, env = launcher.calls[0]
+    assert argv[:3] == ["merge", "--work-uri", (tmp_path / "w").as_uri()]
+    assert env["FACEFUSION_RUN_KEY"] == "facefusion_swap--r1"
+
+
+def test_swap_span_without_its_span_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
+    operator = FaceFusionWorkerOperator(
+        task_id="swap_span", command="swap-span", work_uri=(tmp_path / "w").as_uri(), output_uri="file:///o.mp4"
+    )
+    with pytest.raises(ValueError, match="swap-span needs its span and this run's target_uri"):
+        operator.execute(_context())
 
 
 def test_templated_fields_render_natively(tmp_path: Path) -> None:
     from airflow.sdk import DAG
 
     with DAG("native", schedule=None, render_template_as_native_obj=True):
-        operator = LocalWorkerOperator(
+        operator = FaceFusionWorkerOperator(
             task_id="prepare",
             command="prepare",
             work_uri="{{ params.work }}",

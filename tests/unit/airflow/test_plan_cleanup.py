@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from held import age, run_lease
 from recorded_stats import RecordedStats, Sent
 
 from facefusion_provider import metric_names as names
 from facefusion_provider.job import leases
-from facefusion_provider.job.records import RunLease
-from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator, lease_is_live
+from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupJobOperator
 from facefusion_provider.operators.plan import PUBLISHED_SPAN, PlanSpansOperator
 
 RUN = {"dag_id": "facefusion_swap", "run_id": "manual__1"}
@@ -54,8 +54,8 @@ def test_plan_makes_one_wave_of_the_configured_width(
         )
         == 3
     )
-    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")  # the workers split it: one waiting task
-    (whole,) = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(
+    # With standing workers the DAG gives plan a wave of one (the workers split it: one waiting task).
+    (whole,) = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=1).execute(
         _plan_context()
     )
     assert whole["label"] == "frames 0-399 (50 segments)"
@@ -95,32 +95,12 @@ def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
         operator.execute({"ti": SimpleNamespace(xcom_push=lambda **kwargs: None)})  # type: ignore[arg-type]
 
 
-class _Runs:
-    """The cleanup's task instance: its run, and what the Task SDK tells it about other runs' states."""
-
-    def __init__(self, states: dict[str, str]) -> None:
-        self.states = states
-        self.dag_id, self.run_id = RUN["dag_id"], RUN["run_id"]
-
-    def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
-        return sum(run in self.states for run in run_ids)
-
-    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
-        return self.states[run_id]
-
-
-def _cleanup_context(states: dict[str, str] | None = None, started: datetime | None = None) -> dict[str, Any]:
+def _cleanup_context(started: datetime | None = None) -> dict[str, Any]:
     return {
         "outlet_events": defaultdict(SimpleNamespace),
-        "ti": _Runs(states or {}),
+        "ti": SimpleNamespace(**RUN),
         "dag_run": SimpleNamespace(**RUN, start_date=started),
     }
-
-
-def _lease(run: str, age: timedelta = timedelta()) -> RunLease:
-    return RunLease(
-        dag_id="facefusion_swap", run_id=run, output_uri="file:///o.mp4", created_at=datetime.now(UTC) - age
-    )
 
 
 def test_cleanup_removes_the_work_and_publishes_the_output(
@@ -132,8 +112,8 @@ def test_cleanup_removes_the_work_and_publishes_the_output(
     job = write_job(tmp_path, tmp_path / "out.mp4")
     commit_segment(job, 0)
     commit_output(job)
-    leases.hold(job.layout, "mine", _lease("mine"))
-    context = _cleanup_context({"mine": "running"})
+    leases.hold(job.layout, "mine", run_lease("mine"))
+    context = _cleanup_context()
     operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
 
     operator.execute(context)  # type: ignore[arg-type]
@@ -173,24 +153,30 @@ def test_cleanup_of_an_older_marker_reports_no_merge_seconds(
     assert [item.stat for item in stats_sent.sent] == [names.stat_name(names.OUTPUT_BYTES)]  # no start, no fps
 
 
-def test_cleanup_keeps_work_that_a_live_or_recently_failed_run_holds(
+@pytest.mark.parametrize("kind", ["airflow", "cli"])
+def test_cleanup_keeps_work_that_a_live_or_failed_run_holds_whoever_holds_it(
     tmp_path: Path,
     write_job: Callable[..., Any],
     commit_segment: Callable[..., Path],
     commit_output: Callable[..., None],
+    kind: str,
 ) -> None:
+    """No lookup in this Airflow's database: another Airflow's run or a CLI run is judged by its lease alone."""
     job = write_job(tmp_path, tmp_path / "out.mp4")
     marker = commit_segment(job, 0)
     commit_output(job)
-    for run in ("mine", "other"):
-        leases.hold(job.layout, run, _lease(run))
+    leases.hold(job.layout, "mine", run_lease("mine"))
+    leases.hold(job.layout, "other", run_lease("other", kind=kind, ttl=600))
     operator = CleanupJobOperator(task_id="cleanup", work_uri=job.work_uri, output_uri=job.output_uri, run_key="mine")
 
-    operator.execute(_cleanup_context({"mine": "running", "other": "running"}))  # type: ignore[arg-type]
-    assert marker.exists() and set(leases.leases(job.layout)) == {"other"}  # only this run's lease went
-    operator.execute(_cleanup_context({"other": "failed"}))  # type: ignore[arg-type]  # a clear may resume it
+    operator.execute(_cleanup_context())  # type: ignore[arg-type]
+    assert marker.exists() and [held.key for held in leases.run_leases(job.layout)] == ["other"]
+    leases.keep_for_retry(job.layout, "other", ttl_seconds=168 * 3600)  # it failed: a clear may resume it
+    age(job.layout.run_lease("other"), 3 * 3600)
+    operator.execute(_cleanup_context())  # type: ignore[arg-type]
     assert marker.exists()
-    operator.execute(_cleanup_context({"other": "success"}))  # type: ignore[arg-type]
+    age(job.layout.run_lease("other"), 169 * 3600)  # nobody cleared it within keep_failed_work_hours
+    operator.execute(_cleanup_context())  # type: ignore[arg-type]
     assert not marker.exists()
 
 
@@ -208,11 +194,3 @@ def test_cleanup_keeps_the_work_when_the_output_is_not_this_works(
     with pytest.raises(AirflowException, match="carries no marker of work work0"):
         operator.execute(_cleanup_context())  # type: ignore[arg-type]
     assert marker.exists()
-
-
-def test_which_leases_keep_the_work() -> None:
-    now, keep = datetime.now(UTC), timedelta(hours=168)
-    assert lease_is_live(_lease("r"), "running", now, keep) and lease_is_live(_lease("r"), "queued", now, keep)
-    assert lease_is_live(_lease("r", timedelta(hours=1)), "failed", now, keep)
-    assert not lease_is_live(_lease("r", timedelta(hours=200)), "failed", now, keep)
-    assert not lease_is_live(_lease("r"), "success", now, keep) and not lease_is_live(_lease("r"), None, now, keep)

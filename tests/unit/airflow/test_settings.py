@@ -57,6 +57,12 @@ def test_bad_settings_name_the_key(key: str, value: str, message: str) -> None:
         FaceFusionSettings.from_values({key: value}, airflow_home="/tmp")
 
 
+def test_a_former_setting_name_is_refused_naming_the_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__FACEFUSION__CHUNK_WAVE", "8")
+    with pytest.raises(ValueError, match=r"chunk_wave: no longer a setting: it is called span_wave now"):
+        load_settings()
+
+
 def test_provider_info_documents_every_setting() -> None:
     section = get_provider_info()["config"]["facefusion"]
 

@@ -9,19 +9,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import pytest
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from committed import hold_run_lease
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import WorkLayout, work_root_of
+from facefusion_provider.job.layout import RootLayout, WorkLayout, work_root_of
+from facefusion_provider.job.leases import standing_worker_lease
 from facefusion_provider.job.records import StandingWorker
-from facefusion_provider.job.standing import heartbeat
-from facefusion_provider.operators.local import LocalSwapSpanOperator
-from facefusion_provider.operators.plan import span_list
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
 from facefusion_provider.worker.helping import live_works
 
@@ -45,7 +40,9 @@ def _events(trigger: SpanCommittedTrigger, *, for_seconds: float | None = None) 
 
 
 def _standing_worker() -> StandingWorker:
-    return StandingWorker(name="gpu-node-1", host="gpu-node-1", pid=1, started_at="2026-12-03T00:00:00Z")
+    return StandingWorker(
+        name="gpu-node-1", host="gpu-node-1", pid=1, started_at=datetime(2026, 12, 3, tzinfo=UTC), ttl_seconds=240
+    )
 
 
 def test_the_trigger_fires_once_every_segment_of_the_span_is_committed(
@@ -59,7 +56,9 @@ def test_the_trigger_fires_once_every_segment_of_the_span_is_committed(
             time.sleep(0.2)
             commit_segment(job, index)
 
-    with heartbeat(root, _standing_worker(), every=0.1):  # a standing worker is alive: the wait may be long
+    with standing_worker_lease(
+        RootLayout(root), _standing_worker()
+    ):  # a standing worker is alive: the wait may be long
         writer = threading.Thread(target=commit_later)
         writer.start()
         events = _events(SpanCommittedTrigger(job.work_uri, 1, 3, **FAST))
@@ -83,37 +82,6 @@ def test_the_trigger_serializes_to_what_it_was_made_of() -> None:
     assert SpanCommittedTrigger(**kwargs).serialize() == (path, kwargs)
 
 
-def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committed(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    fake_worker: Callable[[], list[dict[str, Any]]],
-    write_job: Callable[..., Any],
-    commit_segment: Callable[..., Path],
-) -> None:
-    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    span = span_list(job.spec, 2)[0]
-    operator = LocalSwapSpanOperator(
-        task_id="swap_span", work_uri=job.work_uri, output_uri=job.output_uri, target_uri="file:///in.mp4", span=span
-    )
-    ti = SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="swap_span", map_index=0)
-    context: Any = {"ti": ti}
-
-    with pytest.raises(TaskDeferred) as deferred:
-        operator.execute(context)
-    trigger = deferred.value.trigger
-    assert isinstance(trigger, SpanCommittedTrigger) and (trigger.first, trigger.last) == (span["first"], span["last"])
-    assert deferred.value.method_name == "span_committed"
-
-    for index in range(span["first"], span["last"]):
-        commit_segment(job, index)
-    (event,) = _events(trigger)
-    operator.span_committed(context, event)  # succeeds
-    with pytest.raises(AirflowException, match="no standing worker"):
-        operator.span_committed(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
-    assert fake_worker() == []  # no process was started for the span
-
-
 def test_a_waiting_run_renews_its_lease_so_standing_workers_keep_taking_it(
     tmp_path: Path, write_job: Callable[..., Any]
 ) -> None:
@@ -121,11 +89,11 @@ def test_a_waiting_run_renews_its_lease_so_standing_workers_keep_taking_it(
     layout = WorkLayout(job.work_uri)
     queued_long = hold_run_lease(layout, "waiting-run", "/in/target.mp4", age=timedelta(hours=2))  # still waiting
     lease_file = Path(storage.local_path(layout.run_lease("waiting-run")) or "")
-    assert live_works(work_root_of(layout), besides="", now=datetime.now(UTC)) == []  # looks abandoned
+    assert live_works(work_root_of(layout), besides="") == []  # looks abandoned
 
     trigger = SpanCommittedTrigger(job.work_uri, 0, 5, **FAST, run_key="waiting-run", renew_seconds=0.1)
-    with heartbeat(work_root_of(layout), _standing_worker(), every=0.1):
+    with standing_worker_lease(RootLayout(work_root_of(layout)), _standing_worker()):
         assert _events(trigger, for_seconds=0.5) == []  # a worker is alive: it waits, renewing the lease
 
-    (found,) = live_works(work_root_of(layout), besides="", now=datetime.now(UTC))
+    (found,) = live_works(work_root_of(layout), besides="")
     assert found.layout.work_id == layout.work_id and lease_file.read_bytes() == queued_long.model_dump_json().encode()

@@ -78,7 +78,7 @@ def test_the_ticket_names_the_content_addressed_work(tmp_path: Path, inputs: dic
 def test_the_older_nested_options_give_the_same_work(tmp_path: Path, inputs: dict[str, Any]) -> None:
     flat = _validate(inputs, tmp_path)
     nested = {key: inputs[key] for key in ("source_uris", "target_uri", "output_uri")}
-    nested["options"] = {"chunk_size": 8, "face_swapper_blend": 70}  # chunk_size: segment_size's former name
+    nested["options"] = {"segment_size": 8, "face_swapper_blend": 70}
     assert _validate(nested, tmp_path)["work_id"] == flat["work_id"]
     with pytest.raises(InvalidOptionError, match=r"options.face_swapper_blend: given twice, as face_swapper_blend"):
         _validate({**inputs, "options": {"face_swapper_blend": 71}}, tmp_path)
@@ -102,7 +102,13 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
     ("change", "error", "message"),
     [
         ({"face_swapper_blend": 150}, InvalidOptionError, "options.face_swapper_blend: Input should be less than"),
-        ({"chunk_sise": 8}, InvalidOptionError, "chunk_sise: unknown conf key; did you mean 'chunk_size'?"),
+        ({"segmnt_size": 8}, InvalidOptionError, "segmnt_size: unknown conf key; did you mean 'segment_size'?"),
+        ({"chunk_size": 8}, InvalidOptionError, "chunk_size: no longer an option: it is called segment_size now"),
+        (
+            {"options": {"chunk_size": 8}},
+            InvalidOptionError,
+            "options.chunk_size: no longer an option: it is called segment_size",
+        ),
         ({"options": {"chunk_sise": 8}}, InvalidOptionError, "options.chunk_sise: unknown option"),
         ({"trim_frame_start": 9, "trim_frame_end": 3}, InvalidOptionError, "trim_frame_end (3) must be greater"),
         ({"options": "fast"}, InvalidOptionError, "options: expected an object"),
@@ -195,9 +201,11 @@ def test_the_operator_takes_this_runs_lease_on_the_work_under_the_configured_roo
 
     assert ticket["work_uri"].startswith((tmp_path / "configured" / "work").as_uri())
     assert again["work_uri"] == ticket["work_uri"] and again["run_key"] != ticket["run_key"]
-    held = leases.leases(WorkLayout(ticket["work_uri"]))
+    held = {lease.key: lease.lease for lease in leases.run_leases(WorkLayout(ticket["work_uri"]))}
     assert set(held) == {ticket["run_key"], again["run_key"]}
     assert {lease.output_uri for lease in held.values()} == {ticket["output_uri"], again["output_uri"]}
+    assert all(lease.holder.kind == "airflow" and lease.state == "active" for lease in held.values())
+    assert ticket["run_lease"] == held[ticket["run_key"]].model_dump(mode="json")  # each task holds it again
     assert operator.multiple_outputs  # each ticket key is its own XCom for the downstream tasks
 
 
@@ -229,8 +237,7 @@ def test_params_reject_bad_values_naming_the_field_first(
 
 def test_every_option_is_its_own_typed_field() -> None:
     params = swap_params()
-    assert set(Options.model_fields) - {"chunk_size"} <= set(params)
-    assert "chunk_size" not in params  # segment_size's former name: accepted in conf, not shown in the form
+    assert set(Options.model_fields) <= set(params)
     blend = params["face_swapper_blend"]
     assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == (
         "integer",

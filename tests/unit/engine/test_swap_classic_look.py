@@ -32,8 +32,10 @@ from facefusion_provider.options import Options
 
 from .conftest import IdentityJudge, meshed_face
 from .graded_clip import graded_hopper_clip
+from .seam_measure import EdgeChange, upper_edge_change
 
 MAX_DELTA_E = 6.0  # CIE76, mean skin colour of the swapped face against the original face's
+SEAM_SLACK = 0.5  # CIE L: half of a just-noticeable difference
 EDGE_BAND = 0.1  # of face size: how far inside the mask's edge the step of the change is measured
 # Sectors around the face's centre, degrees from the image's x axis (y down): where a seam would show.
 SECTORS = {"forehead": (-135, -45), "right cheek": (-45, 30), "jaw": (30, 150), "left cheek": (150, 225)}
@@ -139,6 +141,7 @@ class ClipSwap:
     meshes: list[FloatArray] = field(default_factory=list)
     steps: list[dict[str, float]] = field(default_factory=list)
     hard_steps: list[dict[str, float]] = field(default_factory=list)
+    upper_edges: list[EdgeChange] = field(default_factory=list)
 
     def skin_means(self, frames: list[Frame]) -> np.ndarray:
         return np.array(
@@ -160,12 +163,16 @@ def swap_clip(frames: list[Frame], source: ClassicSource, options: Options, stor
         if face.landmark_dense is None or not isinstance(score, float) or score < MESH_MIN_SCORE:
             continue
         output = swap_face_classic(frame, face, source, options)
-        support = classic_face_mask(frame, face, source, options) > 0
+        mask = classic_face_mask(frame, face, source, options)
+        support = mask > 0
         run.originals.append(frame)
         run.outputs.append(output)
         run.meshes.append(face.landmark_dense)
         run.steps.append(edge_steps(output, frame, support, face.landmark_dense))
         run.hard_steps.append(edge_steps(hard_paste(frame, face, source, support), frame, support, face.landmark_dense))
+        upper_edge = upper_edge_change(output, frame, mask, face.landmark_dense)
+        if upper_edge is not None:
+            run.upper_edges.append(upper_edge)
     return run
 
 
@@ -209,6 +216,22 @@ def test_the_edge_ramps_instead_of_jumping(clip: tuple[str, ClipSwap]) -> None:
     ratios = [ours[sector] / hard[sector] for sector in SECTORS]
     assert max(ours.values()) < 2.0, f"{name}: a step of the change across the edge (L/px, ours/hard paste): {report}"
     assert max(ratios) < 0.4 and np.mean(ratios) < 0.3, f"{name}: not much softer than a hard paste: {report}"
+
+
+def test_the_forehead_edge_adds_no_lightness_step_of_its_own(clip: tuple[str, ClipSwap]) -> None:
+    """Across the region's upper edge the output's lightness changes no more than the target's own over the same
+    rows (seam_measure.py): on the median frame and on average (within SEAM_SLACK, below what the eye tells apart),
+    and within 1 L unit on nine frames in ten."""
+    name, run = clip
+    output = np.array([edge.output for edge in run.upper_edges])
+    target = np.array([edge.target for edge in run.upper_edges])
+    report = f"{name}: L change across the upper edge, output/target: median {np.median(output):.2f}/" + (
+        f"{np.median(target):.2f}, mean {output.mean():.2f}/{target.mean():.2f}"
+    )
+    assert len(output) >= 0.8 * len(run.outputs), f"{name}: the upper edge was measured on {len(output)} frames"
+    assert np.median(output) <= np.median(target) + SEAM_SLACK, report
+    assert output.mean() <= target.mean() + SEAM_SLACK, report
+    assert np.mean(output > target + 1.0) <= 0.1, f"{report}; frames above the target's by over 1: {output - target}"
 
 
 def test_the_face_colour_does_not_flicker_more_than_the_original(clip: tuple[str, ClipSwap]) -> None:

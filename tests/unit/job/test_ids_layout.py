@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.job import ids
 from facefusion_provider.job.ids import analysis_id, run_key, work_id
 from facefusion_provider.job.layout import (
     AnalysisLayout,
@@ -12,9 +17,12 @@ from facefusion_provider.job.layout import (
     parse_claim_name,
     parse_segment_name,
     preview_uri_of,
+    segment_claim_name,
     segment_file_name,
 )
+from facefusion_provider.job.records import JOB_FORMAT_VERSION
 from facefusion_provider.options import Options
+from facefusion_provider.worker.work import load_job
 
 
 def test_work_id_depends_on_content_and_pixel_options_only() -> None:
@@ -27,9 +35,18 @@ def test_work_id_depends_on_content_and_pixel_options_only() -> None:
     assert len(work) == 24
 
 
-def test_chunk_size_is_the_former_name_of_segment_size() -> None:
-    assert Options(chunk_size=64) == Options(segment_size=64)
-    assert work_id("t", ["s"], Options(chunk_size=64)) == work_id("t", ["s"], Options(segment_size=64))
+def test_a_work_of_an_older_format_gets_another_id_and_is_refused_by_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current = work_id("t", ["s"], Options())
+    monkeypatch.setattr(ids, "JOB_FORMAT_VERSION", JOB_FORMAT_VERSION - 1)
+    assert work_id("t", ["s"], Options()) != current  # a new format never finds an old work under its id
+    monkeypatch.undo()
+    layout = WorkLayout((tmp_path / "work").as_uri())
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "job.json").write_text(json.dumps({"format_version": JOB_FORMAT_VERSION - 1}))
+    with pytest.raises(InvalidJobError, match=f"job format {JOB_FORMAT_VERSION - 1}, this worker reads format"):
+        load_job(layout)
 
 
 def test_analysis_id_ignores_the_source_and_the_swap_but_not_detection() -> None:
@@ -55,7 +72,7 @@ def test_layout(tmp_path: Path) -> None:
     assert layout.job_json.endswith("/work/abc/job.json")
     assert layout.segment_marker(7).endswith("/work/abc/segments/00007.json")
     assert layout.segment_file(segment_file_name(7, "w1")).endswith("/work/abc/segments/00007.w1.mp4")
-    assert layout.claim(7, 2).endswith("/work/abc/claims/00007.0002.json")
+    assert layout.claim(segment_claim_name(7), 2).endswith("/work/abc/claims/00007.0002.json")
     assert layout.run_lease("r").endswith("/work/abc/runs/r.json")
     analysis = AnalysisLayout.under(str(tmp_path / "root"), "xyz")
     assert analysis.segment_faces(3).endswith("/analysis/xyz/segments/00003.faces.npz")
@@ -64,7 +81,8 @@ def test_layout(tmp_path: Path) -> None:
     assert parse_segment_name("preview-00000037.jpg") is None  # a preview frame, not a segment's file
     assert parse_segment_name(".tmp-00007.json") is None
     assert parse_segment_name("00007.w1.mp4.tmp-123") is None
-    assert parse_claim_name("00007.0002.json") == (7, 2)
+    assert parse_claim_name("00007.0002.json") == ("00007", 2)
+    assert parse_claim_name("merge-facefusion_swap.manual-1.abc.0001.json") == ("merge-facefusion_swap.manual-1.abc", 1)
     assert parse_claim_name(".probe-1") is None
     assert output_marker_uri("s3://out/videos/a.mp4") == "s3://out/videos/.a.mp4.facefusion.json"
     assert output_marker_uri("file:///x/a.mp4") == "file:///x/.a.mp4.facefusion.json"

@@ -1,13 +1,16 @@
-"""Run leases on shared work: cleanup removes work only when no live run holds a lease, and a run that wants the work
-while a cleanup removes it waits and holds it again, even when both race in separate processes."""
+"""Run leases on shared work (docs/protocol.md): a sweep removes work only when no other run's lease is live by the
+one liveness rule, whoever holds it; a run that wants the work while a sweep removes it waits and holds it again,
+even when both race in separate processes; a holder whose lease was swept learns it on its next renewal."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import threading
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,13 +18,28 @@ import pytest
 from facefusion_provider import storage
 from facefusion_provider.job import leases
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import Deleting, RunLease
+from facefusion_provider.job.records import RunHolder, RunLease, Sweep
 
 
-def _lease(run: str) -> RunLease:
-    return RunLease(
-        dag_id="facefusion_swap", run_id=run, output_uri=f"file:///out/{run}.mp4", created_at=datetime.now(UTC)
+def _lease(run: str, *, kind: str = "airflow", ttl: float = 600.0) -> RunLease:
+    holder = (
+        RunHolder(kind="airflow", dag_id="facefusion_swap", run_id=run)
+        if kind == "airflow"
+        else RunHolder(kind="cli", host="laptop", pid=4242)
     )
+    return RunLease(holder=holder, ttl_seconds=ttl, output_uri=f"file:///out/{run}.mp4", created_at=datetime.now(UTC))
+
+
+def _sweep(run: str) -> bytes:
+    return Sweep(run_key=run, started_at=datetime.now(UTC), ttl_seconds=600).model_dump_json().encode()
+
+
+def _age(uri: str, seconds: float) -> None:
+    """Make the object look last written ``seconds`` ago (its holder stopped renewing)."""
+    path = storage.local_path(uri)
+    assert path is not None
+    when = time.time() - seconds
+    os.utime(path, (when, when))
 
 
 @pytest.fixture
@@ -36,49 +54,71 @@ def _folder(layout: WorkLayout) -> Path:
     return Path(storage.local_path(layout.work_uri) or "")
 
 
-def test_work_is_kept_while_another_live_run_holds_it_and_removed_after(layout: WorkLayout) -> None:
+@pytest.mark.parametrize("kind", ["airflow", "cli"])
+def test_work_is_kept_while_another_runs_lease_is_live_and_removed_once_it_lapsed(
+    layout: WorkLayout, kind: str
+) -> None:
+    """The rule does not ask who holds the lease: another Airflow's run or a CLI run count alike."""
     leases.hold(layout, "a", _lease("a"))
-    leases.hold(layout, "b", _lease("b"))
+    leases.hold(layout, "b", _lease("b", kind=kind, ttl=600))
     leases.release(layout, "a")
-    assert leases.remove_if_unused(layout, "a", is_live=lambda lease: True) == ["b"]
+    assert leases.sweep_if_unused(layout, "a") == ["b"]
     assert storage.exists(layout.job_json) and not storage.exists(layout.deleting)
-    assert leases.remove_if_unused(layout, "a", is_live=lambda lease: lease.run_id != "b") == []  # b has finished
+    _age(layout.run_lease("b"), 601)  # b stopped renewing a TTL ago
+    assert leases.sweep_if_unused(layout, "a") == []
     assert not _folder(layout).exists()
 
 
-def test_a_run_waits_for_a_removal_in_progress_then_holds_the_work(layout: WorkLayout) -> None:
-    started = datetime.now(UTC)
-    storage.write_bytes_atomic(layout.deleting, Deleting(run_key="x", started_at=started).model_dump_json().encode())
+def test_a_kept_lease_holds_the_work_but_asks_for_no_work(layout: WorkLayout) -> None:
+    leases.hold(layout, "failed", _lease("failed", ttl=60))
+    leases.keep_for_retry(layout, "failed", ttl_seconds=7 * 24 * 3600)
+    _age(layout.run_lease("failed"), 3600)  # far past the run's own TTL, well within the kept one
+    (held,) = leases.run_leases(layout)
+    assert held.live and held.lease.state == "kept" and not held.wants_work
+    assert leases.sweep_if_unused(layout, "other") == ["failed"]
+
+
+def test_an_unreadable_lease_holds_the_work_for_one_default_ttl(layout: WorkLayout) -> None:
+    storage.write_bytes_atomic(layout.run_lease("old"), b'{"dag_id": "from an older version"}')
+    assert leases.sweep_if_unused(layout, "other") == ["old"]
+    _age(layout.run_lease("old"), 3 * 3600)
+    assert leases.sweep_if_unused(layout, "other") == []
+
+
+def test_a_holder_learns_on_its_next_renewal_that_its_lease_was_swept(layout: WorkLayout) -> None:
+    leases.hold(layout, "paused", _lease("paused", ttl=60))
+    _age(layout.run_lease("paused"), 120)  # paused past its TTL (SIGSTOP, a long GC, a frozen VM)
+    assert leases.sweep_if_unused(layout, "other") == []
+    with pytest.raises(leases.LeaseLostError, match="was removed"):
+        leases.renew(layout, "paused")
+    assert not _folder(layout).exists()  # the renewal wrote nothing back
+
+
+def test_a_run_waits_for_a_sweep_in_progress_then_holds_the_work(layout: WorkLayout) -> None:
+    storage.write_bytes_atomic(layout.deleting, _sweep("x"))
     with pytest.raises(Exception, match="still being removed by run x"):
         leases.hold(layout, "a", _lease("a"), wait=1.5)
-    stale = Deleting(run_key="x", started_at=started - leases.STALE_DELETION - timedelta(seconds=1))
-    storage.write_bytes_atomic(layout.deleting, stale.model_dump_json().encode())
-    leases.hold(layout, "a", _lease("a"), wait=1.5)  # a marker that old belongs to a cleanup that died
-    assert not storage.exists(layout.deleting) and set(leases.leases(layout)) == {"a"}
+    _age(layout.deleting, 601)  # a sweep marker past its TTL belongs to a cleanup that died
+    leases.hold(layout, "a", _lease("a"), wait=1.5)
+    assert not storage.exists(layout.deleting) and [held.key for held in leases.run_leases(layout)] == ["a"]
 
 
-def test_a_cleanup_that_finds_another_deciding_waits_and_decides_again(layout: WorkLayout) -> None:
-    """Two runs' cleanups at once: a's looked while b still held its lease and keeps the work; b, finding a's deletion
+def test_a_sweep_that_finds_another_deciding_waits_and_decides_again(layout: WorkLayout) -> None:
+    """Two runs' cleanups at once: a's looked while b still held its lease and keeps the work; b, finding a's sweep
     marker, must not give up (nobody would remove the work), but decide again once a is done."""
     leases.hold(layout, "b", _lease("b"))
-    storage.write_bytes_atomic(
-        layout.deleting, Deleting(run_key="a", started_at=datetime.now(UTC)).model_dump_json().encode()
-    )
+    storage.write_bytes_atomic(layout.deleting, _sweep("a"))
     leases.release(layout, "b")
     finished = threading.Timer(0.5, storage.delete, [layout.deleting])  # a ends: the work kept for b's lease
     finished.start()
     try:
-        assert leases.remove_if_unused(layout, "b", is_live=lambda lease: True) == []
+        assert leases.sweep_if_unused(layout, "b") == []
     finally:
         finished.join()
     assert not _folder(layout).exists()
     storage.write_bytes_atomic(layout.job_json, b"{}")
-    storage.write_bytes_atomic(
-        layout.deleting, Deleting(run_key="a", started_at=datetime.now(UTC)).model_dump_json().encode()
-    )
-    assert leases.remove_if_unused(layout, "b", is_live=lambda lease: True, wait=0.2) == [
-        "a"
-    ]  # a never ends: left to it
+    storage.write_bytes_atomic(layout.deleting, _sweep("a"))
+    assert leases.sweep_if_unused(layout, "b", wait=0.2) == ["a"]  # a never ends: left to it
     assert storage.exists(layout.job_json)
 
 
@@ -89,22 +129,24 @@ RACE = textwrap.dedent(
     from facefusion_provider import storage
     from facefusion_provider.job import leases
     from facefusion_provider.job.layout import WorkLayout
-    from facefusion_provider.job.records import RunLease
+    from facefusion_provider.job.records import RunHolder, RunLease
 
     layout, role, rounds = WorkLayout(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    listed = leases.leases
-    def slow_listing(layout):  # a slow store: the cleanup's look at the leases and its deletion lie 20 ms apart
+    listed = leases.run_leases
+    def slow_listing(layout):  # a slow store: the sweep's look at the leases and its deletion lie 20 ms apart
         found = listed(layout)
         time.sleep(0.02)
         return found
-    leases.leases = slow_listing
+    leases.run_leases = slow_listing
     for round in range(rounds):
         if role == "cleanup":
             storage.write_bytes_atomic(layout.segment_marker(0), b"{}")
-            leases.remove_if_unused(layout, "cleanup", is_live=lambda lease: True)
+            leases.sweep_if_unused(layout, "cleanup")
             continue
         key = f"run-{round}"
-        leases.hold(layout, key, RunLease(dag_id="d", run_id=key, output_uri="file:///o.mp4", created_at=datetime.now(UTC)))
+        holder = RunHolder(kind="airflow", dag_id="d", run_id=key)
+        lease = RunLease(holder=holder, ttl_seconds=600, output_uri="file:///o.mp4", created_at=datetime.now(UTC))
+        leases.hold(layout, key, lease)
         mine = storage.join(layout.work_uri, f"mine-{round}")
         storage.write_bytes_atomic(mine, b"x")
         time.sleep(0.01)

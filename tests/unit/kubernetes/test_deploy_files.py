@@ -1,4 +1,5 @@
-"""The files that deploy the project: Kubernetes manifests, Helm values, compose file, Dockerfiles and the model baker."""
+"""The files that deploy the project beside the chart (test_chart.py): the Airflow chart's values, the compose file,
+the Dockerfiles and the model baker."""
 
 from __future__ import annotations
 
@@ -12,12 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
-from kube_pod_helpers import KUBE_CONN_ID, KUBERNETES_VERSION, serialize, validate_strictly
 
-from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator
 from facefusion_provider.settings import KUBERNETES_SETTINGS, SETTINGS, FaceFusionSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,172 +28,23 @@ COMPOSE_SECRETS = {
 }
 
 
-def manifests() -> list[tuple[str, dict[str, Any]]]:
-    found = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
-            if document:
-                found.append((f"{path.name}:{document['kind']}/{document['metadata']['name']}", document))
-    return found
-
-
-def by_kind(kind: str) -> list[dict[str, Any]]:
-    return [document for _, document in manifests() if document["kind"] == kind]
-
-
 def helm_values() -> dict[str, Any]:
-    values: dict[str, Any] = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    """The official Airflow chart's values; deploy/chart's own are test_chart.py's."""
+    values: dict[str, Any] = yaml.safe_load((DEPLOY / "airflow-values.yaml").read_text())
     return values
 
 
-@pytest.mark.parametrize(("name", "manifest"), manifests(), ids=[name for name, _ in manifests()])
-def test_every_manifest_validates_strictly(name: str, manifest: dict[str, Any]) -> None:
-    validate_strictly(manifest)
-
-
-def test_strict_validation_rejects_a_misspelt_field() -> None:
-    (namespace,) = by_kind("Namespace")
-    broken = {**namespace, "metadata": {**namespace["metadata"], "lables": {"a": "b"}}}
-
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
-
-
-def test_the_deployment_files_agree_with_the_settings_they_feed() -> None:
+def test_the_airflow_values_set_only_known_settings_for_the_kubernetes_backend() -> None:
     config = helm_values()["config"]["facefusion"]
     assert set(config) <= {spec.name for spec in SETTINGS}, set(config) - {spec.name for spec in SETTINGS}
     settings = FaceFusionSettings.from_values(config, airflow_home="/opt/airflow")
     assert settings.backend == "kubernetes"
 
-    (namespace,) = by_kind("Namespace")
-    (secret,) = by_kind("Secret")
-    (account,) = by_kind("ServiceAccount")
-    (quota,) = by_kind("ResourceQuota")
-    (claim,) = by_kind("PersistentVolumeClaim")
-    assert settings.kubernetes.namespace == namespace["metadata"]["name"] == account["metadata"]["namespace"]
-    assert settings.kubernetes.storage_secret == secret["metadata"]["name"]
-    assert settings.kubernetes.service_account == account["metadata"]["name"]
-    assert f"requests.{settings.kubernetes.gpu_resource}" in quota["spec"]["hard"]
-    assert claim["metadata"]["name"] == "facefusion-models" and claim["spec"]["accessModes"] == ["ReadOnlyMany"]
-    assert account["automountServiceAccountToken"] is False
-    (daemonset,) = by_kind("DaemonSet")
-    assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == dict(settings.kubernetes.node_selector)
 
-
-def test_the_standing_worker_deployment_agrees_with_the_settings_and_the_span_pods() -> None:
-    values = helm_values()
-    config = values["config"]["facefusion"]
-    (claim,) = by_kind("PersistentVolumeClaim")
-    # The span pod the settings give, with the models claim the standing workers mount.
-    settings = FaceFusionSettings.from_values(
-        {**config, "models_volume_claim": claim["metadata"]["name"]}, airflow_home="/opt/airflow"
-    )
-    span = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 1024}
-    operator = KubernetesSwapSpanOperator(
-        task_id="swap_span",
-        work_uri=f"{settings.work_root}/work/0123456789abcdef01234567",
-        output_uri="s3://facefusion-out/a.mp4",
-        target_uri="s3://facefusion-in/a.mp4",
-        span=span,
-        pod_settings=settings.kubernetes,
-        kubernetes_conn_id=KUBE_CONN_ID,
-    )
-    pod = serialize(operator.build_pod_request_obj(dry_run=True))["spec"]
-    (span_container,) = pod["containers"]
-
-    (deployment,) = [item for item in by_kind("Deployment") if item["metadata"]["name"] == "facefusion-standing-worker"]
-    (namespace,) = by_kind("Namespace")
-    (secret,) = by_kind("Secret")
-    (account,) = by_kind("ServiceAccount")
-    (quota,) = by_kind("ResourceQuota")
-    assert deployment["metadata"]["namespace"] == namespace["metadata"]["name"] == settings.kubernetes.namespace
-    template = deployment["spec"]["template"]
-    assert deployment["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-    assert deployment["spec"]["replicas"] <= int(quota["spec"]["hard"][f"requests.{settings.kubernetes.gpu_resource}"])
-    spec = template["spec"]
-    (container,) = spec["containers"]
-
-    # Who it is, where it runs, what it may do: the span pods' choices.
-    assert spec["serviceAccountName"] == pod["serviceAccountName"] == account["metadata"]["name"]
-    assert spec["automountServiceAccountToken"] is False
-    assert container["envFrom"] == span_container["envFrom"]
-    assert container["envFrom"][0]["secretRef"]["name"] == secret["metadata"]["name"]
-    assert container["image"] == span_container["image"] == config["worker_image"]
-    assert "command" not in container and not span_container["command"]  # the image's entrypoint (tini, the worker)
-    assert container["resources"] == span_container["resources"]
-    assert container["resources"]["limits"][settings.kubernetes.gpu_resource] == str(settings.kubernetes.gpu_count)
-    assert spec["nodeSelector"] == pod["nodeSelector"] == dict(settings.kubernetes.node_selector)
-    assert spec["tolerations"] == pod["tolerations"] == [dict(item) for item in settings.kubernetes.tolerations]
-    assert spec["securityContext"] == pod["securityContext"] and spec["securityContext"]["runAsNonRoot"] is True
-    assert container["securityContext"] == span_container["securityContext"]
-    assert container["securityContext"]["runAsNonRoot"] is True
-    assert container["terminationMessagePolicy"] == span_container["terminationMessagePolicy"]
-    assert spec["volumes"] == pod["volumes"] and container["volumeMounts"] == span_container["volumeMounts"]
-    assert {"name": "models", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
-    assert spec["terminationGracePeriodSeconds"] >= 30  # the unwinding and the last metrics push (5 s) fit
-    assert deployment["spec"]["progressDeadlineSeconds"] >= settings.kubernetes.startup_timeout_seconds
-
-    # What it serves: every live run under the work root of the Airflow side.
-    assert container["args"] == ["serve", "--work-root", config["work_root"]]
-    assert settings.work_root == config["work_root"]
-    env = {variable["name"]: variable for variable in container["env"]}
-    span_env = {variable["name"]: variable for variable in span_container["env"]}
-    for name in ("FACEFUSION_MODELS_CACHE", "FACEFUSION_MODELS_DIR", "FACEFUSION_MODELS_URI", "NODE_NAME"):
-        assert env[name] == span_env[name], name
-    assert env["FACEFUSION_TERMINATION_LOG"]["value"] == span_env["FACEFUSION_TERMINATION_LOG"]["value"]
-    assert (
-        env["FACEFUSION_MODELS_DIR"]["value"] == "/models"
-        and env["FACEFUSION_MODELS_URI"]["value"] == config["models_uri"]
-    )
-    assert env["FACEFUSION_ALLOWED_INPUT_PREFIXES"]["value"] == ",".join(settings.allowed_input_prefixes)
-    assert env["FACEFUSION_ALLOWED_OUTPUT_PREFIXES"]["value"] == ",".join(settings.allowed_output_prefixes)
-    airflow_env = {variable["name"]: variable["value"] for variable in values["env"]}
-    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == airflow_env["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    assert set(env) - set(span_env) <= {"OTEL_EXPORTER_OTLP_ENDPOINT"}  # forwarded to span pods from Airflow's env
-
-
-def test_the_pod_operator_may_do_what_it_does_in_the_worker_namespace() -> None:
-    (role,) = by_kind("Role")
-    (binding,) = by_kind("RoleBinding")
-    granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
-    needed = {("pods", verb) for verb in ("create", "get", "list", "watch", "patch", "delete")} | {("pods/log", "get")}
-    assert needed <= granted
-    assert ("events", "list") in granted
-    assert not {verb for resource, verb in granted if resource == "secrets"}  # the operator never reads secrets
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert {subject["name"] for subject in binding["subjects"]} >= {"airflow-worker", "airflow-triggerer"}
-
-
-def test_the_pod_from_the_helm_values_validates_and_meets_the_namespace_policy() -> None:
-    settings = FaceFusionSettings.from_values(helm_values()["config"]["facefusion"], airflow_home="/opt/airflow")
-    span = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 1024}
-    operator = KubernetesSwapSpanOperator(
-        task_id="swap_span",
-        work_uri="s3://facefusion-work/work/0123456789abcdef01234567",
-        output_uri="s3://facefusion-out/a.mp4",
-        target_uri="s3://facefusion-in/a.mp4",
-        span=span,
-        pod_settings=settings.kubernetes,
-        kubernetes_conn_id=KUBE_CONN_ID,
-    )
-    pod = serialize(operator.build_pod_request_obj(dry_run=True))
-
-    validate_strictly(pod)
-    (namespace,) = by_kind("Namespace")
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    # What "restricted" demands of every container: https://kubernetes.io/docs/concepts/security/pod-security-standards/
-    assert not any("hostPath" in volume for volume in pod["spec"]["volumes"])
-    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert pod["spec"]["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    (container,) = pod["spec"]["containers"]
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-
-
-def test_the_secret_example_carries_no_real_secret() -> None:
-    (secret,) = by_kind("Secret")
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        assert secret["stringData"][key].startswith("REPLACE_WITH_")
+def test_the_loose_manifests_are_gone_but_the_generated_standing_workers() -> None:
+    """The chart installs the GPU side; the one file left beside it is generated from it (for kubectl without Helm)."""
+    assert sorted(path.name for path in DEPLOY.glob("*.yaml")) == ["airflow-values.yaml", "standing-workers.yaml"]
+    assert (DEPLOY / "standing-workers.yaml").read_text().startswith("# Generated from deploy/chart")
 
 
 def test_the_readme_documents_every_kubernetes_setting() -> None:
@@ -244,7 +93,9 @@ def test_bake_models_keeps_files_that_match_their_pinned_sha256(tmp_path: Path) 
     baked = tmp_path / "baked"
     assert {path.name for path in baked.iterdir()} == {*files, "SHA256SUMS"}
     assert all((baked / name).read_bytes() == data for name, data in files.items())
-    sums = dict(reversed(line.split("  ")) for line in (baked / "SHA256SUMS").read_text().splitlines())
+    sums = {
+        name: digest for digest, name in (line.split("  ") for line in (baked / "SHA256SUMS").read_text().splitlines())
+    }
     assert sums == pins
 
 

@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,13 +24,12 @@ from kube_pod_helpers import (
 )
 from kubernetes.client import models as k8s
 
+from facefusion_provider.contract import span_worker_args, worker_argv
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE
 from facefusion_provider.operators.backends import load_backend
-from facefusion_provider.operators.commands import span_worker_args, worker_argv
-from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator, KubernetesWorkerOperator
+from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.settings import KubernetesSettings
-from facefusion_provider.triggers.spans import SpanCommittedTrigger
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 TARGET, OUTPUT = "s3://in/talk.mp4", "s3://out/talk.mp4"
@@ -40,18 +40,22 @@ WORKER_ARGS = {
 SPAN = {"index": 7, "first": 28, "last": 32, "start": 448, "end": 512, "label": "frames 448-511 (4 segments)"}
 
 
-def make_operator(command: str, work_uri: str, settings: KubernetesSettings, **kwargs: Any) -> KubernetesWorkerOperator:
+def make_operator(
+    command: str, work_uri: str, settings: KubernetesSettings, **kwargs: Any
+) -> FaceFusionWorkerPodOperator:
     if command == "swap-span":
-        return KubernetesSwapSpanOperator(
+        return FaceFusionWorkerPodOperator(
             task_id="swap_span",
+            command="swap-span",
             work_uri=work_uri,
             output_uri=OUTPUT,
             target_uri=TARGET,
             span=SPAN,
             pod_settings=settings,
             kubernetes_conn_id=KUBE_CONN_ID,
+            **kwargs,
         )
-    return KubernetesWorkerOperator(
+    return FaceFusionWorkerPodOperator(
         task_id=command,
         command=command,
         work_uri=work_uri,
@@ -63,7 +67,7 @@ def make_operator(command: str, work_uri: str, settings: KubernetesSettings, **k
     )
 
 
-def render(operator: KubernetesWorkerOperator, context: dict[str, Any] | None = None) -> dict[str, Any]:
+def render(operator: FaceFusionWorkerPodOperator, context: dict[str, Any] | None = None) -> dict[str, Any]:
     return serialize(operator.build_pod_request_obj(context, dry_run=True))  # type: ignore[arg-type]
 
 
@@ -126,7 +130,7 @@ def test_the_pod_gives_the_worker_its_metric_labels_its_node_and_where_to_push(
         "FACEFUSION_METRIC_RUN_ID": RUN_ID,
         "FACEFUSION_METRIC_TASK_ID": "swap_span",
         "FACEFUSION_METRIC_MAP_INDEX": "7",
-        "FACEFUSION_METRIC_JOB_ID": "5f0c2a9be41d7c3a8e6b1f20",
+        "FACEFUSION_METRIC_WORK_ID": "5f0c2a9be41d7c3a8e6b1f20",
     }
     assert env["FACEFUSION_TRY_NUMBER"] == "2"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://prometheus-server.monitoring.svc/api/v1/otlp"
@@ -240,7 +244,7 @@ def test_labels_and_annotations_name_the_work_and_span(tmp_path: Path) -> None:
 
 def test_label_values_are_sanitised(tmp_path: Path) -> None:
     odd = "s3://work/work/Job ID with spaces & a very long name that goes on and on past sixty-three characters/"
-    operator = KubernetesWorkerOperator(
+    operator = FaceFusionWorkerPodOperator(
         task_id="merge",
         command="merge",
         work_uri=odd,
@@ -270,14 +274,15 @@ def test_pods_are_deferrable_kept_on_failure_and_wait_for_node_scale_up(tmp_path
 
 
 def test_template_fields_extend_the_parents_and_render(tmp_path: Path) -> None:
-    fields = KubernetesSwapSpanOperator.template_fields
-    assert isinstance(fields, tuple) and isinstance(KubernetesWorkerOperator.template_fields, tuple)
+    fields = FaceFusionWorkerPodOperator.template_fields
+    assert isinstance(fields, tuple)
     assert set(KubernetesPodOperator.template_fields) <= set(fields)
-    assert {"work_uri", "output_uri", "worker_args", "span", "target_uri"} <= set(fields)
+    assert {"work_uri", "output_uri", "run_key", "worker_args", "span", "target_uri"} <= set(fields)
 
     work_uri = job_uri_under(tmp_path)
-    operator = KubernetesSwapSpanOperator(
+    operator = FaceFusionWorkerPodOperator(
         task_id="swap_span",
+        command="swap-span",
         work_uri="{{ work_uri }}",
         output_uri=OUTPUT,
         target_uri="{{ target }}",
@@ -300,13 +305,15 @@ def test_template_fields_extend_the_parents_and_render(tmp_path: Path) -> None:
     ]
 
 
-def _use_client(operator: KubernetesWorkerOperator, client: RecordingCoreV1Api) -> None:
+def _use_client(operator: FaceFusionWorkerPodOperator, client: RecordingCoreV1Api) -> None:
     operator.__dict__["client"] = client  # the cached property the pod manager and cleanup use
 
 
-def _span_operator(job: Any, span: dict[str, Any], settings: KubernetesSettings) -> KubernetesSwapSpanOperator:
-    return KubernetesSwapSpanOperator(
+def _span_operator(job: Any, span: dict[str, Any], settings: KubernetesSettings) -> FaceFusionWorkerPodOperator:
+    return FaceFusionWorkerPodOperator(
         task_id="swap_span",
+        command="swap-span",
+        run_key="facefusion_swap--r1",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
         target_uri=TARGET,
@@ -332,25 +339,6 @@ def test_a_committed_span_launches_no_pod(
     assert recording_client.calls == []
 
 
-def test_with_standing_workers_a_span_defers_and_launches_no_pod(
-    tmp_path: Path,
-    recording_client: RecordingCoreV1Api,
-    write_job: Callable[..., Any],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    operator = _span_operator(job, span_list(job.spec, 1)[0], make_pod_settings())
-    _use_client(operator, recording_client)
-
-    with pytest.raises(TaskDeferred) as deferred:
-        operator.execute(task_context("swap_span", map_index=0))  # type: ignore[arg-type]
-
-    assert deferred.value.method_name == "span_committed"
-    assert isinstance(deferred.value.trigger, SpanCommittedTrigger) and deferred.value.trigger.work_uri == job.work_uri
-    assert recording_client.calls == []
-
-
 def test_merge_of_a_finished_output_launches_no_pod(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
@@ -359,7 +347,7 @@ def test_merge_of_a_finished_output_launches_no_pod(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
     commit_output(job)
-    operator = KubernetesWorkerOperator(
+    operator = FaceFusionWorkerPodOperator(
         task_id="merge",
         command="merge",
         work_uri=job.work_uri,
@@ -397,6 +385,7 @@ def test_an_unfinished_span_creates_its_pod_and_defers(
     assert container(body)["args"] == worker_argv("swap-span", job.work_uri, span_worker_args(TARGET, span))
     assert {"name": "FACEFUSION_TRY_NUMBER", "value": "2"} in container(body)["env"]
     assert {"name": "FACEFUSION_TASK_KEY", "value": f"facefusion_swap/{RUN_ID}/swap_span/3"} in container(body)["env"]
+    assert {"name": "FACEFUSION_RUN_KEY", "value": "facefusion_swap--r1"} in container(body)["env"]
     trigger = deferred.value.trigger
     assert trigger.startup_timeout == 900
     assert trigger.on_finish_action == "delete_succeeded_pod"
@@ -406,7 +395,7 @@ def test_an_unfinished_span_creates_its_pod_and_defers(
 
 
 def _finished_pod(
-    operator: KubernetesWorkerOperator, phase: str, exit_code: int, message: str | None, reason: str = "Error"
+    operator: FaceFusionWorkerPodOperator, phase: str, exit_code: int, message: str | None, reason: str = "Error"
 ) -> k8s.V1Pod:
     """The operator's own pod as the cluster reports it once its container has ended."""
     pod = operator.build_pod_request_obj(dry_run=True)
@@ -437,7 +426,7 @@ def test_non_retryable_termination_message_fails_the_task_at_once_and_keeps_the_
     )
 
     with pytest.raises(AirflowFailException, match=r"no_face.*face\.jpg: no face found.*kept for debugging"):
-        operator.cleanup(pod, pod)
+        operator.post_complete_action(pod=pod, remote_pod=pod, context=None, result=None)  # type: ignore[arg-type]
 
     assert "delete_namespaced_pod" not in recording_client.names()
     assert "patch_namespaced_pod" in recording_client.names()  # marked checked, so a retry starts a fresh pod
@@ -464,7 +453,7 @@ def test_retryable_termination_fails_the_try_for_a_retry(
     pod = recording_client.remote_pod = _finished_pod(operator, "Failed", exit_code, message, reason)
 
     with pytest.raises(AirflowException, match=re.escape(expected)) as raised:
-        operator.cleanup(pod, pod)
+        operator.post_complete_action(pod=pod, remote_pod=pod, context=None, result=None)  # type: ignore[arg-type]
 
     assert not isinstance(raised.value, AirflowFailException)
     assert "delete_namespaced_pod" not in recording_client.names()
@@ -476,16 +465,13 @@ def test_succeeded_pod_is_deleted(tmp_path: Path, recording_client: RecordingCor
     _use_client(operator, recording_client)
     pod = recording_client.remote_pod = _finished_pod(operator, "Succeeded", 0, None, "Completed")
 
-    operator.cleanup(pod, pod)
+    operator.post_complete_action(pod=pod, remote_pod=pod, context=None, result=None)  # type: ignore[arg-type]
 
     assert "delete_namespaced_pod" in recording_client.names()
 
 
-def test_the_backend_seam_gives_the_kubernetes_operators() -> None:
-    backend = load_backend("kubernetes")
-
-    assert backend.worker is KubernetesWorkerOperator
-    assert backend.swap_span is KubernetesSwapSpanOperator
+def test_the_backend_seam_gives_the_kubernetes_operator() -> None:
+    assert load_backend("kubernetes") is FaceFusionWorkerPodOperator
 
 
 @pytest.mark.parametrize(
@@ -515,7 +501,117 @@ def test_the_dag_runs_its_worker_tasks_as_pods_when_the_backend_is_kubernetes(mo
 
     assert bag.import_errors == {}
     tasks = {task.task_id: task for task in bag.dags["facefusion_swap"].tasks}
-    assert isinstance(tasks["prepare"], KubernetesWorkerOperator)
-    assert isinstance(tasks["merge"], KubernetesWorkerOperator)
-    assert tasks["swap_span"].operator_class is KubernetesSwapSpanOperator  # mapped: one pod per span
+    assert isinstance(tasks["prepare"], FaceFusionWorkerPodOperator)
+    assert isinstance(tasks["merge"], FaceFusionWorkerPodOperator)
+    assert tasks["swap_span"].operator_class is FaceFusionWorkerPodOperator  # mapped: one pod per span
     assert tasks["swap_span"].partial_kwargs["pool"] == "default_pool"
+
+
+def kubernetes_expansion(text: str, variables: dict[str, str]) -> str:
+    """What the kubelet does to a container's args, command and env values (Kubernetes'
+    third_party/forked/golang/expansion): ``$$`` is ``$``, ``$(NAME)`` is the variable when it is defined."""
+    out: list[str] = []
+    cursor = 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            following = text[cursor + 1]
+            if following == "$":
+                out.append("$")
+                cursor += 2
+                continue
+            closer = text.find(")", cursor + 2) if following == "(" else -1
+            if closer >= 0:
+                name = text[cursor + 2 : closer]
+                out.append(variables.get(name, f"$({name})"))
+                cursor = closer + 1
+                continue
+            out.append("$" + following)
+            cursor += 2
+            continue
+        out.append(text[cursor])
+        cursor += 1
+    return "".join(out)
+
+
+HOSTILE_OUTPUT = "s3://b/out/$(AWS_SECRET_ACCESS_KEY).mp4"
+
+
+@pytest.mark.parametrize("command", ["merge", "swap-span"])
+def test_a_hostile_conf_reaches_the_container_literally(tmp_path: Path, command: str) -> None:
+    secret = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG", "HOME": "/home/worker"}
+    hostile_target = "s3://b/in/$$(HOME)/$(HOME)/$x/a$.mp4"
+    job_uri = job_uri_under(tmp_path)
+    operator = FaceFusionWorkerPodOperator(
+        task_id=command.replace("-", "_"),
+        command=command,
+        work_uri=job_uri,
+        output_uri=HOSTILE_OUTPUT,
+        run_key="facefusion_swap--manual__$(AWS_SECRET_ACCESS_KEY)",
+        worker_args=["--target", hostile_target, "--output", HOSTILE_OUTPUT] if command == "merge" else (),
+        target_uri=hostile_target if command == "swap-span" else None,
+        span=SPAN if command == "swap-span" else None,
+        pod_settings=make_pod_settings(storage_secret="facefusion-storage"),
+        kubernetes_conn_id=KUBE_CONN_ID,
+    )
+    context = task_context(operator.task_id)
+    context["run_id"] = context["ti"].run_id = "manual__$(AWS_SECRET_ACCESS_KEY)"  # a run id is the user's to choose
+    pod = render(operator, context)
+
+    validate_strictly(pod)
+    received = [kubernetes_expansion(arg, secret) for arg in container(pod)["args"]]
+    intended = ["--target", hostile_target, "--output", HOSTILE_OUTPUT] if command == "merge" else None
+    assert received == worker_argv(command, job_uri, intended or span_worker_args(hostile_target, SPAN))
+    env = {
+        item["name"]: kubernetes_expansion(item["value"], secret) for item in container(pod)["env"] if "value" in item
+    }
+    assert env["FACEFUSION_RUN_KEY"] == "facefusion_swap--manual__$(AWS_SECRET_ACCESS_KEY)"
+    assert env["FACEFUSION_TASK_KEY"].startswith("facefusion_swap/manual__$(AWS_SECRET_ACCESS_KEY)/")
+    rendered = json.dumps(received) + json.dumps(env)
+    assert secret["AWS_SECRET_ACCESS_KEY"] not in rendered and secret["HOME"] not in rendered
+
+
+def test_the_expansion_rule_the_test_applies_is_kubernetes_own() -> None:
+    variables = {"A": "x"}
+    assert kubernetes_expansion("$(A)-$$(A)-$$$(A)-$(B)-$a-$", variables) == "x-$(A)-$x-$(B)-$a-$"
+
+
+def test_the_pod_operator_overrides_only_public_methods_of_the_cncf_provider() -> None:
+    overridden = {
+        name
+        for name, value in vars(FaceFusionWorkerPodOperator).items()
+        if callable(value) and hasattr(KubernetesPodOperator, name)
+    }
+    # The parent's cleanup (delete a succeeded pod, keep a failed one) runs as it is; the worker's failure class is
+    # read in post_complete_action, the documented step after the pod's completion, on the sync and deferred paths.
+    assert overridden == {"__init__", "execute", "build_pod_request_obj", "post_complete_action"}
+
+
+def test_a_span_pods_progress_reaches_the_task_state_store_as_on_the_local_backend(
+    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Any]
+) -> None:
+    from airflow.sdk.execution_time.context import set_current_context
+
+    from facefusion_provider.contract import SpanProgress
+    from facefusion_provider.operators.kubernetes import WorkerPodCallbacks
+
+    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+    span = span_list(job.spec, 2)[0]
+    operator = _span_operator(job, span, make_pod_settings())
+    store: dict[str, Any] = {}
+    context = {**task_context("swap_span"), "task_state_store": SimpleNamespace(get=store.get, set=store.__setitem__)}
+    progress = SpanProgress(span=0, segments_committed=1, segments_total=3, committed_here=1, frames_done=8)
+
+    with set_current_context(context):  # type: ignore[arg-type]
+        WorkerPodCallbacks.progress_callback(
+            line=f"2026-12-04 INFO worker: {progress.line()}", client=None, mode="sync"
+        )
+    assert store["progress"]["segments_committed"] == 1 and store["progress"]["committed_here"] == 1
+
+    for index in range(span["first"], span["last"]):
+        commit_segment(job, index)
+    WorkerPodCallbacks.on_pod_completion(pod=k8s.V1Pod(), client=None, mode="sync", context=context, operator=operator)
+    total = span["last"] - span["first"]
+    assert {key: store["progress"][key] for key in ("segments_committed", "segments_total")} == {
+        "segments_committed": total,
+        "segments_total": total,
+    }

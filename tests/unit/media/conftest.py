@@ -6,8 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
+from synth import VideoSpec, pattern_frames, write_video
 
 MakeVideo = Callable[..., str]
 

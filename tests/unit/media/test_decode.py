@@ -6,11 +6,11 @@ import hashlib
 from fractions import Fraction
 
 import pytest
+from readback import frame_digests
 
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.decode import DecodeStats, decode_frame, decode_frames
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests
 
 from .conftest import BFRAMES_LONG_GOP, MakeVideo
 

@@ -6,10 +6,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from readback import frame_digests
 
 from facefusion_provider.media.encode import VideoEncoder, codec_options, encoder_settings, output_pix_fmt
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.options import Options
 
 from .conftest import MakeVideo

@@ -11,10 +11,10 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider.media.faststart import faststart_head, media_start, moov_at_end, relocate_moov
 from facefusion_provider.media.mp4index import child_boxes, top_level_boxes
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 from .conftest import BFRAMES_LONG_GOP, MakeVideo
 

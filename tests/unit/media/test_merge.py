@@ -9,12 +9,12 @@ from pathlib import Path
 
 import av
 import pytest
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider import worker
 from facefusion_provider.exceptions import InvalidJobError
 from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 
 from .conftest import MakeVideo
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import av
 import pytest
+from synth import VideoSpec, frame_pts
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media import probe
 from facefusion_provider.media.mp4index import first_video_track, read_movie_index, video_frame_times
 from facefusion_provider.media.probe import probe_video, select_video_stream, video_timestamps
-from facefusion_provider.media.synth import VideoSpec, frame_pts
 from facefusion_provider.types import VideoProbe
 
 from .conftest import BFRAMES_LONG_GOP, MakeVideo

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from synth import VideoSpec, frame_pts
+
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.synth import VideoSpec, frame_pts
 
 from .conftest import BFRAMES_LONG_GOP, MakeVideo
 

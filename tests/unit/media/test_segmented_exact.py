@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider import worker
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.storage import local_path
 
 from .conftest import BFRAMES_LONG_GOP, MakeVideo

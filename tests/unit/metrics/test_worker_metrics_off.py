@@ -15,7 +15,7 @@ FRAME_LOOP = """
 import sys
 from facefusion_provider.worker.metrics import worker_metrics
 
-metrics = worker_metrics({"job_id": "j"})
+metrics = worker_metrics({"work_id": "j"})
 for _ in range(3):
     metrics.frames("decode")
     with metrics.timed("swap"):
@@ -42,6 +42,6 @@ def test_the_null_metrics_object_is_shared(monkeypatch: pytest.MonkeyPatch) -> N
     for name in (*OTLP_ENDPOINT_VARIABLES, REMOTE_WRITE_URL_VARIABLE):
         monkeypatch.delenv(name, raising=False)
 
-    first, second = worker_metrics(), worker_metrics({"job_id": "j"})
+    first, second = worker_metrics(), worker_metrics({"work_id": "j"})
 
     assert first is second and type(first) is WorkerMetrics

@@ -21,9 +21,9 @@ import pytest
 # The S3 servers of the integration tests (moto in its own process, a fault-injecting proxy), reused here.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "s3"))
 from s3_servers import MotoServer
+from synth import VideoSpec, write_video
 
 from facefusion_provider import storage
-from facefusion_provider.media.synth import VideoSpec, write_video
 
 BUCKETS = ("work", "videos")
 

@@ -14,12 +14,12 @@ import fsspec
 import numpy as np
 import pytest
 from committed import committed_work
+from readback import frame_digests, packet_payloads
 from s3_servers import Fault, FaultyProxy, MotoServer, pending_uploads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError
 from facefusion_provider.media.mp4index import top_level_boxes
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.storage.compose import ByteSlice, plan_parts
 
 MIN = storage.UPLOAD_MIN_PART_BYTES

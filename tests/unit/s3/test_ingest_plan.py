@@ -52,7 +52,7 @@ def test_videos_mode_swaps_each_new_video_with_the_fixed_faces() -> None:
     )
     confs = {
         job.label: ingest.swap_conf(
-            ingest.Claim(
+            ingest.JobClaim(
                 job_id=job.job_id, label=job.label, conf=job.conf, attempt=1, run_id="r", claimed_at=NOW, claimed_by="i"
             )
         )
@@ -63,8 +63,8 @@ def test_videos_mode_swaps_each_new_video_with_the_fixed_faces() -> None:
         "source_uris": ["s3://bucket/faces/me.jpg"],
         "target_uri": IN + "sub/c.mkv",
         "output_uri": OUT + "sub/c.mkv",
-        "options": {"face_swapper_blend": 90},
-    }
+        "face_swapper_blend": 90,
+    }  # flat, as the trigger form sends it
     starts = plan(found.jobs).starts
     assert [s.claim.label for s in starts] == [IN + "sub/c.mkv", IN + "a.mp4", IN + "b.mov"]  # oldest first
 
@@ -181,6 +181,25 @@ def test_csv_manifests_with_several_sources_and_options() -> None:
     assert bad.label == "jobs.csv line 3" and "output_uri: s3://o/b.avi has extension '.avi'" in bad.detail
 
 
+def test_manifest_lines_are_checked_like_a_swap_conf_and_start_with_a_flat_conf() -> None:
+    lines = [
+        json.dumps({**GOOD_LINE, "face_swapper_blend": 70}),  # flat, as the swap DAG's form sends it
+        json.dumps({**GOOD_LINE, "output_uri": "s3://o/b.mp4", "chunk_size": 64}),
+        json.dumps({**GOOD_LINE, "output_uri": "s3://o/c.mp4", "face_swapper_blnd": 70}),
+        json.dumps({**GOOD_LINE, "output_uri": "s3://o/d.mp4", "trim_frame_start": 9, "trim_frame_end": 3}),
+    ]
+    found = find(
+        [listed("jobs.jsonl")], config(mode="manifests", source_uris=[]), {IN + "jobs.jsonl": "\n".join(lines)}
+    )
+    (job,) = found.jobs
+    claim = ingest.plan_ingest([job], {}, {}, config(), now=NOW, ingest_run="ingest/run1").starts[0].claim
+    assert ingest.swap_conf(claim) == {**GOOD_LINE, "face_swapper_blend": 70}
+    bad = {report.label: report.detail for report in found.reports}
+    assert "chunk_size: no longer an option: it is called segment_size now" in bad["jobs.jsonl line 2"]
+    assert "face_swapper_blnd: unknown conf key; did you mean 'face_swapper_blend'?" in bad["jobs.jsonl line 3"]
+    assert "trim_frame_end (3) must be greater than trim_frame_start (9)" in bad["jobs.jsonl line 4"]
+
+
 def test_the_same_line_in_another_manifest_is_the_same_job() -> None:
     cfg = config(mode="manifests", source_uris=[])
     first = find([listed("a.jsonl")], cfg, {IN + "a.jsonl": json.dumps(GOOD_LINE)}).jobs[0]
@@ -227,7 +246,7 @@ def test_a_run_failed_by_the_deployment_is_failed_not_rejected_so_a_later_scan_r
 
 def test_a_claim_without_a_run_is_resumed_by_its_own_scan_or_once_orphaned() -> None:
     job = find([listed("a.mp4")], config()).jobs[0]
-    claim = ingest.Claim(
+    claim = ingest.JobClaim(
         job_id=job.job_id,
         label=job.label,
         conf=job.conf,

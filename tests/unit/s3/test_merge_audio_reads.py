@@ -15,16 +15,16 @@ from typing import Any
 import av
 import fsspec
 import pytest
+from readback import frame_digests, packet_payloads
 from s3_servers import Fault, FaultyProxy, MotoServer
+from synth import VideoSpec, pattern_frames, write_video
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import RetryableError
 from facefusion_provider.job.ids import work_id
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 from facefusion_provider.options import Options
-from facefusion_provider.worker.merge import _copied_sample_ranges, _merge_original
+from facefusion_provider.worker.merge import _merge_original, copied_sample_ranges
 
 PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 BIG_FRAMES = {"preset": "ultrafast", "crf": "0"}  # 320x240 lossless: about 70 KB a frame, more than FFmpeg reads over
@@ -168,7 +168,7 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
     assert packet_payloads(str(merged)) == packet_payloads(str(media[layout]))
     assert [d.md5 for d in frame_digests(str(merged))] == [d.md5 for d in frame_digests(str(media[layout]))]
     with open(media[layout], "rb") as handle:
-        planned = _copied_sample_ranges(handle)
+        planned = copied_sample_ranges(handle)
     assert planned is not None
     pieces = {f"bytes={start}-{end - 1}" for start, end in storage.range_pieces(planned[0])}
     assert pieces <= {request_range for _, request_range, _ in gets}  # every audio range was read ahead, once

@@ -15,15 +15,15 @@ from typing import Any
 import fsspec
 import pytest
 from committed import committed_work, segment_file_uri
+from readback import frame_digests, packet_payloads
 from s3_servers import MotoServer
+from synth import VideoSpec, pattern_frames, write_video
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri
 from facefusion_provider.job.records import JobSpec
 from facefusion_provider.media.mp4index import top_level_boxes
-from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.media.synth import VideoSpec, pattern_frames, write_video
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,20 @@
-"""The worker tasks' extra links: this run's output video and its preview, presigned for s3:// through the
-``[facefusion] aws_conn_id`` connection (opened here against moto), the URI itself for local outputs."""
+"""The worker tasks' extra links: this run's output video and its preview, as links to the provider's view (which
+checks the user and signs or sends the file when opened), for S3 and local outputs alike."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
-import httpx
 import pytest
 from s3_servers import MotoServer
 
 from facefusion_provider.get_provider_info import get_provider_info
-from facefusion_provider.operators.kubernetes import KubernetesSwapSpanOperator, KubernetesWorkerOperator
-from facefusion_provider.operators.links import LINK_EXPIRY, OutputPreviewLink, OutputVideoLink
-from facefusion_provider.operators.local import LocalSwapSpanOperator, LocalWorkerOperator
+from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
+from facefusion_provider.operators.links import OutputPreviewLink, OutputVideoLink
+from facefusion_provider.operators.local import FaceFusionWorkerOperator
+from facefusion_provider.operators.spans import SpanCommittedOperator
 
 CONN_ID = "facefusion_s3"
 VIDEO, PREVIEW = b"\x00\x00\x00\x18ftypmp42 the output", b"\xff\xd8\xff the preview"
@@ -37,33 +37,28 @@ def s3_output(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> str:
     return "s3://videos/out/clip.mp4"
 
 
-def _merge(output_uri: str, command: str = "merge") -> LocalWorkerOperator:
-    return LocalWorkerOperator(task_id=command, command=command, work_uri="file:///work/w1", output_uri=output_uri)
+def _merge(output_uri: str, command: str = "merge") -> FaceFusionWorkerOperator:
+    return FaceFusionWorkerOperator(task_id=command, command=command, work_uri="file:///work/w1", output_uri=output_uri)
+
+
+TI_KEY: Any = SimpleNamespace(dag_id="facefusion_swap", run_id="manual__1", task_id="merge", map_index=-1)
 
 
 def _links(operator: Any) -> tuple[str, str]:
-    return OutputVideoLink().get_link(operator, ti_key=None), OutputPreviewLink().get_link(operator, ti_key=None)
+    return OutputVideoLink().get_link(operator, ti_key=TI_KEY), OutputPreviewLink().get_link(operator, ti_key=TI_KEY)
 
 
-def test_an_s3_output_links_to_presigned_urls_that_open_the_video_and_its_preview(
-    s3_output: str, moto_server: MotoServer
-) -> None:
+def test_an_s3_output_links_to_the_providers_view_and_no_credential_is_stored(s3_output: str) -> None:
+    """The link opens the view (``tests/unit/s3/test_output_view.py``), which signs for minutes when it is opened."""
     video_url, preview_url = _links(_merge(s3_output))
 
-    assert video_url.startswith(f"{moto_server.url}/videos/out/clip.mp4?")
-    assert preview_url.startswith(f"{moto_server.url}/videos/out/clip.preview.jpg?")
-    query = parse_qs(urlparse(video_url).query)
-    assert query["X-Amz-Expires"] == [str(int(LINK_EXPIRY.total_seconds()))]
-    assert query["X-Amz-Credential"][0].startswith("testing/")  # signed with the connection's key
-    assert httpx.get(video_url).content == VIDEO
-    assert httpx.get(preview_url).content == PREVIEW
+    assert video_url == "/facefusion/outputs/facefusion_swap/manual__1/video"
+    assert preview_url == "/facefusion/outputs/facefusion_swap/manual__1/preview"
+    assert "X-Amz" not in video_url + preview_url and "testing" not in video_url + preview_url
 
 
-def test_a_local_output_links_to_its_own_uri() -> None:
-    assert _links(_merge("file:///data/out/clip.mp4")) == (
-        "file:///data/out/clip.mp4",
-        "file:///data/out/clip.preview.jpg",
-    )
+def test_a_local_output_links_to_the_view_too() -> None:
+    assert _links(_merge("file:///data/out/clip.mp4"))[0] == "/facefusion/outputs/facefusion_swap/manual__1/video"
 
 
 def test_prepare_and_an_unrendered_output_have_no_link() -> None:
@@ -72,7 +67,7 @@ def test_prepare_and_an_unrendered_output_have_no_link() -> None:
 
 
 def test_both_backends_worker_tasks_carry_the_links_and_the_provider_registers_them() -> None:
-    for operator in (LocalWorkerOperator, LocalSwapSpanOperator, KubernetesWorkerOperator, KubernetesSwapSpanOperator):
+    for operator in (FaceFusionWorkerOperator, FaceFusionWorkerPodOperator, SpanCommittedOperator):
         assert {link.name for link in operator.operator_extra_links} >= {"Output video", "Output preview"}, operator
     assert get_provider_info()["extra-links"] == [
         "facefusion_provider.operators.links.OutputVideoLink",

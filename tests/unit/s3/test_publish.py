@@ -14,12 +14,12 @@ from typing import Any
 import av
 import pytest
 from committed import committed_work
+from readback import frame_digests, packet_payloads
 from s3_servers import pending_uploads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.media.faststart import moov_at_end
 from facefusion_provider.media.mp4index import top_level_boxes
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.worker import publish
 from facefusion_provider.worker.publish import OutputPublisher
 

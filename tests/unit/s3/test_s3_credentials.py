@@ -14,7 +14,7 @@ import pytest
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.local import LocalWorkerOperator
+from facefusion_provider.operators.local import FaceFusionWorkerOperator
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRETKEY"
 CONNECTION = {
@@ -99,7 +99,7 @@ def test_the_local_worker_gets_the_credentials_in_its_environment_only(
     monkeypatch.setenv("RECORD", str(record))
     monkeypatch.setenv("AIRFLOW__FACEFUSION__AWS_CONN_ID", aws_connection)
     monkeypatch.setenv("AIRFLOW__FACEFUSION__WORKER_COMMAND", f"{sys.executable} {script}")
-    operator = LocalWorkerOperator(
+    operator = FaceFusionWorkerOperator(
         task_id="prepare",
         command="prepare",
         work_uri="s3://work/work/w1",
@@ -108,7 +108,7 @@ def test_the_local_worker_gets_the_credentials_in_its_environment_only(
     )
     # A work on S3: the marker check before launching also goes through the connection, which points nowhere here;
     # skip it to keep this a unit test (integration/s3 runs the real thing against an S3 server).
-    monkeypatch.setattr("facefusion_provider.operators.local.completed_work", lambda *args, **kwargs: None)
+    monkeypatch.setattr("facefusion_provider.operators.local.nothing_to_do", lambda *args, **kwargs: None)
     context: Any = {
         "ti": SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="prepare", map_index=-1)
     }

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from committed import work_uri_for
+from readback import frame_digests
 from skimage import data
 
 from facefusion_provider import storage, worker
@@ -19,7 +20,6 @@ from facefusion_provider.exceptions import InputMissingError, InvalidJobError, I
 from facefusion_provider.job.layout import WorkLayout, output_marker_uri
 from facefusion_provider.job.records import OutputMarker, SegmentMarker
 from facefusion_provider.media.images import encode_image
-from facefusion_provider.media.readback import frame_digests
 
 from .conftest import MakeVideo, work_folders
 

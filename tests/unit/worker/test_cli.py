@@ -14,8 +14,8 @@ import pytest
 from committed import work_uri_for
 
 from facefusion_provider import worker
+from facefusion_provider.contract import PROGRESS_PREFIX
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_INVALID_MEDIA, EXIT_INVALID_OPTION, EXIT_RETRYABLE
-from facefusion_provider.job.progress import PROGRESS_PREFIX
 from facefusion_provider.worker import cli
 
 from .conftest import MakeVideo
@@ -107,7 +107,14 @@ def test_help_loads_no_media_or_engine_modules() -> None:
             ["run", "--target", "t.mp4", "--output", "o.mp4", "--output-video-encoder", "mpeg1"],
             "output_video_encoder: Input should be 'libx264', 'libx265', 'libvpx-vp9', 'h264_nvenc' or 'hevc_nvenc'",
         ),
-        (["run", "--target", "t.mp4", "--output", "o.mp4", "--chunk-size", "0"], "chunk_size: Input should be greater"),
+        (
+            ["run", "--target", "t.mp4", "--output", "o.mp4", "--segment-size", "0"],
+            "segment_size: Input should be greater",
+        ),
+        (
+            ["run", "--target", "t.mp4", "--output", "o.mp4", "--chunk-size", "64"],
+            "chunk_size: no longer an option: it is called segment_size now; give segment_size instead (--segment-size)",
+        ),
         (["--log-level", "loud", "merge", "--work-uri", "w"], "argument --log-level: invalid choice: 'loud'"),
         (["merge", "--work-uri", "w", "--target", "t.mp4"], "the following arguments are required: --output"),
     ],

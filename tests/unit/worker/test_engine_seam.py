@@ -13,6 +13,7 @@ import av
 import numpy as np
 import pytest
 from committed import work_uri_for
+from readback import frame_digests
 
 import facefusion_provider.engine.processors as engine
 from facefusion_provider import storage, worker
@@ -20,7 +21,6 @@ from facefusion_provider.engine.processors import FaceStats
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import encode_image, read_image, rgb_array
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests
 from facefusion_provider.options import Options
 
 from .conftest import MakeVideo

@@ -12,6 +12,7 @@ import av
 import numpy as np
 import pytest
 from committed import committed_work
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InvalidJobError
@@ -28,8 +29,8 @@ from facefusion_provider.media.mp4index import (
 )
 from facefusion_provider.media.mp4join import MovieFile, join_movies
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.worker.merge import committed_markers, store_sound
+from facefusion_provider.worker.merge import committed_markers
+from facefusion_provider.worker.sound import store_sound
 from facefusion_provider.worker.work import load_job
 
 from .conftest import MakeVideo

@@ -16,7 +16,7 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.media.mp4index import TrackIndex, read_movie_index
-from facefusion_provider.worker.merge import _copied_sample_ranges
+from facefusion_provider.worker.merge import copied_sample_ranges
 from facefusion_provider.worker.prefetch import Prefetch
 
 from .conftest import MakeVideo
@@ -81,7 +81,7 @@ def planned_audio(path: str) -> tuple[list[storage.ByteRange], TrackIndex]:
     movie = read_movie_index(path)
     assert movie is not None
     with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
+        planned = copied_sample_ranges(handle)
     assert planned is not None
     ranges, size = planned
     assert size == Path(path).stat().st_size
@@ -112,7 +112,7 @@ def test_samples_closer_than_ffmpeg_reads_over_are_planned_as_one_range(make_vid
     # Small frames: FFmpeg reads through the video between two audio samples instead of seeking, so the plan must too.
     path = make_video(frames=40, audio_rate=44100)
     with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
+        planned = copied_sample_ranges(handle)
     assert planned is not None
     ranges, _ = planned
     assert len(ranges) == 1
@@ -128,14 +128,14 @@ def test_there_is_no_plan_without_samples_to_copy_or_without_a_moov(
 ) -> None:
     path = make_video(frames=10, **fields)
     with open(path, "rb") as handle:
-        assert _copied_sample_ranges(handle) is None
+        assert copied_sample_ranges(handle) is None
 
 
 def planned_pieces(make_video: MakeVideo) -> tuple[str, int, list[storage.ByteRange]]:
     """A clip of large frames with audio, its size, and the pieces the merge would fetch ahead of its demuxer."""
     path = make_video(frames=250, width=320, height=240, codec_options=BIG_FRAMES, audio_rate=44100)
     with open(path, "rb") as handle:
-        planned = _copied_sample_ranges(handle)
+        planned = copied_sample_ranges(handle)
     assert planned is not None
     return path, Path(path).stat().st_size, storage.range_pieces(planned[0])
 

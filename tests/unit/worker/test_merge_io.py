@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from committed import committed_work, segment_file_uri
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
@@ -27,7 +28,6 @@ from facefusion_provider.job.records import JobSpec
 from facefusion_provider.media.merge import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.media.readback import frame_digests, packet_payloads
 from facefusion_provider.worker.merge import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.worker.prefetch import Prefetch
 

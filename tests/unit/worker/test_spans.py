@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from committed import hold_run_lease, work_uri_for
+from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
+from facefusion_provider.contract import FAULTS_VARIABLE
 from facefusion_provider.job.claims import SegmentClaims, scan_work
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE
-from facefusion_provider.job.standing import live_standing_workers
-from facefusion_provider.media.readback import frame_digests, packet_payloads
-from facefusion_provider.worker.faults import FAULTS_VARIABLE
+from facefusion_provider.job.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
+from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE, live_standing_workers
 
 from .conftest import MakeVideo
 
@@ -186,11 +185,9 @@ def test_a_standing_worker_prepares_and_works_every_live_run_merges_its_outputs_
             output_uri=outputs[name].as_uri(),
             options=lease_options,
         )
-    stale = Path(work_root).parent / "a-failed-run.mp4"  # a run that failed hours ago: its output is its retry's
-    hold_run_lease(
-        WorkLayout(works["a"]), "run-failed", targets["a"], age=timedelta(hours=2), output_uri=stale.as_uri()
-    )
-    root = storage.normalize_uri(work_root)
+    stale = Path(work_root).parent / "a-failed-run.mp4"  # a failed run keeps the work: its output is its retry's
+    hold_run_lease(WorkLayout(works["a"]), "run-failed", targets["a"], state="kept", output_uri=stale.as_uri())
+    root = RootLayout.of(work_root)
     standing = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, "--idle-exit", "3"],
         stdout=subprocess.PIPE,
@@ -208,12 +205,12 @@ def test_a_standing_worker_prepares_and_works_every_live_run_merges_its_outputs_
         # The worker that committed the last segment merged the run's output; its merge task finds it done.
         assert _digests(outputs[name]) == _digests(targets[name])
         assert worker.merge(work_uri, targets[name], str(outputs[name])).skipped
-        assert storage.exists(WorkLayout(work_uri).merge_claim(f"run-{name}"))
+        assert storage.exists(WorkLayout(work_uri).claim(merge_claim_name(f"run-{name}"), 1))
     assert not stale.exists()
-    assert storage.exists(WorkLayout(works["b"]).prepare_claim)  # the worker prepared it, and stored its sound
+    assert storage.exists(WorkLayout(works["b"]).claim(PREPARE_CLAIM, 1))  # the worker prepared it, stored its sound
     assert storage.exists(WorkLayout(works["b"]).sound_file)
     assert packet_payloads(str(outputs["b"])) == packet_payloads(targets["b"])
-    assert not storage.exists(WorkLayout(works["a"]).prepare_claim)
+    assert not storage.exists(WorkLayout(works["a"]).claim(PREPARE_CLAIM, 1))
 
 
 def test_a_helper_goes_to_a_run_nobody_has_started_before_the_short_free_runs_of_a_started_one(

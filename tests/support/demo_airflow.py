@@ -3,11 +3,11 @@
 An isolated ``AIRFLOW_HOME`` (SQLite metadata, local files, the local backend) is set up under ``<out>/airflow`` the
 first time (``airflow db migrate``; no pool or other setup). Then the DAG runs in one process with the conf JSON::
 
-    python -m facefusion_provider.demo_airflow --out out            # the demo clip: out/demo.mp4 + out/demo.preview.jpg
-    python -m facefusion_provider.demo_airflow --source face.png --target in.mp4 --output out/swapped.mp4 \\
+    PYTHONPATH=tests/support python -m demo_airflow --out out    # the demo clip: out/demo.mp4 + out/demo.preview.jpg
+    PYTHONPATH=tests/support python -m demo_airflow --source face.png --target in.mp4 --output out/swapped.mp4 \\
         --options '{"segment_size": 64}'
 
-It only shells out to Airflow (the demo clip is made by ``facefusion_provider.demo``, imported only for that), so the
+It only shells out to Airflow (the demo clip is made by ``demo``, beside it, imported only for that), so the
 tests and the benchmark reuse its functions freely.
 """
 
@@ -67,8 +67,8 @@ def init_home(env: Mapping[str, str]) -> None:
 def swap_conf(
     sources: Sequence[str], target: str, output: str, options: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The DAG's conf JSON."""
-    return {"source_uris": list(sources), "target_uri": target, "output_uri": output, "options": dict(options or {})}
+    """The DAG's conf JSON, flat as the trigger form sends it."""
+    return {"source_uris": list(sources), "target_uri": target, "output_uri": output, **(options or {})}
 
 
 def dags_test(
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.target:
         sources, target = [str(Path(s).absolute()) for s in args.source], str(Path(args.target).absolute())
     else:
-        from facefusion_provider.demo import make_demo_inputs
+        from demo import make_demo_inputs
 
         source, target = make_demo_inputs(str(out))
         sources = [source]

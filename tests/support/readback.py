@@ -25,7 +25,7 @@ def frame_digests(source: MediaSource) -> list[FrameDigest]:
         for frame in container.decode(stream):
             pts = frame.pts if frame.pts is not None else -1
             data = frame.to_ndarray().tobytes()
-            digests.append(FrameDigest(pts, float(frame.time or 0.0), hashlib.md5(data).hexdigest()))  # noqa: S324
+            digests.append(FrameDigest(pts, float(frame.time or 0.0), hashlib.md5(data).hexdigest()))
         return digests
 
 

@@ -1,0 +1,162 @@
+"""The merge's index join: an MP4 output planned from the segments' and the target's moov boxes alone
+(``media.mp4join``), as pieces to compose; the segments' bytes are never read here (on S3, S3 copies them)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import logging
+import os
+import posixpath
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+from facefusion_provider.worker.prefetch import Prefetch
+from facefusion_provider.worker.segments import segment_label
+from facefusion_provider.worker.sound import stored_sound
+
+if TYPE_CHECKING:
+    from facefusion_provider.media.mp4join import MovieFile
+
+logger = logging.getLogger(__name__)
+
+INDEX_JOIN_EXTENSIONS = frozenset({"mp4", "m4v"})  # outputs joined from the segments' indexes when they allow it
+INDEX_READ_BYTES = 256 * 1024  # the ranged reads of a remote MP4's index: its head, then its moov
+INDEX_READS_AT_ONCE = 32  # index reads in flight at once, within the S3 client's connection pool
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    """An output planned from its inputs' indexes: the pieces to compose and the seconds planning them took."""
+
+    pieces: list[storage.Piece]
+    index_s: float
+
+
+def join_refusal(spec: JobSpec, output_uri: str) -> str | None:
+    """Why the output cannot be joined from indexes whatever the files hold (its container, a trim, a rotation)."""
+    extension = posixpath.splitext(urlparse(output_uri).path)[1][1:].lower()
+    if extension not in INDEX_JOIN_EXTENSIONS:
+        return f"a .{extension} output is remuxed"
+    if (spec.frame_start, spec.frame_end) != (0, spec.probe.frame_count):
+        return "a trimmed output is remuxed"
+    return "a rotated output is remuxed" if spec.probe.rotation else None
+
+
+def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
+    spec: JobSpec,
+    layout: WorkLayout,
+    markers: list[SegmentMarker],
+    sizes: dict[str, int],
+    target_uri: str,
+    output_uri: str,
+) -> JoinPlan | None:
+    """The output as ``media.mp4join`` plans it; None (with the reason logged) where it does not apply, and the merge
+    remuxes. The target's sound comes from the work's stored sound where it holds exactly those bytes."""
+    from facefusion_provider.media.mp4index import UnsupportedLayoutError
+    from facefusion_provider.media.mp4join import join_movies
+
+    began = time.perf_counter()
+    reason = join_refusal(spec, output_uri)
+    if reason is None:
+        uris = [layout.segment_file(marker.file) for marker in markers] + [target_uri]
+        reads = [
+            functools.partial(_segment_movie, spec, layout, marker, segment, sizes.get(marker.file))
+            for marker, segment in zip(markers, spec.segments, strict=True)
+        ]
+        reads.append(functools.partial(movie_file, target_uri))
+        with Prefetch(reads, INDEX_READS_AT_ONCE) as reading:
+            movies = list(reading.results())
+        files = [movie for movie in movies if movie is not None]
+        try:
+            if len(files) != len(movies):
+                raise UnsupportedLayoutError("a segment or the target is not a plain MP4")
+            joined = join_movies(
+                files[:-1],
+                files[-1],
+                [marker.start for marker in markers],
+                spec.probe.pts,
+                Fraction(spec.probe.time_base),
+            )
+        except UnsupportedLayoutError as error:
+            reason = str(error)
+    if reason is not None:
+        logger.info("%s: not joined from the indexes (%s); remuxing", output_uri, reason)
+        return None
+    ranges = list(joined.ranges)
+    sound = [piece for piece in ranges if piece.source == len(markers)]
+    stored = stored_sound(layout, sum(piece.end - piece.start for piece in sound))
+    pieces: list[storage.Piece] = [joined.head]
+    if stored is not None and ranges[: len(sound)] == sound:  # the sound leads the media data: one stored file
+        pieces.append(stored)
+        ranges = ranges[len(sound) :]
+    pieces += [storage.ByteSlice(uris[piece.source], piece.start, piece.end) for piece in ranges]
+    return JoinPlan(pieces, index_s=time.perf_counter() - began)
+
+
+def movie_file(uri: str) -> MovieFile | None:
+    """An input's moov and its parsed index, read by two small ranged reads on S3; None where it is not plain MP4."""
+    from facefusion_provider.media.mp4index import parse_movie, read_moov
+    from facefusion_provider.media.mp4join import MovieFile
+
+    with storage.open_input(uri, block_size=INDEX_READ_BYTES) as handle:
+        found = read_moov(handle)
+    movie = None if found is None else parse_movie(*found)
+    return None if found is None or movie is None else MovieFile(found[0], found[1], movie)
+
+
+def _segment_movie(
+    spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
+) -> MovieFile | None:
+    """A committed segment's index, checked: the file's listed size, its label and, where the file is local (reading
+    it costs no transfer), its checksum and its own moov. A remote file's index comes from its marker, where the
+    commit stored it, and its bytes are never read here: S3 copies them."""
+    from facefusion_provider.media.mp4index import parse_movie
+    from facefusion_provider.media.mp4join import MovieFile, movie_comment
+
+    uri = layout.segment_file(marker.file)
+    path = storage.local_path(uri)
+    if path is not None and local_digest(uri, path) != marker.sha256:
+        raise corrupt_segment(layout, marker)
+    if listed_size is None:
+        raise InvalidJobError(
+            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
+        )
+    if marker.moov is None or path is not None:
+        movie = movie_file(uri)
+    else:
+        moov = base64.b64decode(marker.moov)
+        index = parse_movie(moov, marker.size)
+        movie = None if index is None else MovieFile(moov, marker.size, index)
+    label = segment_label(spec, segment)
+    if movie is not None and movie_comment(movie.moov) != label:
+        raise InvalidJobError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
+    if listed_size != marker.size or (movie is not None and movie.size != marker.size):
+        raise InvalidJobError(
+            f"{uri}: holds {listed_size} bytes, its marker {marker.size} (corrupt segment); "
+            f"delete {layout.segment_marker(marker.index)} and rerun"
+        )
+    return movie
+
+
+def local_digest(uri: str, path: str) -> str:
+    """The sha256 of a local segment file; InvalidJobError when it is missing."""
+    if not os.path.isfile(path):
+        raise InvalidJobError(
+            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
+        )
+    return storage.file_sha256(path)
+
+
+def corrupt_segment(layout: WorkLayout, marker: SegmentMarker) -> InvalidJobError:
+    return InvalidJobError(
+        f"{layout.segment_file(marker.file)}: checksum differs from its marker (corrupt segment); "
+        f"delete {layout.segment_marker(marker.index)} and rerun"
+    )

@@ -1,0 +1,81 @@
+"""With standing workers the span task is a visible, deferred wait: it starts no worker, defers on the span's
+trigger with validate's run key, and succeeds once the span is committed (or fails saying what to start)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from facefusion_provider.operators.plan import span_list
+from facefusion_provider.operators.spans import SpanCommittedOperator
+from facefusion_provider.triggers.spans import SpanCommittedTrigger
+
+
+def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        async for event in trigger.run():
+            events.append(event.payload)
+
+    asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    return events
+
+
+def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committed(
+    tmp_path: Path,
+    fake_worker: Callable[[], list[dict[str, Any]]],
+    write_job: Callable[..., Any],
+    commit_segment: Callable[..., Path],
+) -> None:
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    span = span_list(job.spec, 2)[0]
+    operator = SpanCommittedOperator(
+        task_id="swap_span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri="file:///in.mp4",
+        run_key="facefusion_swap--r1",
+        span=span,
+    )
+    ti = SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="swap_span", map_index=0)
+    context: Any = {"ti": ti}
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SpanCommittedTrigger) and (trigger.first, trigger.last) == (span["first"], span["last"])
+    assert trigger.run_key == "facefusion_swap--r1"  # validate's key, renewed while waiting
+    assert deferred.value.method_name == "span_committed"
+
+    for index in range(span["first"], span["last"]):
+        commit_segment(job, index)
+    (event,) = _events(trigger)
+    operator.span_committed(context, event)  # succeeds
+    with pytest.raises(AirflowException, match="no standing worker"):
+        operator.span_committed(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
+    assert fake_worker() == []  # no process was started for the span
+
+
+def test_a_committed_span_or_a_published_output_does_not_wait(
+    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
+) -> None:
+    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    commit_output(job)
+    operator = SpanCommittedOperator(
+        task_id="swap_span",
+        work_uri=job.work_uri,
+        output_uri=job.output_uri,
+        target_uri="file:///in.mp4",
+        run_key="facefusion_swap--r1",
+        span=span_list(job.spec, 2)[0],
+    )
+    ti = SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="swap_span", map_index=0)
+
+    operator.execute({"ti": ti})  # returns: no deferral
