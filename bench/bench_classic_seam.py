@@ -5,7 +5,7 @@ Seam: tests/unit/engine/seam_measure.py's measure (the largest change of CIE L o
 face region's upper edge, column-averaged over the forehead), in the output and in the target, on the demo clip
 (carphone at 352x288, every 3rd frame) and the graded Grace Hopper clip (tests/unit/engine/graded_clip.py); on the
 same frames the skin colour's frame-to-frame change and dlib's identity judge. Cost: the CPU time of
-``swap_face_classic`` per frame with one face (median over frames of the least of 3 runs), at the demo size and at
+``swap_face_classic`` per frame with one face (median over frames of the least of 5 runs), at the demo size and at
 1920x1080 (carphone scaled to 1080 px high and centred). Source: skimage's astronaut.
 
     python bench/bench_classic_seam.py   # writes bench/results/classic-seam.md and .json
@@ -48,7 +48,7 @@ from facefusion_provider.engine.swap_classic import (  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
 
 TIMED_FRAMES = 15
-REPEATS = 3
+REPEATS = 5
 
 
 def meshed(frame: Frame, options: Options, store: ModelStore) -> Face | None:
@@ -161,7 +161,7 @@ def main() -> None:
         )
     lines += [
         "",
-        "`swap_face_classic`, CPU ms per frame with one face (median over frames of the least of 3 runs):",
+        "`swap_face_classic`, CPU ms per frame with one face (median over frames of the least of 5 runs):",
         "",
     ]
     lines += [f"- {size}: {ms} ms" for size, ms in costs.items()]

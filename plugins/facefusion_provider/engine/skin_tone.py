@@ -96,9 +96,11 @@ class SkinColor:
     def likelihood(self, lab: FloatArray) -> FloatArray:
         """How much each pixel looks like this skin (0..1): by its chroma, and by lightness only where it is darker
         (hair, a hat's shadow); brighter skin is a highlight or a lit forehead, still skin."""
-        chroma = (((lab[:, :, 1:] - self.typical[1:]) / self.spread[1:]) ** 2).sum(axis=2)
+        red = (lab[:, :, 1] - self.typical[1]) / self.spread[1]
+        yellow = (lab[:, :, 2] - self.typical[2]) / self.spread[2]
         darker = np.minimum(lab[:, :, 0] - self.typical[0], 0.0) / self.spread[0]
-        return np.asarray(np.exp(-0.5 * (chroma + darker * darker) / SKIN_WIDTH**2), np.float32)
+        distance = red * red + yellow * yellow + darker * darker
+        return np.asarray(np.exp(distance * np.float32(-0.5 / SKIN_WIDTH**2)), np.float32)
 
 
 def skin_color(lab: FloatArray, region: BoolMask) -> SkinColor | None:
@@ -116,9 +118,8 @@ def detail_ratios(detail: FloatArray, reference_detail: FloatArray, weight: Floa
     """Per LAB channel, the reference's fine contrast over the image's on the weighted skin (clipped): a soft video
     frame makes a sharp photo's skin softer, a pale target calms a ruddy source, so the face does not stand out."""
     total = float(weight.sum())
-    weights = weight[:, :, np.newaxis]
-    spread = np.sqrt((weights * detail * detail).sum(axis=(0, 1)) / total)
-    reference_spread = np.sqrt((weights * reference_detail * reference_detail).sum(axis=(0, 1)) / total)
+    spread = np.sqrt(np.einsum("ij,ijk,ijk->k", weight, detail, detail) / total)
+    reference_spread = np.sqrt(np.einsum("ij,ijk,ijk->k", weight, reference_detail, reference_detail) / total)
     return np.asarray(np.clip(reference_spread / np.maximum(spread, 1e-3), *DETAIL_RATIO_LIMITS), np.float32)
 
 
@@ -155,8 +156,7 @@ def transfer_skin_tone(
     detail = lab - low
     ratios = detail_ratios(detail, reference_lab - reference_low, weight)
     skin3 = skin[:, :, np.newaxis]
-    shift_share = np.concatenate(
-        [np.ones_like(skin3), np.broadcast_to(FEATURE_TINT + (1.0 - FEATURE_TINT) * skin3, (*skin.shape, 2))], axis=2
-    )
-    contrast = 1.0 + skin3 * (ratios - 1.0)
-    return np.asarray(low + shift_share * shift + contrast * detail, np.float32)
+    shift[:, :, 1:] *= FEATURE_TINT + (1.0 - FEATURE_TINT) * skin3  # lightness moves everywhere, colour on skin
+    moved = low + shift
+    moved += (1.0 + skin3 * (ratios - 1.0)) * detail
+    return np.asarray(moved, np.float32)

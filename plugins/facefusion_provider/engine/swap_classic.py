@@ -2,7 +2,9 @@
 
 The source face (crop + 468 mesh points + the Delaunay triangles of those points, all computed once in ``prepare``) is
 warped triangle by triangle onto the target's mesh, so the target's pose and expression stay. With
-``face_swapper_color_correction`` it takes the target face's skin tone and light, measured on skin only (skin_tone).
+``face_swapper_color_correction`` it takes the target face's skin tone and light, measured on skin only (skin_tone):
+in the face's middle at a coarse scale, towards its outline at a finer one that also reads the target's skin in a ring
+around the face, so the swapped face meets the forehead under the hair or the neck at their own tone, without a step.
 The mask follows the face: the mesh's hull, eroded and feathered in proportion to the face's size, the target's own
 mouth interior kept, and any hair of the source at the rim of its face left out; a multi-band blend on the face's
 rectangle puts it in, scaled by ``face_swapper_blend``.

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's sweep to finish removing the work
 POLL_SECONDS = 1.0
 RUN_LEASE_SECONDS_VARIABLE = "FACEFUSION_RUN_LEASE_SECONDS"  # the CLI run's TTL (tests shorten it)
-# How long a span worker done with its own run works other live runs' segments (worker/helping.py; 0 or unset: none).
+# How long a span worker done with its own run works other live runs' segments (worker/scheduler.py; 0 or unset: none).
 HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
 
 

@@ -31,7 +31,7 @@ class LeaseKind(StrEnum):
 DEFAULT_TTL_SECONDS: dict[LeaseKind, float] = {
     LeaseKind.RUN: 2 * 3600.0,
     LeaseKind.CLAIM: 60.0,
-    LeaseKind.WORKER: 240.0,
+    LeaseKind.WORKER: 480.0,  # renewed every 2 minutes: about $0.11 a month in PUTs per standing worker
     LeaseKind.SWEEP: 600.0,
 }
 CLI_RUN_TTL_SECONDS = 600.0  # a CLI run renews its own lease from a thread: a short TTL frees its work soon after

@@ -5,8 +5,9 @@ from __future__ import annotations
 from facefusion_provider.worker.merge import MergeResult, merge
 from facefusion_provider.worker.prepare import prepare
 from facefusion_provider.worker.run import RunResult, run
+from facefusion_provider.worker.scheduler import swap_span
 from facefusion_provider.worker.serve import ServeResult, serve
-from facefusion_provider.worker.span import SpanResult, swap_span
+from facefusion_provider.worker.span import SpanResult
 from facefusion_provider.worker.work import load_job
 
 __all__ = [

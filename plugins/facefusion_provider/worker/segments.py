@@ -55,13 +55,15 @@ class SegmentPicker:
     scan: Callable[[WorkLayout], WorkState] = scan_work
     deadline: float | None = None  # time.monotonic() after which it hands out no more segments (helping other runs)
     guard: Callable[[], None] | None = None  # raises to stop the worker before its next claim (its run's lease lost)
+    stop: threading.Event | None = None  # set: hand out no more segments (a standing worker told to stop drains)
     stolen: set[int] = field(default_factory=set)
 
     def has_free(self, state: WorkState) -> bool:
         return any(self.claims.is_free(segment.index, state) for segment in self.spec.segments)
 
     def past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        stopping = self.stop is not None and self.stop.is_set()
+        return stopping or (self.deadline is not None and time.monotonic() >= self.deadline)
 
     def take(self, after: int | None) -> Segment | None:
         """Claim and return the next segment to work on (the one after ``after`` when it is free), or None."""

@@ -1,31 +1,26 @@
-"""``swap-span``: one process works through a span of the video segment by segment, then helps the other spans.
-
-Models load once; frames stream through the pipeline without a pause at segment boundaries; each segment is committed
-(file, then marker) as soon as its last frame is encoded, its upload overlapping the next segment's work. A retry, a
-cleared task or a new run over the same work starts at the first uncommitted segment of the span. When its own span
-has nothing left to claim, the worker takes segments from the tail of the span with the most work left; the task
-succeeds once every segment of its own span is committed, by whoever. Where the deployment allows it, the worker then
-helps other live runs for a while before it exits (``worker/helping.py``).
-"""
+"""A worker's segments within one work: models load once; frames stream through the pipeline without a pause at
+segment boundaries; each segment is committed (file, then marker) as soon as its last frame is encoded, its upload
+overlapping the next segment's work. A retry, a cleared task or a new run over the same work starts at the first
+uncommitted segment of its span; a worker with nothing left of its own span takes segments from the tail of the span
+with the most work left (``worker/segments.py`` chooses). ``worker/scheduler.py`` chooses the works."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from facefusion_provider import storage
 from facefusion_provider.contract import SpanProgress
-from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.job import leases
 from facefusion_provider.job.claims import (
     SegmentClaims,
     check_conditional_writes,
     scan_work,
 )
-from facefusion_provider.job.layout import AnalysisLayout, WorkLayout, work_root_of
-from facefusion_provider.job.leases import help_seconds
+from facefusion_provider.job.layout import AnalysisLayout, WorkLayout
 from facefusion_provider.job.records import JobSpec, Segment
 from facefusion_provider.metric_names import WORK_ID
 from facefusion_provider.worker import faults
@@ -34,7 +29,7 @@ from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import Committer, SegmentFrames, SegmentPicker, SegmentWriter
-from facefusion_provider.worker.work import checked_uris, load_job, work_layout
+from facefusion_provider.worker.work import checked_uris, load_job
 
 logger = logging.getLogger(__name__)
 
@@ -58,47 +53,6 @@ class SpanResult:
     helped_runs: int = 0  # other runs' works this worker committed segments of, its own span done
     helped_segments: int = 0  # segments it committed there (not counted in ``committed``)
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def swap_span(
-    work_uri: str,
-    target: str,
-    first: int,
-    last: int,
-    *,
-    span: int = 0,
-    models_dir: str | None = None,
-    owner: str = "",
-    run_key: str = "",
-    guard: Callable[[], None] | None = None,
-) -> SpanResult:
-    """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``.
-    A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease."""
-    faults.maybe_inject("swap-span", span)
-    layout = work_layout(work_uri)
-    target_uri = checked_uris([], target, None).target_uri
-    spec = load_or_prepare(layout, run_key, models_dir)
-    if not 0 <= first < last <= len(spec.segments):
-        raise InvalidOptionError(
-            f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
-        )
-    processors = FrameProcessors(spec, models_dir, work_root_of(layout))
-    own = range(first, last)
-    result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
-    budget = help_seconds()
-    if budget <= 0:
-        return result
-    from facefusion_provider.worker.helping import help_other_runs  # helping works segments with this module
-
-    began = time.perf_counter()
-    deadline = time.monotonic() + budget
-    work_root = work_root_of(layout)
-    helped = help_other_runs(
-        work_root, models_dir, owner=owner, deadline=deadline, besides=spec.work_id, models=spec.options
-    )
-    logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
-    timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
-    return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)
 
 
 def load_or_prepare(layout: WorkLayout, run_key: str, models_dir: str | None) -> JobSpec:
@@ -161,6 +115,7 @@ def work_segments(
     owner: str = "",
     deadline: float | None = None,
     guard: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> SpanResult:
     """Work the segments of ``own`` (and then the tails of other spans) until every one of ``own`` is committed.
 
@@ -177,7 +132,7 @@ def work_segments(
     state = scan_work(layout)
     reused = sum(index in state.committed for index in own)
     claims = SegmentClaims(layout, owner=owner)
-    picker = SegmentPicker(spec, own, claims, layout, deadline=deadline, guard=guard)
+    picker = SegmentPicker(spec, own, claims, layout, deadline=deadline, guard=guard, stop=stop)
     if helping and not picker.has_free(state):
         return _result(span, own, 0, skipped=True)
     if not helping and reused == len(own):

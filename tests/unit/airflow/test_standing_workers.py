@@ -18,7 +18,7 @@ from facefusion_provider.job.layout import RootLayout, WorkLayout, work_root_of
 from facefusion_provider.job.leases import standing_worker_lease
 from facefusion_provider.job.records import StandingWorker
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
-from facefusion_provider.worker.helping import live_works
+from facefusion_provider.worker.scheduler import live_works
 
 FAST = {"poll_seconds": 0.05, "no_worker_seconds": 0.5}
 

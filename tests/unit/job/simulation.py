@@ -618,7 +618,7 @@ class World:
         self.scheduler.spawn(f"watch-{actor.name}", watch, group=f"watch-{actor.name}")
 
     def standing_worker(self, number: int) -> None:
-        """``serve`` (worker/helping.py): prepares, works and merges every run that wants work."""
+        """``serve`` (worker/scheduler.py, standing scope): prepares, works and merges every run that wants work."""
         group = f"standing-{number}"
 
         def body() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from committed import hold_run_lease
 
 from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.worker.helping import live_works
+from facefusion_provider.worker.scheduler import live_works
 
 
 def test_interactive_runs_come_first_then_the_oldest_and_only_recent_runs_with_a_target(tmp_path: Path) -> None:

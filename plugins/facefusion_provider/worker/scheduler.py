@@ -1,23 +1,24 @@
-"""Helping other runs: which live runs a worker with nothing left of its own may take segments of, and in what order.
-
-A pod that exits when its own span is done leaves its GPU idle until the next task's pod has started and loaded its
-models (about 14 s); in a batch of many short runs that is a quarter of the pool's time. So a worker may go on to the
-free segments of other live runs under the same work root, through the same claims and markers, for at most
-``FACEFUSION_HELP_OTHER_RUNS_SECONDS`` (its own run's merge waits for it that long at most). A run wants work while its
-lease is live and active (docs/protocol.md): a failed run's lease is ``kept``, its work left to its retry.
-"""
+"""The one worker loop's choice of runs (docs/protocol.md): which live runs a worker may take segments of, in what
+order, and when it exits. A span task's worker, a helping worker and a standing worker run the same loop and differ
+only in their ``Scope``: a span task's worker works its own span first (``worker/span.py`` chooses the segments
+within a work, for every scope), then, for ``FACEFUSION_HELP_OTHER_RUNS_SECONDS``, other live runs needing the same
+models; a standing worker (``serve``) takes every live run for ever, and also prepares waiting works and merges the
+outputs of the works it completes. A run wants work while its lease is live and active: a failed run's lease is
+``kept``, its work left to its retry."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, InvalidJobError
+from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, InvalidOptionError
 from facefusion_provider.job import leases
 from facefusion_provider.job.claims import (
     SegmentClaims,
@@ -27,11 +28,20 @@ from facefusion_provider.job.claims import (
     longest_free_run,
     scan_work,
 )
-from facefusion_provider.job.layout import PREPARE_CLAIM, WORK_FOLDER, WorkLayout, merge_claim_name, output_done
+from facefusion_provider.job.layout import (
+    PREPARE_CLAIM,
+    WORK_FOLDER,
+    WorkLayout,
+    merge_claim_name,
+    output_done,
+    work_root_of,
+)
+from facefusion_provider.job.leases import help_seconds
 from facefusion_provider.job.records import JobSpec, RunLease
 from facefusion_provider.options import Options
-from facefusion_provider.worker.span import FrameProcessors, work_segments
-from facefusion_provider.worker.work import checked_uris, load_job
+from facefusion_provider.worker import faults
+from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
+from facefusion_provider.worker.work import checked_uris, load_job, work_layout
 
 logger = logging.getLogger(__name__)
 
@@ -142,19 +152,33 @@ PIECE_SEGMENTS = 32  # a helper joins a started run only for a free run this lon
 LOOKS_AT_ONCE = 8  # runs a helper looks at side by side: each look is two listings that wait on the store
 
 
-def help_other_runs(
-    work_root: str,
-    models_dir: str | None,
-    *,
-    owner: str,
-    deadline: float,
-    besides: str = "",
-    models: Options | None = None,
-    memory: HelpMemory | None = None,
-    standing: bool = False,
-) -> Helped:
-    """Work the free segments of live runs under ``work_root`` (all but the work ``besides``; with ``models``, only
-    runs needing no other models) until none is left or ``deadline`` (``time.monotonic()``) passes.
+@dataclass(frozen=True)
+class Scope:
+    """Which runs a worker may take segments of, and until when: the one parameter of the worker loop.
+
+    :param work_root: the runs under this root.
+    :param owner: the claims' owner (the Airflow task, or the standing worker).
+    :param until: ``time.monotonic()`` after which it takes no more segments (a standing worker: never).
+    :param besides: its own run's work, worked already (a span task's worker).
+    :param models: only runs that need no other models than these (a span task's worker has loaded them).
+    :param standing: it also prepares waiting works and merges the outputs of the works it completes.
+    :param stop: set, it takes no more segments (SIGTERM: the segment in flight is committed first).
+    """
+
+    work_root: str
+    owner: str
+    until: float = math.inf
+    besides: str = ""
+    models: Options | None = None
+    standing: bool = False
+    stop: threading.Event | None = None
+
+    def open(self) -> bool:
+        return time.monotonic() < self.until and not (self.stop is not None and self.stop.is_set())
+
+
+def work_live_runs(scope: Scope, models_dir: str | None, memory: HelpMemory | None = None) -> Helped:
+    """Work the free segments of the live runs in ``scope`` until none is left or the scope closes.
 
     Highest priority, then oldest run first, but a worker joins a run that others have started only where a free run
     of at least ``PIECE_SEGMENTS`` is left (each join costs a seek and a switch), unless the run's priority is above
@@ -167,22 +191,23 @@ def help_other_runs(
     merges the outputs of the live runs of a work it leaves complete (``merge_waiting_outputs``): a run's GPU work
     then starts and ends without waiting for Airflow to start its prepare and merge tasks."""
     helped, memory = Helped(), memory or HelpMemory()
+    owner, models = scope.owner, scope.models
 
     def join(other: LiveWork) -> int:
-        return _help(other, models_dir, work_root, memory, helped, owner=owner, deadline=deadline, merge=standing)
+        return _help(other, models_dir, memory, helped, scope)
 
-    while time.monotonic() < deadline:
+    while scope.open():
         committed, shorter = 0, list[tuple[int, LiveWork]]()
-        live = live_works(work_root, besides=besides, seen=memory.leases)
+        live = live_works(scope.work_root, besides=scope.besides, seen=memory.leases)
         memory.keep_only({other.layout.work_id for other in live})
-        for other in live if standing else []:
+        for other in live if scope.standing else []:
             if other.layout.work_id not in memory.specs and other.layout.work_id not in memory.given_up:
                 prepare_waiting_work(other, models_dir, memory, owner=owner)
         unseen = [other for other in live if other.layout.work_id not in memory.free_runs]
         with ThreadPoolExecutor(LOOKS_AT_ONCE, thread_name_prefix="facefusion-look") as looks:
             list(looks.map(lambda other: _look(other, models, memory, owner), unseen))  # listings wait on the store
         for other in live:
-            if time.monotonic() >= deadline:
+            if not scope.open():
                 break
             seen = _look(other, models, memory, owner)
             first = other.priority > live[-1].priority  # a run before others: any free segment is worth a seek
@@ -195,7 +220,7 @@ def help_other_runs(
         lapsed = [(0, other) for other in live if _may_have_lapsed(memory.free_runs.get(other.layout.work_id))]
         for _, other in sorted(shorter, key=lambda item: -item[0]) + lapsed if not committed else []:
             seen = _look(other, models, memory, owner, fresh=True)
-            if seen is not None and seen.length and time.monotonic() < deadline:
+            if seen is not None and seen.length and scope.open():
                 committed += join(other)
                 break
         if not committed:
@@ -246,17 +271,7 @@ def _look(
     return seen
 
 
-def _help(
-    other: LiveWork,
-    models_dir: str | None,
-    work_root: str,
-    memory: HelpMemory,
-    helped: Helped,
-    *,
-    owner: str,
-    deadline: float,
-    merge: bool,
-) -> int:
+def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: Helped, scope: Scope) -> int:
     """Work ``other``'s free segments, and with ``merge`` the outputs it leaves complete; returns how many segments
     this worker committed."""
     work = other.layout.work_id
@@ -265,8 +280,17 @@ def _help(
             return 0  # its last run's cleanup is removing it
         target_uri = checked_uris([], other.target_uri, None).target_uri
         spec = memory.specs[work]
-        processors = FrameProcessors(spec, models_dir, work_root)  # sessions are cached: models load once a process
-        result = work_segments(spec, other.layout, target_uri, range(0), processors, owner=owner, deadline=deadline)
+        processors = FrameProcessors(spec, models_dir, scope.work_root)  # sessions are cached: models load once
+        result = work_segments(
+            spec,
+            other.layout,
+            target_uri,
+            range(0),
+            processors,
+            owner=scope.owner,
+            deadline=scope.until,
+            stop=scope.stop,
+        )
     except FaceFusionError as error:
         logger.warning("work %s: not helped (%s)", work, error)
         memory.given_up.add(work)
@@ -275,9 +299,9 @@ def _help(
     if result.committed:
         helped.works.add(work)
         helped.segments += result.committed
-    if merge and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
+    if scope.standing and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
         memory.complete.add(work)
-        merge_waiting_outputs(other.layout, owner=owner)
+        merge_waiting_outputs(other.layout, owner=scope.owner)
     return result.committed
 
 
@@ -352,3 +376,41 @@ def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
             "run %s: merged %s (%s) as its work's last segment was committed", key, result.output_uri, result.method
         )
     return merged
+
+
+def swap_span(
+    work_uri: str,
+    target: str,
+    first: int,
+    last: int,
+    *,
+    span: int = 0,
+    models_dir: str | None = None,
+    owner: str = "",
+    run_key: str = "",
+    guard: Callable[[], None] | None = None,
+) -> SpanResult:
+    """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``.
+    A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease."""
+    faults.maybe_inject("swap-span", span)
+    layout = work_layout(work_uri)
+    target_uri = checked_uris([], target, None).target_uri
+    spec = load_or_prepare(layout, run_key, models_dir)
+    if not 0 <= first < last <= len(spec.segments):
+        raise InvalidOptionError(
+            f"segments: {first}:{last} is not a range of the work's {len(spec.segments)} segments (0:{len(spec.segments)})"
+        )
+    processors = FrameProcessors(spec, models_dir, work_root_of(layout))
+    own = range(first, last)
+    result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
+    budget = help_seconds()
+    if budget <= 0:
+        return result
+    began = time.perf_counter()
+    scope = Scope(
+        work_root_of(layout), owner, until=time.monotonic() + budget, besides=spec.work_id, models=spec.options
+    )
+    helped = work_live_runs(scope, models_dir)
+    logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)
+    timings = {**result.timings, "help_s": round(time.perf_counter() - began, 3)}
+    return replace(result, helped_runs=helped.runs, helped_segments=helped.segments, timings=timings)

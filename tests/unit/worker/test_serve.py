@@ -1,0 +1,88 @@
+"""A standing worker (``facefusion-worker serve``) as KEDA and an idle cluster see it: SIGTERM lets it commit the
+segment in flight and take no other (no claim left to lapse, no work lost); idle, it reads the change signal instead
+of listing the works, and a run announced meanwhile is picked up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from committed import hold_run_lease, work_uri_for
+
+from facefusion_provider import storage, worker
+from facefusion_provider.contract import FAULTS_VARIABLE
+from facefusion_provider.job.claims import latest_claims, scan_work
+from facefusion_provider.job.layout import RootLayout, WorkLayout
+from facefusion_provider.job.leases import live_standing_workers
+
+from .conftest import MakeVideo
+
+SEGMENT = 8
+OPTIONS: dict[str, Any] = {"processors": [], "output_video_quality": 100, "segment_size": SEGMENT}
+
+
+def _serve(work_root: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _wait_for(condition: Any, process: subprocess.Popen[str], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_sigterm_commits_the_segment_in_flight_and_takes_no_other(make_video: MakeVideo, work_root: str) -> None:
+    target = make_video(frames=8 * SEGMENT)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)
+    layout = WorkLayout(work_uri)
+    hold_run_lease(layout, "run-1", target)
+    slow = {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": 0.08}])}
+    standing = _serve(work_root, env=slow)
+    _wait_for(lambda: len(scan_work(layout).committed) >= 1, standing)
+
+    standing.send_signal(signal.SIGTERM)
+    out, err = standing.communicate(timeout=60)
+
+    assert standing.returncode == 0, err[-3000:]
+    assert "after committing its segment in flight" in err
+    committed = scan_work(layout).committed
+    claimed = {int(name) for name in latest_claims(layout) if name.isdigit()}
+    assert claimed == set(committed), "a claim was left to lapse: its segment would wait a TTL for another worker"
+    assert 1 <= len(committed) < 8  # it stopped early, and lost nothing it had taken
+    assert live_standing_workers(RootLayout.of(work_root)) == []
+    assert json.loads(out.strip().splitlines()[-1])["segments"] == len(committed)
+
+
+def test_an_idle_worker_reads_the_signal_and_picks_up_a_run_announced_meanwhile(
+    make_video: MakeVideo, work_root: str
+) -> None:
+    target = make_video(frames=2 * SEGMENT)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)  # prepared, but no run wants it yet
+    layout = WorkLayout(work_uri)
+    storage.write_bytes_atomic(RootLayout.of(work_root).signal, b"0")
+    standing = _serve(work_root, "--idle-exit", "8")
+    time.sleep(3)  # idle: it backs off to one look every 2 s
+
+    hold_run_lease(layout, "run-1", target)  # validate's hold announces the run on the signal
+
+    _wait_for(lambda: len(scan_work(layout).committed) == 2, standing)
+    out, err = standing.communicate(timeout=60)
+    assert standing.returncode == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["segments"] == 2
+    assert result["looks"] <= 12  # about 11 s idle in all: a look every 2 s at most, and no listing loop
