@@ -14,9 +14,12 @@ job/claims.py, operators/commands.py):
 Options: ``across_runs`` lets a pod with nothing left in its own work take segments of other live runs
 (``[facefusion] help_other_runs_seconds``, unbounded here); ``standing`` replaces the span pods by standing workers
 (``facefusion-worker serve``, ``span_workers = standing``): ``gpus x pods_per_gpu`` of them, started once, take the
-free segments of the oldest live run (the back half of its longest free run, working forward), pay ``switch_s`` on
-moving to another run's work and poll every ``POLL_S`` when idle; a run's span tasks wait deferred (no pool slot) and
-its merge starts a trigger poll and a task hop after its last commit. Several pods may share one GPU
+free segments of the oldest live run (the back half of its longest free run, working forward) and stay in that work
+until it has no free segment, then wait for its commits (the first to find the work complete merges its output), pay
+``switch_s`` (``first_join_s`` more on its first run: its models load then) on moving to another run's work, its claim
+written only after that (a worker looking meanwhile sees the run untouched), and when idle look again after
+``FIRST_LOOK_S``, backing off to ``LONGEST_LOOK_S`` (the change signal); a run's span tasks wait deferred (no pool
+slot). Checked against real standing workers by ``bench/bench_calibration.py``. Several pods may share one GPU
 (``pods_per_gpu``; pods working at once share its speed equally). Times are seconds; a segment's work is given at a
 whole GPU's speed.
 """
@@ -29,7 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again
-STANDING_POLL_S = 1.0  # worker/serve.py POLL_SECONDS: how often an idle standing worker looks for new runs
+FIRST_LOOK_S = 0.25  # worker/serve.py FIRST_LOOK_SECONDS: an idle standing worker's first look at the change signal
+LONGEST_LOOK_S = 1.5  # worker/serve.py LONGEST_LOOK_SECONDS: ... doubling up to this (bench/bench_calibration.py)
+STANDING_POLL_S = LONGEST_LOOK_S  # how often a standing worker idle for a while looks for new runs
 PIECE_SEGMENTS = 32  # worker/helping.py: a helper joins a started run only for a free run this long
 LOOKS_AT_ONCE = 8  # worker/helping.py: runs a helper looks at side by side
 Key = tuple[int, int]  # (run, segment)
@@ -67,6 +72,8 @@ class Pool:
     across_runs: bool = False
     standing: bool = False
     standing_start_s: float = 0.0  # when the standing workers are up (0: running with models loaded before the runs)
+    standing_starts_s: tuple[float, ...] = ()  # each standing worker's start (the phase of its idle looks), if given
+    first_join_s: float = 0.0  # a standing worker's first run: its models load (and its code is imported) only then
     switch_s: float = 0.0  # a standing or helping worker moving to another run's work: job.json, listings, processor
     look_s: float = 0.0  # a standing or helping worker looking at one run's claims to choose where to go
     trigger_poll_s: float = 5.0  # triggers/spans.py POLL_SECONDS: a deferred span task learns of its last commit
@@ -102,6 +109,8 @@ class _Worker:
     pending: dict[Key, float] = field(default_factory=dict)  # finished, not yet committed: frame work
     looking_s: float = 0.0  # the last _join's listings, paid before the segment it chose
     looked: dict[int, float] = field(default_factory=dict)  # run -> when this worker last listed its claims
+    idle_look_s: float = FIRST_LOOK_S  # a standing worker's next wait for the change signal while idle
+    joined: bool = False  # a standing worker has worked a segment (its models are loaded)
     died_at: float | None = None
 
 
@@ -134,6 +143,7 @@ class Simulation:
         self.order = itertools.count()
         self.committed = [[False] * len(run.work_s) for run in runs]
         self.holder: list[list[_Worker | None]] = [[None] * len(run.work_s) for run in runs]
+        self.claimed_at = [[0.0] * len(run.work_s) for run in runs]  # when the holder's claim is written
         self.analysed: dict[str, set[int]] = {}
         self.queue: list[tuple[float, int, int]] = []  # (ready, run, span) waiting for a slot
         self.free_slots = list(range(pool.gpus * pool.pods_per_gpu))
@@ -156,7 +166,10 @@ class Simulation:
                 worker = _Worker(len(self.workers), -1, -1, gpu, slot, range(0), state="waiting")
                 self.workers.append(worker)
                 self.pods += 1
-                self._push(self.pool.standing_start_s, "check", (worker.number,))
+                starts = self.pool.standing_starts_s
+                self._push(
+                    starts[slot] if slot < len(starts) else self.pool.standing_start_s, "check", (worker.number,)
+                )
         for number, plan in enumerate(self.runs):
             for span in range(len(plan.spans) if not self.pool.standing else 0):
                 self._push(plan.ready_s, "ready", (number, span))
@@ -169,6 +182,7 @@ class Simulation:
             "done": self._segment_done,
             "commit": self._commit,
             "check": self._check,
+            "drained": self._drained,
             "kill": self._kill,
         }
         while self.events:
@@ -307,7 +321,8 @@ class Simulation:
         return self._join(worker, now, self._other_runs(now)) if self.pool.across_runs else None
 
     def _pick_standing(self, worker: _Worker, now: float) -> Key | None:
-        """A standing worker: the next segment while it is free, else ``_join``."""
+        """A standing worker: the next segment while it is free, else the back half of its work's longest free run
+        (``work_segments`` keeps to one work until it has no free segment), else ``_join``."""
         previous, run = worker.previous, worker.work_run
         if (
             previous is not None
@@ -315,6 +330,10 @@ class Simulation:
             and self._free(worker, run, previous + 1, now)
         ):
             return run, previous + 1
+        if run >= 0:
+            start, length = self._longest_free(worker, run, now)
+            if length:
+                return run, start + length // 2
         return self._join(worker, now, self._other_runs(now))
 
     def _join(self, worker: _Worker, now: float, runs: Sequence[int]) -> Key | None:
@@ -330,7 +349,9 @@ class Simulation:
             if run == worker.run:
                 continue
             start, length = self._longest_free(worker, run, now)
-            untouched = not any(self.committed[run]) and all(holder is None for holder in self.holder[run])
+            # A claim is written after the join's setup: a worker looking before then sees the run untouched.
+            claims = zip(self.holder[run], self.claimed_at[run], strict=True)
+            untouched = not any(self.committed[run]) and all(holder is None or at > now for holder, at in claims)
             if length >= PIECE_SEGMENTS or (untouched and length):
                 best = (length, run, start)
                 break
@@ -365,7 +386,11 @@ class Simulation:
         work = plan.warm_work_s[index] if worker.warm and plan.warm_work_s is not None else plan.work_s[index]
         seek = worker.previous is None or run != worker.work_run or index != worker.previous + 1
         switch = self.pool.switch_s if run != worker.work_run and (worker.run < 0 or run != worker.run) else 0.0
+        if worker.run < 0 and not worker.joined:
+            switch, worker.joined = switch + self.pool.first_join_s, True
+        worker.idle_look_s = FIRST_LOOK_S
         switch, worker.looking_s = switch + worker.looking_s, 0.0
+        self.claimed_at[run][index] = now + switch
         self.seeks += seek
         self.stolen += run != worker.run or index not in worker.own
         if self.first_pod is None:
@@ -392,7 +417,8 @@ class Simulation:
             if self._anything_free(worker, now):
                 self._next(worker, now)
             elif not all(all(committed) for committed in self.committed):
-                self._push(now + STANDING_POLL_S, "check", (worker.number,))
+                self._push(now + worker.idle_look_s, "check", (worker.number,))
+                worker.idle_look_s = min(2 * worker.idle_look_s, LONGEST_LOOK_S)
             return
         if self._own_committed(worker) and not (self.pool.across_runs and self._anything_free(worker, now)):
             self._finish(worker, now)
@@ -416,7 +442,22 @@ class Simulation:
         self._push(now + plan.overheads.commit_latency_s, "commit", (worker.number, run, index))
         worker.previous, worker.segment = index, None
         self._advance(worker.gpu, now)
+        if worker.run < 0 and not any(self._free(worker, run, at, now) for at in range(len(plan.work_s))):
+            # A standing worker leaving a work waits for its commits, then merges if the work is complete.
+            self._set_working(worker, now, working=False)
+            worker.state = "waiting"
+            self._push(now + plan.overheads.commit_latency_s, "drained", (worker.number, run))
+            return
         self._next(worker, now)
+
+    def _drained(self, now: float, payload: tuple[int, ...]) -> None:
+        """A standing worker's commits landed: the first to find its work complete merges its output, then looks."""
+        worker, run = self.workers[payload[0]], payload[1]
+        merges = all(self.committed[run]) and not self.outputs[run]
+        if merges:
+            self.last_span_end = max(self.last_span_end, now)
+            self.outputs[run] = now + self.runs[run].after_s
+        self._push(now + (self.runs[run].after_s if merges else 0.0), "check", (worker.number,))
 
     def _commit(self, now: float, payload: tuple[int, ...]) -> None:
         worker, run, index = self.workers[payload[0]], payload[1], payload[2]
@@ -426,10 +467,6 @@ class Simulation:
         if not self.committed[run][index]:  # the marker is created exclusively: one commit counts
             self.committed[run][index] = True
             self.useful += work
-            if self.pool.standing and all(self.committed[run]):  # the worker that committed it last merges at once
-                self.last_span_end = max(self.last_span_end, now)
-                self.outputs[run] = now + self.runs[run].after_s
-                worker.looking_s += self.runs[run].after_s  # its GPU waits while it merges
         self.holder[run][index] = None
 
     def _kill(self, now: float, payload: tuple[int, ...]) -> None:

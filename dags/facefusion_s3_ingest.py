@@ -21,6 +21,12 @@ Configuration: the Airflow Variable `facefusion_ingest`, a JSON object such as `
 "target_uris": ["s3://factory/standard/action.mp4"], "options": {"face_swapper_blend": 90}}`. Without the Variable the
 DAG has no schedule and is paused at creation: nothing runs until it is configured. S3 access: the
 `[facefusion] aws_conn_id` connection.
+
+Event-driven, beside the schedule: with `"trigger": {"sqs_queue_url": "https://sqs.<region>.amazonaws.com/<account>/<queue>"}`
+in the Variable, the input bucket's `s3:ObjectCreated:*` notifications to that queue start a run within seconds of an
+upload (the Asset `facefusion_s3_uploads`, watched on the triggerer), and that run looks only at the objects they name.
+The same ledger keeps each job to one run; the scheduled scan catches anything whose message was lost
+(deploy/README.md, "Event-driven ingestion").
 """
 
 from __future__ import annotations
@@ -34,15 +40,16 @@ from facefusion_provider.operators.ingest import (
     IngestReportOperator,
     ScanForNewJobsOperator,
     ingest_params,
-    ingest_schedule,
     ingest_settings,
+    ingest_timetable,
 )
+from facefusion_provider.operators.ingest_summary import ingest_description, ingest_tags
 
 settings = ingest_settings()
 
 with DAG(
     dag_id="facefusion_s3_ingest",
-    schedule=ingest_schedule(settings),
+    schedule=ingest_timetable(settings),
     start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
     is_paused_upon_creation=True,
@@ -50,7 +57,8 @@ with DAG(
     params=ingest_params(settings),
     render_template_as_native_obj=True,
     doc_md=__doc__,
-    tags=["facefusion"],
+    description=ingest_description(settings, ingest_schedule(settings)),  # configured or not, at a glance
+    tags=ingest_tags(settings),
 ) as dag:
     scan = ScanForNewJobsOperator(
         task_id="scan",

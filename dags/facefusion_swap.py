@@ -1,18 +1,21 @@
 """### facefusion_swap
 
-Swap the face in `source_uris` into every frame of `target_uri`, segment by segment, and write `output_uri`.
+Puts the face from your pictures (**Source faces**) into a video (**Target video**) and writes the result to
+**Output video**. Fill those three fields and press Trigger; every other field has a sensible default.
 
-`validate` → `prepare` → `plan` → `swap_span` (one mapped task per span) → `merge` → `cleanup`
+**Where to look while it runs**: the run's **Output** tab says how many pieces of the video are done, and, once the
+run has finished, shows a preview (original frames above, swapped frames below) and a link to the video. The same
+links are under Extra Links on the `merge` task.
 
-Conf (what the trigger form makes): `{"source_uris": ["s3://faces/a.jpg"], "target_uri": "s3://in/v.mp4",
-"output_uri": "s3://out/v.mp4", "face_swapper_blend": 85, "segment_size": 256}`; the older shape with the options
-under `"options"` is accepted too. Where the workers run (`local` subprocesses or `kubernetes` pods), the shared work
-(`work_root`), the span pool and retries come from the `[facefusion]` settings.
+**If it fails**: the run's note says why, naming the field to fix (for example `Output video (output_uri): ...`).
+Fix it and trigger again. A piece that failed on the way (a `swap_span` task) can be cleared alone: it starts again
+where it stopped, and nothing already done is redone.
 
-The work is shared and content-addressed: runs over the same target, sources and pixel options compute each segment
-once, whatever their outputs. A span's worker commits every segment (a few seconds of work) as it goes and, when its
-own span is done, takes segments from the tail of the busiest span. Clear a failed `swap_span` to rerun it alone: it
-resumes at its first uncommitted segment. A run whose output already carries this work's marker does no work at all.
+Steps: `validate` (checks the fields) → `prepare` (reads the video) → `plan` → `swap_span` (the work, in pieces labelled
+by frame range) → `merge` (joins the pieces, keeps the sound) → `cleanup`.
+
+For the administrator: where the work runs, where it is stored, the GPU pool and retries are `[facefusion]` settings
+(the provider's README). Runs over the same video, faces and picture options share their work.
 """
 
 from __future__ import annotations

@@ -164,6 +164,16 @@ BAD_INPUT = MetricSpec(
     "airflow.facefusion.bad_input", "counter", "", "Runs refused for bad input, by conf field.", ("dag_id", "field")
 )
 
+# What KEDA scales the standing workers on (deploy/chart, keda.prometheus.query): set by a run's span wait (with
+# [facefusion] span_workers = standing) while it waits, 0 once its segments are committed.
+SEGMENTS_WAITING = MetricSpec(
+    "airflow.facefusion.segments.waiting",
+    "gauge",
+    "",
+    "Segments of a live run that no worker has committed yet.",
+    ("dag_id", "run_id"),
+)
+
 RUN_METRICS: tuple[MetricSpec, ...] = (
     SEGMENTS_REUSED,
     SEGMENTS_LAUNCHED,
@@ -171,6 +181,7 @@ RUN_METRICS: tuple[MetricSpec, ...] = (
     MERGE_SECONDS,
     OUTPUT_BYTES,
     BAD_INPUT,
+    SEGMENTS_WAITING,
 )
 
 

@@ -72,15 +72,15 @@ class Options(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="Frame processors in order. An empty list passes frames through unchanged (a re-encode or trim job).",
+        description="What is done to each frame, in order: swap the face, then optionally sharpen it. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
         default="retinaface_mnet",
-        description="Face detector. retinaface_mnet ships with the package; the others are FaceFusion model files you provide.",
+        description="The model that finds faces. The first one comes with the provider; the others are model files you install.",
     )
     face_detector_size: FaceDetectorSize = Field(
-        json_schema_extra=SECTION_FACES, default="640x640", description="Detector input size (width x height)."
+        json_schema_extra=SECTION_FACES, default="640x640", description="How large each frame is scaled for finding faces: larger finds smaller faces, slower."
     )
     face_detector_score: float = Field(
         json_schema_extra=SECTION_FACES,
@@ -89,16 +89,16 @@ class Options(BaseModel):
         le=1.0,
         strict=True,
         allow_inf_nan=False,
-        description="Minimum detector confidence.",
+        description="How sure the finder must be that it sees a face: higher skips doubtful faces.",
     )
     face_landmarker_model: FaceLandmarkerModel = Field(
         json_schema_extra=SECTION_FACES,
         default="face_mesh_468",
-        description="Dense landmarks: face_mesh_468 ships with the package; 2dfan4 is a FaceFusion model file.",
+        description="The model that places eyes, nose and mouth on each face. The first one comes with the provider.",
     )
     face_selector_mode: FaceSelectorMode = Field(
         default="one",
-        description="Which target faces to swap: one (the largest), many (all), reference (those close to a reference face).",
+        description="Which faces in the video to replace: one (the largest), many (all of them), reference (only the person shown in the reference frame).",
     )
     reference_frame_number: int = Field(
         json_schema_extra=SECTION_FACES,
@@ -106,7 +106,7 @@ class Options(BaseModel):
         ge=0,
         le=MAX_FRAME_NUMBER,
         strict=True,
-        description="Target frame that holds the reference face (face_selector_mode=reference).",
+        description="Only with Face selector mode reference: the frame number that shows the person to replace.",
     )
     reference_face_distance: float = Field(
         json_schema_extra=SECTION_FACES,
@@ -115,35 +115,35 @@ class Options(BaseModel):
         le=2.0,
         strict=True,
         allow_inf_nan=False,
-        description="Largest identity distance to the reference face that still counts as a match.",
+        description="Only with Face selector mode reference: how different a face may look from the reference person and still be replaced.",
     )
     face_swapper_model: FaceSwapperModel = Field(
         default="classic",
-        description="classic is the offline default (landmark mesh warp); inswapper_128(_fp16) need FaceFusion's model files.",
+        description="The model that draws the new face. classic comes with the provider; the others are model files you install.",
     )
     face_swapper_pixel_boost: FaceSwapperPixelBoost = Field(
         json_schema_extra=SECTION_SWAP,
         default="128x128",
-        description="Swap resolution; above the model's 128 the face is processed in tiles.",
+        description="Detail of the swapped face: higher is sharper on large faces, and slower.",
     )
     face_swapper_blend: Percent = Field(
-        default=85, description="How much of the swapped face replaces the original, 0-100."
+        default=85, description="How much of the new face replaces the original: 100 is all of it."
     )
     face_swapper_color_correction: bool = Field(
         json_schema_extra=SECTION_SWAP,
         default=True,
-        description="The swapped face takes the target face's skin tone and light, measured on skin only (classic: "
-        "low-frequency LAB transfer; inswapper: LAB mean and spread, of the whole mask where no landmarks are known).",
+        description="The new face takes the skin tone and light of the face it replaces.",
     )
     face_mask_types: list[FaceMaskType] = Field(
+        json_schema_extra=SECTION_SWAP,
         default=["box"],
-        description="Masks that limit the swapped face, combined by their minimum: box (the face crop, padded and "
-        "blurred) and area (the landmark hull of face_mask_areas). classic always masks by its face mesh; "
-        "FaceFusion's occlusion and region masks need parser models that are not offered.",
+        description="Which part of the picture the new face may cover: box (the whole face square, softened at its "
+        "edges) and area (only the parts of the face chosen below). Both: only where they overlap.",
     )
     face_mask_areas: list[FaceMaskArea] = Field(
+        json_schema_extra=SECTION_SWAP,
         default=["upper-face", "lower-face", "mouth"],
-        description="Parts of the face the area mask covers (face_mask_types area): the hull of their landmarks.",
+        description="Only with the area mask: the parts of the face the new face covers.",
     )
     face_mask_blur: float = Field(
         json_schema_extra=SECTION_SWAP,
@@ -152,18 +152,18 @@ class Options(BaseModel):
         le=1.0,
         strict=True,
         allow_inf_nan=False,
-        description="Feathering of the face mask edge, 0-1.",
+        description="How soft the edge of the new face is: 0 is a hard edge.",
     )
     face_mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
         json_schema_extra=SECTION_SWAP,
         default=(0, 0, 0, 0),
-        description="Mask padding in percent of the face box: top, right, bottom, left.",
+        description="Shrink the box mask from each side, in percent of the face: top, right, bottom, left.",
     )
     face_enhancer_model: FaceEnhancerModel = Field(
-        json_schema_extra=SECTION_SWAP, default="gfpgan_1.4", description="Face enhancer model (face_enhancer)."
+        json_schema_extra=SECTION_SWAP, default="gfpgan_1.4", description="Only with the face enhancer processor: the model that sharpens faces."
     )
     face_enhancer_blend: Percent = Field(
-        json_schema_extra=SECTION_SWAP, default=80, description="How much of the enhanced face is blended in, 0-100."
+        json_schema_extra=SECTION_SWAP, default=80, description="Only with the face enhancer processor: how much of the sharpened face is kept: 100 is all of it."
     )
     trim_frame_start: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
@@ -171,7 +171,7 @@ class Options(BaseModel):
         ge=0,
         le=MAX_FRAME_NUMBER - 1,
         strict=True,
-        description="First frame to process (inclusive).",
+        description="Start the output at this frame number (empty: the first frame).",
     )
     trim_frame_end: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
@@ -179,7 +179,7 @@ class Options(BaseModel):
         ge=1,
         le=MAX_FRAME_NUMBER,
         strict=True,
-        description="Frame to stop at (exclusive).",
+        description="End the output before this frame number (empty: to the last frame).",
     )
     segment_size: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
@@ -187,24 +187,24 @@ class Options(BaseModel):
         ge=1,
         le=100_000,
         strict=True,
-        description="Frames per segment, the unit of commit and resume: each segment is encoded to its own file and "
-        "committed when done, so a killed worker loses at most one. Unset: 256 frames.",
+        description="Frames saved together as one piece (empty: 256); an interrupted run starts again at the first "
+        "piece not saved.",
     )
     output_video_encoder: OutputVideoEncoder = Field(
-        json_schema_extra=SECTION_OUTPUT, default="libx264", description="Video encoder of the output."
+        json_schema_extra=SECTION_OUTPUT, default="libx264", description="The codec of the finished video."
     )
     output_video_preset: OutputVideoPreset = Field(
-        json_schema_extra=SECTION_OUTPUT, default="veryfast", description="Encoder speed preset."
+        json_schema_extra=SECTION_OUTPUT, default="veryfast", description="Faster presets make larger files at the same quality."
     )
     output_video_quality: Percent = Field(
         json_schema_extra=SECTION_OUTPUT,
         default=80,
-        description="Output quality 0-100; 100 is mathematically lossless where the encoder allows it.",
+        description="Picture quality of the finished video: 100 is lossless where the codec allows it.",
     )
     execution_providers: list[ExecutionProvider] = Field(
         json_schema_extra=SECTION_EXECUTION,
         default=["cpu"],
-        description="onnxruntime execution providers, tried in order; the first available one is used.",
+        description="Where the models run, tried in order (GPU first); the first one available is used.",
     )
     execution_thread_count: int = Field(
         json_schema_extra=SECTION_EXECUTION,
@@ -212,7 +212,7 @@ class Options(BaseModel):
         ge=1,
         le=128,
         strict=True,
-        description="On the CPU provider: inference threads. On a GPU: frames processed side by side in a worker.",
+        description="On a CPU: threads per model. On a GPU: frames worked on side by side.",
     )
 
     @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas")

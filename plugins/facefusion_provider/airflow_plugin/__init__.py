@@ -1,14 +1,17 @@
 """The provider's Airflow plugin, registered through the ``airflow.plugins`` entry point (always loaded; Airflow loads
 a provider's ``get_provider_info()["plugins"]`` only with ``[core] lazy_discover_providers = False``):
 
-- ``pools``: a listener in the scheduler that fails a run at its start when a task of this provider is in a pool that
-  does not exist, naming the pool (Airflow would leave the task ``scheduled`` for ever).
+- ``run_notes``: the one scheduler listener: a run's note says why it failed (the field by its form title and key), and
+  a note the provider wrote goes when the run starts again or succeeds; as a run starts it runs the checks of
+- ``pools``: a run fails at its start when a task of this provider is in a pool that does not exist, naming the pool
+  (Airflow would leave the task ``scheduled`` for ever).
 - ``trigger_errors``: an API middleware that answers a bad param value of this provider's DAGs with one line naming
   the field, without jsonschema's dump of the param's schema.
 - ``conf_limits``: a conf holding a number no task can receive (beyond int64) is refused at the trigger (a middleware)
-  or as the run starts (a listener), naming the field: otherwise every task would fail with an empty log.
+  or as the run starts (``run_notes``), naming the field: otherwise every task would fail with an empty log.
 - ``outputs``: the view the output links lead to (``/facefusion/outputs/<dag>/<run>/video``), mounted in the API server:
   it checks the user's access to the DAG's runs, then redirects to a short-lived presigned URL or sends the local file.
+- ``run_view``: the run page's "Output" tab (an external view): segments saved of all, then the preview and the video.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 
-from facefusion_provider.airflow_plugin import conf_limits, pools
+from facefusion_provider.airflow_plugin import run_notes
 from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
 
@@ -50,11 +53,20 @@ class LazyOutputsApp:
 
 class FaceFusionPlugin(AirflowPlugin):
     name = "facefusion"
-    listeners: list[Any] = [pools, conf_limits]
+    listeners: list[Any] = [run_notes]
     fastapi_root_middlewares: list[Any] = [
         {"name": "facefusion one-line param errors", "middleware": OneLineParamErrors, "args": [], "kwargs": {}},
         {"name": "facefusion out-of-range conf", "middleware": RefuseOutOfRangeConf, "args": [], "kwargs": {}},
     ]
     fastapi_apps: list[Any] = [
         {"name": "facefusion outputs", "app": LazyOutputsApp(), "url_prefix": OUTPUTS_URL_PREFIX}
+    ]
+    # A tab on every run's page (this provider's runs fill it; another DAG's run says it has no output).
+    external_views: list[Any] = [
+        {
+            "name": "Output",
+            "href": OUTPUTS_URL_PREFIX + "/runs/{DAG_ID}/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": "facefusion_output",
+        }
     ]

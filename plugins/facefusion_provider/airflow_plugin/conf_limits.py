@@ -15,8 +15,6 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from airflow.listeners import hookimpl
-
 from facefusion_provider.airflow_plugin.trigger_errors import DAG_IDS, is_trigger_of_ours
 
 log = logging.getLogger(__name__)
@@ -92,7 +90,6 @@ class RefuseOutOfRangeConf:
         await self.app(scope, replay, send)
 
 
-@hookimpl
 def on_dag_run_running(dag_run: Any, msg: str) -> None:
     """As the scheduler starts a run of this provider's DAGs (a CLI trigger passes no middleware): fail it at once,
     with a note naming the field, when its conf holds a number no task could receive."""

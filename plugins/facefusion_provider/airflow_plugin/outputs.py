@@ -20,6 +20,7 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
+from facefusion_provider.airflow_plugin import run_view
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.job.layout import preview_uri_of
 from facefusion_provider.settings import load_settings
@@ -97,4 +98,5 @@ def create_app() -> FastAPI:
         media_type = "image/jpeg" if kind == "preview" else MEDIA_TYPES.get(extension, "application/octet-stream")
         return FileResponse(path, media_type=media_type, filename=os.path.basename(path))
 
+    app.include_router(run_view.router)  # the run page's Output tab (run_view.py)
     return app

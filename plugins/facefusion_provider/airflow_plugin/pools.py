@@ -15,8 +15,6 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from airflow.listeners import hookimpl
-
 from facefusion_provider.settings import SECTION
 
 log = logging.getLogger(__name__)
@@ -51,7 +49,6 @@ def existing_pools(session: Any, names: Collection[str]) -> set[str]:
     return set(session.scalars(select(Pool.pool).where(Pool.pool.in_(list(names)))))
 
 
-@hookimpl
 def on_dag_run_running(dag_run: Any, msg: str) -> None:
     """As the scheduler starts a run: fail it at once when a task of this provider is in a pool that does not exist."""
     if msg != "started" or getattr(dag_run, "dag", None) is None:

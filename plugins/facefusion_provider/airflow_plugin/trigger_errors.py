@@ -3,7 +3,8 @@
 Airflow checks a run's params against each Param's JSON schema in the API server and answers 400 with
 ``"Invalid input for param face_swapper_blend: 150 is greater than the maximum of 100"`` followed by jsonschema's own
 report: the param's whole schema and the value again, over a dozen lines that the trigger form shows as they are. This
-ASGI middleware (a plugin's ``fastapi_root_middlewares``) keeps that first line for ``POST
+ASGI middleware (a plugin's ``fastapi_root_middlewares``) keeps that first line, the field named by its form title and
+its key (``Face swapper blend (face_swapper_blend): 150 is greater than the maximum of 100``), for ``POST
 /api/v2/dags/<dag>/dagRuns`` of the DAGs in ``DAG_IDS``, and nothing else: other DAGs, other requests and every other
 status pass through untouched.
 """
@@ -35,7 +36,21 @@ def one_line_detail(body: bytes) -> bytes | None:
     detail = payload.get("detail") if isinstance(payload, dict) else None
     if not isinstance(detail, str) or not detail.startswith(PARAM_ERROR_PREFIX) or "\n" not in detail:
         return None
-    return json.dumps({**payload, "detail": detail.split("\n", 1)[0].strip()}).encode()
+    return json.dumps({**payload, "detail": titled_param_error(detail.split("\n", 1)[0].strip())}).encode()
+
+
+_EMPTY_VALUE = re.compile(r"^(''|\[\]) (is too short|should be non-empty)$")
+
+
+def titled_param_error(line: str) -> str:
+    """``Invalid input for param face_swapper_blend: 150 is ...`` as ``Face swapper blend (face_swapper_blend): 150
+    is ...``: the field as the form shows it, and its key; an empty required field says so."""
+    from facefusion_provider.operators.params import field_label
+
+    key, _, problem = line.removeprefix(PARAM_ERROR_PREFIX).partition(": ")
+    if _EMPTY_VALUE.match(problem):
+        problem = "required: fill it in"
+    return f"{field_label(key)}: {problem}"
 
 
 def is_trigger_of_ours(scope: Scope) -> bool:

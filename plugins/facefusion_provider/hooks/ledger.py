@@ -27,6 +27,14 @@ class IngestLedgerHook(FaceFusionStorageHook):
             found = storage.list_files(input_prefix)
         return [ingest.Listed(uri=o.uri, version=o.version, size=o.size, modified=o.modified) for o in found]
 
+    def stat_file(self, uri: str) -> ingest.Listed | None:
+        """One file as ``list_files`` lists it (one HEAD), or None when it is gone."""
+        with self.storage_access(uri):
+            found = storage.stat(uri)
+        if found is None:
+            return None
+        return ingest.Listed(uri=found.uri, version=found.version, size=found.size, modified=found.modified)
+
     def read(self, uri: str) -> bytes:
         """A manifest's bytes."""
         with self.storage_access(uri):

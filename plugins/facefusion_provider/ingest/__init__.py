@@ -15,6 +15,7 @@ a face). The ledger (``{ledger_prefix}jobs/{job_id}/``) holds one claim per atte
 exclusively, and one outcome per finished attempt whose state is in its name (``.success``, ``.failed``, or
 ``.rejected`` for bad input, which is never retried), so one listing tells the state of every job. Each attempt starts
 the swap run ``swap_run_id(job_id, attempt)``, so even a repeated trigger of one attempt cannot start a second run.
+A scan lists the whole prefix (on a schedule), or only the objects that S3 notifications name (``events``).
 No Airflow, no I/O here.
 """
 
@@ -26,9 +27,11 @@ from facefusion_provider.ingest.config import (
     IngestConfig,
     IngestMode,
     check_allowed_config,
+    describe_errors,
     parse_ingest_config,
 )
 from facefusion_provider.ingest.discovery import FoundJobs, Job, JobReport, Listed, ReportKind, find_jobs, job_id_of
+from facefusion_provider.ingest.events import NotificationQueue, Notified, notified_files, notified_objects
 from facefusion_provider.ingest.ledger import (
     JobClaim,
     JobHistory,
@@ -59,6 +62,8 @@ __all__ = [
     "JobHistory",
     "JobReport",
     "Listed",
+    "NotificationQueue",
+    "Notified",
     "Outcome",
     "OutcomeState",
     "ReportKind",
@@ -68,11 +73,14 @@ __all__ = [
     "check_allowed_config",
     "checked_job",
     "claim_uri",
+    "describe_errors",
     "find_jobs",
     "histories_from_listing",
     "job_id_of",
     "ledger_folder",
     "manifest_entries",
+    "notified_files",
+    "notified_objects",
     "outcome_for",
     "outcome_uri",
     "parse_ingest_config",

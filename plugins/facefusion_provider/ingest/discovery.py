@@ -47,6 +47,8 @@ ReportKind = Literal[
     "too_small",
     "too_large",
     "invalid",  # a manifest line that is not a valid job
+    "outside",  # a notified object outside input_prefix or the input allow-list: never run
+    "ignored",  # a queue message that is no S3 event notification
 ]
 
 

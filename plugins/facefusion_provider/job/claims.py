@@ -125,7 +125,9 @@ class SegmentClaims:
         with self._lock:
             self._held[name] = generation
         if latest is not None:
-            logger.info("claim %s: took over generation %d (its holder stopped renewing)", name, latest.generation)
+            logger.info(
+                "claim %s: took over claim generation %d (its holder stopped renewing)", name, latest.generation
+            )
         return True
 
     def release(self, index: int) -> None:

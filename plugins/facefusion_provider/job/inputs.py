@@ -189,7 +189,8 @@ def conf_options(params: Mapping[str, Any], conf: Mapping[str, Any]) -> Options:
     values = {**flat, **nested}
     for name in EMPTY_LIST_OPTIONS & {name for name, value in values.items() if value is None}:
         values[name] = []  # the form's emptied multi-select
-    return parse_options(values, where="options")
+    # Any other emptied field (the form sends null) is the option's default.
+    return parse_options({name: value for name, value in values.items() if value is not None}, where="options")
 
 
 def _unknown_key(key: str) -> str:

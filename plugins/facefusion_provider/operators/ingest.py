@@ -1,7 +1,8 @@
 """The ``facefusion_s3_ingest`` DAG's operators: find new jobs under a prefix, claim them in the ledger, report.
 
 ``scan`` returns one ``{"trigger_run_id", "conf"}`` per swap run to start (the input of a mapped
-``TriggerDagRunOperator``) and pushes a report (XCom ``report``) that ``report`` turns into the run's summary.
+``TriggerDagRunOperator``) and pushes a report (XCom ``report``) that ``report`` turns into the run's summary. A run
+started by S3 notifications (the Variable's ``trigger``: an Asset watched through SQS) scans only the objects they name.
 """
 
 from __future__ import annotations
@@ -11,7 +12,18 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from airflow.sdk import BaseOperator, Context, Param, Variable
+from pydantic import ValidationError
+
+from airflow.sdk import (
+    Asset,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    BaseOperator,
+    Context,
+    CronTriggerTimetable,
+    Param,
+    Variable,
+)
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from facefusion_provider import ingest
@@ -29,6 +41,9 @@ DEFAULT_SCHEDULE = "*/15 * * * *"
 LEDGER_FOLDER_NAME = ".facefusion-ledger/"
 OPTIONS_SECTION = "Swap options (every run)"
 LIMITS_SECTION = "Limits and retries"
+NOTIFICATIONS_ASSET = "facefusion_s3_uploads"
+"""The Asset whose watcher turns the queue's S3 notifications into ``facefusion_s3_ingest`` runs."""
+NOTIFICATIONS_POLL_DELAY_SECONDS = 1  # between two long polls of the queue: an upload waits one poll at most
 # The swap tasks whose failure XCom says why a run failed for good (a span's map indexes come from plan's list).
 FAILING_TASKS = ("validate", "prepare", "plan", "merge")
 
@@ -72,6 +87,67 @@ def ingest_schedule(settings: Mapping[str, Any]) -> str | None:
     return str(schedule)
 
 
+def notification_queue(settings: Mapping[str, Any]) -> ingest.NotificationQueue | None:
+    """The Variable's ``trigger`` (the SQS queue of the input bucket's notifications), or None: scheduled scans only."""
+    if settings.get("trigger") is None:
+        return None
+    try:
+        return ingest.NotificationQueue.model_validate(settings["trigger"])
+    except ValidationError as error:
+        raise ValueError(f"Variable {SETTINGS_VARIABLE}.trigger: {ingest.describe_errors(error)}") from None
+
+
+def notifications_asset(queue: ingest.NotificationQueue, aws_conn_id: str | None) -> Asset:
+    """An Asset updated by every message of the queue: the common-messaging ``MessageQueueTrigger`` on SQS (the amazon
+    provider's ``SqsSensorTrigger``, which deletes the messages it hands over) watches it on the triggerer."""
+    from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger  # loads the queue providers
+
+    trigger = MessageQueueTrigger(
+        scheme="sqs",
+        sqs_queue=queue.sqs_queue_url,
+        aws_conn_id=queue.aws_conn_id or aws_conn_id,
+        region_name=queue.region_name,
+        max_messages=queue.max_messages,
+        wait_time_seconds=queue.wait_time_seconds,
+        waiter_delay=NOTIFICATIONS_POLL_DELAY_SECONDS,
+    )
+    return Asset(name=NOTIFICATIONS_ASSET, watchers=[AssetWatcher(name=NOTIFICATIONS_ASSET, trigger=trigger)])
+
+
+def ingest_timetable(settings: Mapping[str, Any]) -> str | Asset | AssetOrTimeSchedule | None:
+    """The DAG's schedule: the cron of ``schedule``, and with ``trigger`` also a run as soon as S3 notifications
+    arrive. Both at once is the usual choice: the scheduled scan catches an object whose message was lost."""
+    cron = ingest_schedule(settings)
+    queue = notification_queue(settings)
+    if queue is None:
+        return cron
+    asset = notifications_asset(queue, load_settings().aws_conn_id)
+    if cron is None:
+        return asset
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+
+
+def notification_messages(context: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The queue messages behind this run (its triggering asset events carry the watcher's payload), or None for a
+    run that no notification started (scheduled or manual): that one scans the whole prefix."""
+    events = context.get("triggering_asset_events") or {}
+    payloads = [
+        extra.get("payload")
+        for asset_events in events.values()
+        for event in asset_events
+        if isinstance(extra := getattr(event, "extra", None), Mapping) and extra.get("from_trigger")
+    ]
+    if not payloads:
+        return None
+    return [
+        dict(message)
+        for payload in payloads
+        if isinstance(payload, Mapping)
+        for message in payload.get("message_batch") or []
+        if isinstance(message, Mapping)
+    ]
+
+
 def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
     """The DAG's Params, every one titled; defaults come from the Variable, so a scheduled run needs no conf. A param
     with no default is required: the form blocks the trigger until it is filled."""
@@ -81,10 +157,11 @@ def ingest_params(settings: Mapping[str, Any]) -> dict[str, Param]:
             f'Variable {SETTINGS_VARIABLE}: {misplaced} are swap options; put them under "options" '
             f'(e.g. {{"options": {{"{misplaced[0]}": ...}}}})'
         )
-    unknown = set(settings) - {*INPUT_FIELDS, "schedule", "options"}
+    unknown = set(settings) - {*INPUT_FIELDS, "schedule", "trigger", "options"}
     if unknown:
         raise ValueError(
-            f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, options, {INPUT_FIELDS}"
+            f"Variable {SETTINGS_VARIABLE}: unknown keys {sorted(unknown)}; allowed: schedule, trigger, options, "
+            f"{INPUT_FIELDS}"
         )
 
     def param(name: str, description: str, section: str | None = None, **schema: Any) -> Param:
@@ -239,18 +316,43 @@ class ScanForNewJobsOperator(BaseOperator):
             histories = hook.load(config.ledger_prefix)
             states, finished = self._finished_attempts(histories, ti, swap_dag_id)
             newly_failed = [o for o in hook.record_outcomes(config.ledger_prefix, finished) if o.state != "success"]
-            found = ingest.find_jobs(
-                hook.list_files(config.input_prefix), config, now=time.time(), read=hook.read, allowed=allowed
-            )
+            listed, unlisted = self._files(hook, config, allowed, notification_messages(context))
+            found = ingest.find_jobs(listed, config, now=time.time(), read=hook.read, allowed=allowed)
             plan = ingest.plan_ingest(
                 found.jobs, histories, states, config, now=now, ingest_run=f"{ti.dag_id}/{ti.run_id}"
             )
             triggers, reports = self._claim(hook, plan, config, swap_dag_id)
-        report = _report(found.reports + reports, newly_failed, config, swap_dag_id)
+        report = _report(unlisted + found.reports + reports, newly_failed, config, swap_dag_id)
         ti.xcom_push(key="report", value=report)
         for line in _summary(report):
             self.log.info("%s", line)
         return triggers
+
+    def _files(
+        self,
+        hook: IngestLedgerHook,
+        config: ingest.IngestConfig,
+        allowed: ingest.AllowedPrefixes,
+        messages: list[dict[str, Any]] | None,
+    ) -> tuple[list[ingest.Listed], list[ingest.JobReport]]:
+        """The files to make jobs of: the whole prefix, or only what the notifications behind this run name (and
+        reports of the objects they name that must not run)."""
+        if messages is None:
+            return hook.list_files(config.input_prefix), []
+        notified = ingest.notified_objects(messages)
+        listed, outside = ingest.notified_files(
+            notified.uris, config, allowed, stat=hook.stat_file, list_files=hook.list_files
+        )
+        self.log.info(
+            "%d notification message(s): %d object(s) created, %d test event(s); scanning %d file(s), not the prefix",
+            len(messages),
+            len(notified.uris),
+            notified.test_events,
+            len(listed),
+        )
+        for report in outside:
+            self.log.warning("Not run: %s (%s)", report.label, report.detail)
+        return listed, notified.reports + outside
 
     def _finished_attempts(
         self, histories: dict[str, ingest.JobHistory], ti: Any, swap_dag_id: str

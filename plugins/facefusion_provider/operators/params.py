@@ -1,48 +1,63 @@
 """The trigger form of ``facefusion_swap``: one typed ``Param`` per option, generated from the options model.
 
-Each option becomes its own field: title, description, type, a dropdown for an enum, a multi-select for a list of
-choices, minimum and maximum, default. The everyday options sit in the form's open first section; the rest are
-grouped by their ``section`` into sections the form shows collapsed. The conf these fields make is flat
-(``{"source_uris": [...], "target_uri": ..., "face_swapper_blend": 90}``): the canonical shape. The older shape with
-the options nested under ``"options"`` is accepted too (``validate`` merges both).
+Each option becomes its own field: title, help text, type, a dropdown for an enum, a multi-select for a list of
+choices, default. The everyday options sit in the form's open first section; the rest are grouped by their ``section``
+into sections the form shows collapsed. The conf these fields make is flat (``{"source_uris": [...], "target_uri":
+..., "face_swapper_blend": 90}``): the canonical shape. The older shape with the options nested under ``"options"`` is
+accepted too (``validate`` merges both).
+
+What Airflow 3.3's form does with a schema, and so what each field's schema holds (docs/ui.md):
+- a type without ``null`` stars the field as required, and one whose value is null shows "This field is required" as
+  the form opens: every option has a default, so its type is nullable (an emptied field sends null, which ``validate``
+  reads as the default); the run's inputs have no default and stay starred, with an empty value, so nothing is red
+  before the user acts;
+- ``minimum``/``maximum`` make a number field clamp an out-of-range value silently when it loses focus: the bounds sit
+  in ``allOf`` instead, which the form does not read and the API checks, so 150 is refused naming the field;
+- ``description_md`` is rendered as markdown (``description`` as plain text on one line): plain words, then the key,
+  the range or the choices on a second line.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from airflow.sdk import Param
 
-from facefusion_provider.job.inputs import EMPTY_LIST_OPTIONS
 from facefusion_provider.options import Options, options_json_schema
 
 _ACRONYMS = {"uris": "URIs", "uri": "URI"}
+INPUT_TITLES = {"source_uris": "Source faces", "target_uri": "Target video", "output_uri": "Output video"}
+_BOUNDS = ("minimum", "maximum")
 
 
 def swap_params() -> dict[str, Param]:
     """The DAG's ``Params``: the run's inputs and output, then every option (see the module's docstring)."""
+    inputs: dict[str, tuple[dict[str, Any], Any, str]] = {
+        "source_uris": (
+            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            [],
+            "Pictures of the face to put into the video, one per line; several pictures of one person are averaged.",
+        ),
+        "target_uri": (
+            {"type": "string", "minLength": 1},
+            "",
+            "The video whose faces are replaced.",
+        ),
+        "output_uri": (
+            {"type": "string", "minLength": 1},
+            "",
+            "Where the finished video is written (.mp4, .mov, .mkv, .m4v, .webm); a preview picture goes beside it.",
+        ),
+    }
     params = {
-        "source_uris": Param(
-            type="array",
-            items={"type": "string", "minLength": 1},
-            minItems=1,
-            title="Source faces",
-            description="Images of the face to swap in, one per line (absolute paths, file:// or s3:// URIs); several "
-            "images of one person are averaged into one identity.",
-        ),
-        "target_uri": Param(
-            type="string",
-            minLength=1,
-            title="Target video",
-            description="The video whose faces are replaced (an absolute path, file:// or s3:// URI).",
-        ),
-        "output_uri": Param(
-            type="string",
-            minLength=1,
-            title="Output video",
-            description="Where the swapped video is written, atomically (.mp4, .mov, .mkv, .m4v, .webm); its preview "
-            "image and marker go beside it.",
-        ),
+        name: Param(
+            default,
+            **schema,
+            title=INPUT_TITLES[name],
+            description_md=help_text(plain, name, "an absolute path, file:// or s3:// URI"),
+        )
+        for name, (schema, default, plain) in inputs.items()
     }
     return {**params, **option_params()}
 
@@ -61,14 +76,13 @@ def option_params(*, section: str | None = None, defaults: Options | None = None
 
 
 def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
-    """A field's JSON schema as the trigger form reads it: ``anyOf`` with null becomes a nullable type, a tuple an
-    array of items (a JSON list editor), a list of choices a multi-select (``examples``), nullable where none selected
-    is a choice; title in sentence case. Nothing else: Airflow prints this schema in every error about the field."""
-    schema = {key: value for key, value in prop.items() if key not in ("anyOf", "prefixItems", "title")}
+    """A field's JSON schema as the trigger form reads it (see the module's docstring): a nullable type, ``anyOf``
+    with null and a tuple flattened, a list of choices a multi-select (``examples``), the bounds in ``allOf``, the
+    title in sentence case, the help in ``description_md``. Nothing else: Airflow prints this schema in its errors."""
+    schema = {key: value for key, value in prop.items() if key not in ("anyOf", "prefixItems", "title", "description")}
     variants = [variant for variant in prop.get("anyOf", []) if variant.get("type") != "null"]
     if len(variants) == 1:
         schema.update(variants[0])
-        schema["type"] = [variants[0]["type"], "null"]
     if "prefixItems" in prop:  # a fixed-length tuple of like items (face_mask_padding)
         schema["items"] = prop["prefixItems"][0]
     if "const" in schema:  # a choice of one (a single enum value): still a dropdown
@@ -76,13 +90,64 @@ def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
     items = schema.get("items", {})
     if schema.get("type") == "array" and "enum" in items:
         schema["examples"] = list(items["enum"])
-    if name in EMPTY_LIST_OPTIONS:  # not required in the form: none selected is a choice
-        schema["type"] = [schema["type"], "null"]
+    schema["type"] = [schema["type"], "null"]  # every option has a default: never starred, empty means the default
+    bounds = {key: schema.pop(key) for key in _BOUNDS if key in schema}
+    if bounds:
+        schema["allOf"] = [bounds]
+    if items and any(key in items for key in _BOUNDS):  # the padding's four numbers: the same, item by item
+        schema["items"] = {key: value for key, value in items.items() if key not in _BOUNDS}
+        schema.setdefault("allOf", []).append({"items": {key: items[key] for key in _BOUNDS if key in items}})
     default = schema.pop("default", None)
     schema["title"] = title_of(name)
+    schema["description_md"] = help_text(str(prop.get("description", "")), name, technical_line(name, prop))
     return {"default": default, **schema}
 
 
+def technical_line(name: str, prop: dict[str, Any]) -> str:
+    """What an expert looks for: the range or the choices (model names) of an option."""
+    numeric = next((p for p in [prop, *prop.get("anyOf", [])] if p.get("type") in ("integer", "number")), prop)
+    items = prop.get("prefixItems", [prop.get("items", {})])[0]
+    low, high = numeric.get("minimum", items.get("minimum")), numeric.get("maximum", items.get("maximum"))
+    choices = prop.get("enum") or items.get("enum") or ([prop["const"]] if "const" in prop else [])
+    if choices:
+        return "choices: " + ", ".join(f"`{choice}`" for choice in choices)
+    if low is not None and high is not None:
+        return f"from {low} to {high}; anything outside is refused"
+    return ""
+
+
+def help_text(plain: str, key: str, technical: str) -> str:
+    """Markdown: the plain sentence, then (a line break) the key and the technical detail."""
+    second = f"`{key}`" + (f" · {technical}" if technical else "")
+    return f"{plain}  \n{second}"
+
+
 def title_of(name: str) -> str:
+    if name in INPUT_TITLES:
+        return INPUT_TITLES[name]
     words = [_ACRONYMS.get(word, word) for word in name.split("_")]
     return " ".join([words[0].capitalize(), *words[1:]])
+
+
+def field_label(key: str) -> str:
+    """``Face swapper blend (face_swapper_blend)``: a conf key as the form shows it, and the key itself."""
+    name = key.removeprefix("options.")
+    known = name in INPUT_TITLES or name in Options.model_fields
+    return f"{title_of(name)} ({key})" if known else key
+
+
+# "output_uri: ...", "source_uris[1]: ...", "invalid options: options.face_swapper_blend: ... (got 150)"
+_FIELD_FIRST = re.compile(r"^(?:invalid options: )?(?P<key>[\w.]+)(?P<index>\[\d+\])?: ")
+
+
+def titled_reason(message: str) -> str:
+    """A bad-input message with its field named as the form shows it: ``Output video (output_uri): ...``."""
+    first_line = message.strip().splitlines()[0] if message.strip() else message
+    match = _FIELD_FIRST.match(first_line)
+    if match is None:
+        return first_line
+    key = match.group("key").removeprefix("options.")
+    label = field_label(key)
+    if label == key:
+        return first_line
+    return f"{label}{match.group('index') or ''}: {first_line[match.end() :]}"

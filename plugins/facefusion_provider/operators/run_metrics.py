@@ -76,3 +76,8 @@ def output_bytes(size: int, *, tags: Mapping[str, str]) -> None:
 def bad_input(field: str, *, dag_id: str) -> None:
     """A run refused before any pod started because its conf field ``field`` is wrong."""
     stats.incr(names.stat_name(names.BAD_INPUT), tags={names.DAG_ID: dag_id, "field": field})
+
+
+def segments_waiting(count: int, *, tags: Mapping[str, str]) -> None:
+    """A live run's segments not committed yet (what KEDA scales the standing workers on); 0 once all are."""
+    stats.gauge(names.stat_name(names.SEGMENTS_WAITING), count, tags=dict(tags))

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowException
 from facefusion_provider.contract import progress_in_line
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.records import RunLease
+from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import WorkerCall, completed_work, fail_on_bad_input, worker_call
 from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
@@ -137,19 +138,24 @@ class SpanCommittedOperator(BaseOperator):
             target_uri=self.target_uri,
             span=self.span,
         )
-        reason = nothing_to_do(FaceFusionStorageHook(), call, context)
+        hook = FaceFusionStorageHook()
+        reason = nothing_to_do(hook, call, context)
         if reason:
             self.log.info("Nothing to do: %s", reason)
             return
         self.log.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
-        trigger = SpanCommittedTrigger(
-            self.work_uri, int(self.span["first"]), int(self.span["last"]), run_key=self.run_key
-        )
+        first, last = int(self.span["first"]), int(self.span["last"])
+        tags = run_metrics.run_tags(context["ti"])
+        committed = hook.committed_segments(self.work_uri)
+        # KEDA may start the first standing worker on this figure (scaled to zero while nothing waits).
+        run_metrics.segments_waiting(sum(1 for i in range(first, last) if i not in committed), tags=tags)
+        trigger = SpanCommittedTrigger(self.work_uri, first, last, run_key=self.run_key, **tags)
         self.defer(trigger=trigger, method_name="span_committed")
 
     def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:
         if event.get("status") != "committed":
             raise AirflowException(str(event.get("message") or event))  # retried: the workers may be starting
         segments = int(event["segments"])
+        run_metrics.segments_waiting(0, tags=run_metrics.run_tags(context["ti"]))
         self.log.info("Span %s: all %d segments committed by the standing workers", self.span["index"], segments)
         record_progress(context, {"segments_committed": segments, "segments_total": segments})

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from facefusion_provider.contract import merge_worker_args, prepare_worker_args
 from facefusion_provider.exceptions import InputMissingError, NonRetryableError
@@ -24,7 +25,8 @@ from facefusion_provider.job.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
 from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.records import RunHolder, RunLease
 from facefusion_provider.operators import run_metrics
-from facefusion_provider.operators.commands import fail_on_bad_input
+from facefusion_provider.operators.commands import record_failure
+from facefusion_provider.operators.params import titled_reason
 from facefusion_provider.options import Options
 from facefusion_provider.settings import load_settings
 
@@ -122,11 +124,24 @@ class ValidateSwapConfOperator(BaseOperator):
         self.work_root = work_root
         self.run_priority = run_priority
 
+    @contextlib.contextmanager
+    def bad_input_in_one_line(self, context: Context) -> Iterator[None]:
+        """Bad input fails the task at once, logged once as one line naming the field by its form title and key
+        (``Output video (output_uri): ...``); the run's note says the same (``airflow_plugin/run_notes.py``). Only
+        Airflow's own "Task failed" record follows, without the chained second copy of the message."""
+        try:
+            yield
+        except NonRetryableError as error:
+            record_failure(context, error.failure_class, str(error))
+            reason = titled_reason(str(error))
+            self.log.error("Bad input: %s", reason)
+            raise AirflowFailException(reason) from None
+
     def execute(self, context: Context) -> dict[str, Any]:
         hook = FaceFusionStorageHook()
         settings = load_settings()
         dag_run = context["dag_run"]
-        with fail_on_bad_input(context), counted_bad_input(dag_run.dag_id):
+        with self.bad_input_in_one_line(context), counted_bad_input(dag_run.dag_id):
             ticket = validate_conf(
                 context["params"],
                 dag_run.conf or {},

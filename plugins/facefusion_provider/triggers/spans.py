@@ -10,11 +10,14 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.layout import WorkLayout, work_root_of
+from facefusion_provider.operators import run_metrics
 
 POLL_SECONDS = 10.0  # one HEAD a poll while nothing changes: about $0.10 a month per waiting run on S3 Standard
 NO_WORKER_SECONDS = 600.0  # a span waits this long for a live standing worker (KEDA may be scaling up from zero)
 WORKERS_EVERY_SECONDS = 300.0  # how often it lists the standing workers' leases (a LIST costs 12 GETs)
 RENEW_SECONDS = 1800.0  # how often the run's lease is renewed: a quarter of the default run TTL
+# How often the gauge of waiting segments is counted (one LIST): within KEDA's query window (last_over_time[2m]).
+WAITING_EVERY_SECONDS = 60.0
 
 
 class SpanCommittedTrigger(BaseTrigger):
@@ -24,7 +27,9 @@ class SpanCommittedTrigger(BaseTrigger):
     Cheap while it waits (docs/protocol.md, "The change signal"): each poll asks only whether the first segment not yet
     seen committed is committed now (one HEAD of its marker, then the next ones while they are); the standing workers'
     leases are listed every ``WORKERS_EVERY_SECONDS``. It renews the run's lease (``run_key``) every
-    ``renew_seconds``, so the work stays held while the run waits behind a long queue."""
+    ``renew_seconds``, so the work stays held while the run waits behind a long queue. Given the run's ``dag_id`` and
+    ``run_id`` it sets the gauge of the run's waiting segments (``metric_names.SEGMENTS_WAITING``, what KEDA scales the
+    standing workers on) every ``WAITING_EVERY_SECONDS``, and to 0 when it ends, however it ends."""
 
     def __init__(
         self,
@@ -36,11 +41,14 @@ class SpanCommittedTrigger(BaseTrigger):
         no_worker_seconds: float = NO_WORKER_SECONDS,
         run_key: str = "",
         renew_seconds: float = RENEW_SECONDS,
+        dag_id: str = "",
+        run_id: str = "",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.work_uri, self.first, self.last = work_uri, first, last
         self.poll_seconds, self.no_worker_seconds = poll_seconds, no_worker_seconds
         self.run_key, self.renew_seconds = run_key, renew_seconds
+        self.dag_id, self.run_id = dag_id, run_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -51,15 +59,34 @@ class SpanCommittedTrigger(BaseTrigger):
             "no_worker_seconds": self.no_worker_seconds,
             "run_key": self.run_key,
             "renew_seconds": self.renew_seconds,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._wait():
+                yield event
+        finally:
+            if self.dag_id:  # committed, failed, cancelled: this run has nothing waiting for a worker any more
+                run_metrics.segments_waiting(0, tags=self._metric_tags())
+
+    def _metric_tags(self) -> dict[str, str]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id}
+
+    async def _report_waiting(self, hook: FaceFusionStorageHook, next_left: int) -> None:
+        committed = await asyncio.to_thread(hook.committed_segments, self.work_uri)
+        waiting = sum(1 for index in range(next_left, self.last) if index not in committed)
+        run_metrics.segments_waiting(waiting, tags=self._metric_tags())
+
+    async def _wait(self) -> AsyncIterator[TriggerEvent]:
         hook = FaceFusionStorageHook()
         layout = WorkLayout(self.work_uri)
         work_root = work_root_of(layout)
         loop = asyncio.get_running_loop()
         alone_since: float | None = None
         renewed = workers_seen = loop.time()
+        waiting_counted = -WAITING_EVERY_SECONDS
         next_left = self.first  # segments before it were seen committed: a marker is never removed while we wait
         # Storage calls block: they run in a thread, never on the triggerer's event loop.
         if not await asyncio.to_thread(hook.standing_workers, work_root):
@@ -73,6 +100,9 @@ class SpanCommittedTrigger(BaseTrigger):
             if next_left >= self.last:
                 yield _event({"status": "committed", "segments": self.last - self.first})
                 return
+            if self.dag_id and loop.time() - waiting_counted >= WAITING_EVERY_SECONDS:
+                waiting_counted = loop.time()
+                await self._report_waiting(hook, next_left)
             if loop.time() - workers_seen >= min(WORKERS_EVERY_SECONDS, self.no_worker_seconds / 2):
                 workers_seen = loop.time()
                 if await asyncio.to_thread(hook.standing_workers, work_root):

@@ -72,7 +72,7 @@ def test_params_are_one_field_per_option(dagbag) -> None:  # type: ignore[no-unt
 
     dag = dagbag.dags["facefusion_swap"]
 
-    assert dag.params.get_param("face_swapper_blend").schema["maximum"] == 100
+    assert dag.params.get_param("face_swapper_blend").schema["allOf"] == [{"minimum": 0, "maximum": 100}]
     assert {"source_uris", "target_uri", "output_uri", *Options.model_fields} == set(dag.params.keys())
 
 

@@ -57,13 +57,13 @@ def test_a_bad_param_is_answered_in_one_line_naming_the_field(server: Standalone
     for change, detail in [
         (
             {"face_swapper_blend": 150},
-            "Invalid input for param face_swapper_blend: 150 is greater than the maximum of 100",
+            "Face swapper blend (face_swapper_blend): 150 is greater than the maximum of 100",
         ),
         (
             {"face_selector_mode": "all"},
-            "Invalid input for param face_selector_mode: 'all' is not one of ['one', 'many', 'reference']",
+            "Face selector mode (face_selector_mode): 'all' is not one of ['one', 'many', 'reference']",
         ),
-        ({"source_uris": []}, "Invalid input for param source_uris: [] should be non-empty"),
+        ({"source_uris": []}, "Source faces (source_uris): required: fill it in"),
     ]:
         response = server.client.post(
             f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {**good, **change}}

@@ -297,6 +297,20 @@ class AirflowUI:
             time.sleep(1)
         return state
 
+    def wait_for_text(self, text: str | re.Pattern[str], timeout: float = 20) -> Locator:
+        """The first element of the open page that shows ``text`` (a substring, or a pattern), once it is visible."""
+        element = self.page.get_by_text(text).first
+        element.wait_for(timeout=timeout * 1000)
+        return element
+
+    def output_tab(self, dag_id: str, run_id: str) -> Any:
+        """The run page's "Output" tab (the provider's external view), opened; its frame."""
+        self.open_run(dag_id, run_id)
+        self.page.get_by_role("link", name="Output", exact=True).click()
+        frame = self.page.frame_locator('iframe[title="Output"]')
+        frame.locator("#progress").wait_for()
+        return frame
+
     def grid_states(self, run_id: str) -> dict[str, str | None]:
         """``{task_id: state}`` from the open run's grid column: each cell shows its state as an icon, so its tooltip
         ("Task ID: ... State: Success ...") is read. A mapped task's cell summarises all its map indexes."""

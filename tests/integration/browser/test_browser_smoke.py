@@ -1,17 +1,23 @@
-"""The first run from the Airflow UI, in a real browser, on a fresh ``airflow standalone`` (no pool, no Variable, nothing
-set up by hand): the trigger form is a real form (a typed field per option, dropdowns, ranges, descriptions, sections);
-a run triggered from it has one span failed (the worker's fault switch), cleared alone from its panel, and succeeds in
-the grid with frame-range labels and output links; a bad value is blocked naming the field; the ingestion DAG does
-nothing and shows nothing failed.
+"""The first runs from the Airflow UI, in a real browser, on a fresh ``airflow standalone`` (no Variable, nothing set up
+by hand; ``[facefusion] pool`` names a pool that does not exist yet):
+- the trigger form is a real form (a typed field per option, dropdowns, help texts, sections) that shows no error
+  before the user acts, refuses Face swapper blend 150 naming the field (never clamps it to 100), and names an empty
+  required field;
+- a run in the missing pool fails at once with a note naming the pool; created and cleared, it runs, the note goes,
+  its Output tab shows the preview, and its local output link answers the video's bytes;
+- a run with a bad output fails in validate and its page says why, naming the field by its title and key;
+- a run with one span failed (the worker's fault switch) says which span failed, is cleared alone from its panel, and
+  succeeds with frame-range labels and output links to S3 (moto; presigned URLs);
+- the ingestion DAG says it is not configured, does nothing and shows nothing failed.
 
-The module's server writes outputs to a moto S3 (through ``[facefusion] aws_conn_id``); merge's extra links lead to the
-provider's view, which redirects the logged-in browser to presigned http URLs. Screenshots: ``$FACEFUSION_TEST_ARTIFACTS``
-(see conftest); the best two are kept in docs/ (``ui-trigger-form.png``, ``ui-grid.png``).
+Screenshots: ``$FACEFUSION_TEST_ARTIFACTS`` (see conftest); the best ones are kept in docs/ (``ui-trigger-form.png``,
+``ui-grid.png``, ``ui-failed-run.png``, ``ui-finished-run.png``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +35,7 @@ pytestmark = pytest.mark.slow
 SEGMENT = 8  # frames per segment: one segment per span in these tiny runs
 INGEST_DAG_ID = "facefusion_s3_ingest"
 BUCKET, CONN_ID = "videos", "facefusion_s3"
+POOL = "gpu_missing"
 # The worker's test-only fault switch fails span 2 for good on its first try, in runs long enough to have one.
 FAILING_SPAN = 2
 FAULTS = [{"command": SWAP_TASKS.swap_command, "indexes": [FAILING_SPAN], "tries": [1], "retryable": False}]
@@ -62,6 +69,7 @@ def browser_airflow_env(moto: MotoServer) -> dict[str, str]:
         "extra": {"endpoint_url": moto.url, "region_name": "us-east-1"},
     }
     return {
+        "AIRFLOW__FACEFUSION__POOL": POOL,  # created by the pool test, which runs before any other run
         "FACEFUSION_TEST_FAULTS": json.dumps(FAULTS),
         f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection),
         "AIRFLOW__FACEFUSION__AWS_CONN_ID": CONN_ID,
@@ -81,6 +89,7 @@ def _frames(index: int) -> str:
 def test_the_trigger_form_is_a_typed_field_per_option_in_sections(ui: AirflowUI) -> None:
     form = ui.open_trigger_form(DAG_ID)
 
+    assert form.field_errors() == {}  # nothing red before the user acts
     assert form.sections() == [
         DEFAULT_SECTION,
         "Faces: detection and selection",
@@ -91,27 +100,33 @@ def test_the_trigger_form_is_a_typed_field_per_option_in_sections(ui: AirflowUI)
         "Advanced Options",
     ]
     assert form.expanded_sections() == [DEFAULT_SECTION]  # everyday options open, the rest collapsed
-    assert form.labels(DEFAULT_SECTION)[:6] == [
-        "Source faces *",
+    assert form.labels(DEFAULT_SECTION) == [
+        "Source faces *",  # required: they have no default
         "Target video *",
         "Output video *",
-        "Processors",  # none selected is a choice (frames pass through): not required
-        "Face selector mode *",
-        "Face swapper model *",
+        "Processors",  # every option has a default: none is starred
+        "Face selector mode",
+        "Face swapper model",
+        "Face swapper blend",
     ]
     mode = form.field("Face selector mode", DEFAULT_SECTION)
-    assert "Which target faces to swap: one (the largest)" in mode.inner_text()  # the description
+    assert "Which faces in the video to replace" in mode.inner_text()  # plain words first
+    assert "face_selector_mode · choices: one, many, reference" in mode.inner_text()  # the key, on a second line
     assert form.dropdown_options(mode) == ["one", "many", "reference"]
-    blend = form.field("Face swapper blend", DEFAULT_SECTION).get_by_role("spinbutton")
-    assert (blend.get_attribute("aria-valuemin"), blend.get_attribute("aria-valuemax")) == ("0", "100")
+    blend = form.field("Face swapper blend", DEFAULT_SECTION)
+    assert "from 0 to 100; anything outside is refused" in blend.inner_text()
     form.fill("Face swapper blend", 150)
-    assert blend.input_value() == "100"  # the form keeps a number in its range
+    assert blend.get_by_role("spinbutton").input_value() == "150"  # not silently clamped to 100
+    masks = form.labels("Swap, masks and enhancer")
+    assert masks[masks.index("Face mask types") + 1] == "Face mask areas"  # beside the field it depends on
+    assert "Only with the area mask" in form.field("Face mask areas", "Swap, masks and enhancer").inner_text()
     frames = form.labels("Frames and segments")
     assert frames == ["Trim frame start", "Trim frame end", "Segment size"]  # unset by default; no deprecated field
-    assert form.expanded_sections() == ["Frames and segments"]
     padding = form.field("Face mask padding", "Swap, masks and enhancer")  # four numbers: a JSON list editor
     assert padding.get_by_role("code").count() == 1 and "top, right, bottom, left" in padding.inner_text()
     assert form.field_errors() == {}
+    form.open_section(DEFAULT_SECTION)
+    ui.screenshot_element(form.dialog, "trigger-form")
 
 
 def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_succeeds_with_output_links(
@@ -130,8 +145,6 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
     form.fill("Segment size", SEGMENT, section="Frames and segments")
     form.fill("Output video preset", "ultrafast", section="Output video")
     assert form.can_submit(), form.field_errors()
-    form.open_section(DEFAULT_SECTION)
-    ui.screenshot_element(form.dialog, "trigger-form")
     run_id = form.submit()
 
     run_conf = browser_airflow.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")["conf"]
@@ -147,6 +160,7 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
     assert ui.wait_for_run_state(DAG_ID, run_id, timeout=180) == "failed"
     assert _labels(ui, run_id)[FAILING_SPAN] == (_frames(FAILING_SPAN), "failed", 1)
     ui.screenshot("failed-span")
+    assert str(_note(browser_airflow, run_id)).startswith(f"Failed in swap_span [{_frames(FAILING_SPAN)}]: ")
 
     # Cleared from its panel, it alone runs again (try 2), with what follows it; the others keep their first try.
     affected = ui.clear_task_instance(DAG_ID, run_id, SWAP_TASKS.swap, FAILING_SPAN)
@@ -159,6 +173,7 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
         2: (_frames(2), "success", 2),
     }
     ui.screenshot("grid")
+    assert _note(browser_airflow, run_id) is None
     assert browser_airflow.xcom(run_id, SWAP_TASKS.validate, "options")["processors"] == []  # null means none
 
     # merge's page links to the provider's view (same origin: no credential stored in the link); the logged-in
@@ -176,28 +191,89 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
     assert "Output video" in ui.extra_links(DAG_ID, run_id, SWAP_TASKS.swap, 0, names=("Output video",))
 
 
-def test_a_bad_value_is_blocked_in_the_form_naming_the_field(ui: AirflowUI, tmp_path: Path) -> None:
+def test_a_bad_value_is_refused_naming_the_field_by_its_title(ui: AirflowUI, tmp_path: Path) -> None:
     form = ui.open_trigger_form(DAG_ID)
-    assert not form.can_submit()  # the required fields are empty
-    assert form.field_errors() == dict.fromkeys(
-        ("Source faces", "Target video", "Output video"), "This field is required"
-    )
+    assert form.field_errors() == {} and form.can_submit()  # no error before the user acts
+    assert form.submit_expecting_error().splitlines()[-1] == "Source faces (source_uris): required: fill it in"
     form.fill_fields({"Source faces": ["/in/face.png"], "Target video": "/in/clip.mp4", "Output video": "/out/x.mp4"})
-    assert form.can_submit()
 
-    # A value the form cannot correct: the API refuses it, the dialog says so in one line naming the field.
-    form.fill("Face mask padding", [0, 0, 0, 500], section="Swap, masks and enhancer")
+    # Out of range: refused by the API in one line naming the field, never run as 100.
+    form.fill("Face swapper blend", 150, section=DEFAULT_SECTION)
     assert form.submit_expecting_error().splitlines() == [
         "400 Bad Request",
         "",
-        "Invalid input for param face_mask_padding: 500 is greater than the maximum of 100",
+        "Face swapper blend (face_swapper_blend): 150 is greater than the maximum of 100",
     ]
     form.dialog.get_by_test_id("error-alert").scroll_into_view_if_needed()
     ui.screenshot("bad-value")
+    form.fill("Face swapper blend", 90, section=DEFAULT_SECTION)
+    form.fill("Face mask padding", [0, 0, 0, 500], section="Swap, masks and enhancer")
+    assert form.submit_expecting_error().splitlines()[-1] == (
+        "Face mask padding (face_mask_padding): 500 is greater than the maximum of 100"
+    )
     form.fill("Target video", "", section=DEFAULT_SECTION)
-    assert form.field_errors() == {"Target video": "This field is required"}
+    assert form.field_errors() == {"Target video": "This field is required"}  # once the user emptied it
     assert not form.can_submit()
     ui.screenshot("required-field")
+
+
+def _trigger(server: StandaloneAirflow, conf: dict[str, object]) -> str:
+    run = server.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+    return str(run["dag_run_id"])
+
+
+def _note(server: StandaloneAirflow, run_id: str) -> str | None:
+    return server.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}")["note"]
+
+
+def test_a_run_in_a_missing_pool_says_so_and_once_the_pool_exists_runs_and_shows_its_output(
+    ui: AirflowUI, browser_airflow: StandaloneAirflow, tmp_path: Path
+) -> None:
+    face, clip = make_image(tmp_path / "face.png"), make_clip(tmp_path / "clip.mp4", SEGMENT, seed=5)
+    output = tmp_path / "out" / "local.mp4"
+    conf = {"source_uris": [str(face)], "target_uri": str(clip), "output_uri": str(output), "processors": []}
+    run_id = _trigger(browser_airflow, {**conf, "segment_size": SEGMENT, "output_video_preset": "ultrafast"})
+
+    assert ui.wait_for_run_state(DAG_ID, run_id, timeout=60) == "failed"
+    ui.wait_for_text(f"Not started: pool '{POOL}' (tasks swap_span) does not exist")
+    ui.screenshot("missing-pool")
+
+    browser_airflow.api("POST", "/api/v2/pools", json={"name": POOL, "slots": 4})
+    browser_airflow.api(
+        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/clear", json={"dry_run": False}
+    )
+    assert ui.wait_for_run_state(DAG_ID, run_id, timeout=120) == "success"
+    assert _note(browser_airflow, run_id) is None  # the provider's note went with the condition
+    assert ui.page.get_by_text("Not started: pool").count() == 0
+
+    # The run's Output tab: done, the preview shown, the video one click away.
+    tab = ui.output_tab(DAG_ID, run_id)
+    assert tab.locator("#progress").inner_text() == "Done: the output video is ready."
+    preview = tab.locator("#preview")
+    preview.wait_for()
+    ui.page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=preview.element_handle())
+    ui.screenshot("finished-run")
+
+    # The local output's link answers the video itself (a file:// link would show nothing).
+    href = str(tab.locator("#output-video").get_attribute("href"))
+    assert href == f"/facefusion/outputs/{DAG_ID}/{quote(run_id, safe='')}/video"
+    video = ui.page.request.get(ui.base_url + href)
+    assert (video.status, video.headers["content-type"]) == (200, "video/mp4")
+    assert video.body() == output.read_bytes()
+
+
+def test_a_run_with_a_bad_output_says_why_on_its_page_naming_the_field(
+    ui: AirflowUI, browser_airflow: StandaloneAirflow, tmp_path: Path
+) -> None:
+    face, clip = make_image(tmp_path / "face.png"), make_clip(tmp_path / "clip.mp4", SEGMENT, seed=6)
+    bad_output = f"{tmp_path}/out/../escape.mp4"
+    run_id = _trigger(browser_airflow, {"source_uris": [str(face)], "target_uri": str(clip), "output_uri": bad_output})
+
+    assert ui.wait_for_run_state(DAG_ID, run_id, timeout=90) == "failed"
+    note = str(_note(browser_airflow, run_id))
+    assert re.match(r"^Failed in validate: Output video \(output_uri\): .*'\.\.'", note), note
+    ui.wait_for_text("Failed in validate: Output video (output_uri):")
+    ui.screenshot("failed-run")
 
 
 def test_the_ingestion_dag_does_nothing_until_configured_and_its_form_requires_the_prefixes(
@@ -206,6 +282,8 @@ def test_the_ingestion_dag_does_nothing_until_configured_and_its_form_requires_t
     dag = browser_airflow.api("GET", f"/api/v2/dags/{INGEST_DAG_ID}")
     assert (dag["is_paused"], dag["timetable_summary"]) == (True, None)  # paused, and no schedule without its Variable
     assert ui.dag_failure_counts(INGEST_DAG_ID) == (0, 0)
+    assert {tag["name"] for tag in dag["tags"]} == {"facefusion", "not configured"}
+    ui.wait_for_text("Not configured: set the Variable facefusion_ingest")  # on the DAG's page, at a glance
     ui.screenshot("ingestion-dag")
 
     form = ui.open_trigger_form(INGEST_DAG_ID)

@@ -34,10 +34,9 @@ from facefusion_provider import storage
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job import leases
 from facefusion_provider.job.ids import run_key
-from facefusion_provider.job.layout import WorkLayout, output_done, output_marker_uri
-from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
-from facefusion_provider.job.layout import RootLayout
+from facefusion_provider.job.layout import RootLayout, WorkLayout, output_done, output_marker_uri
 from facefusion_provider.job.leases import live_standing_workers
+from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.operators.plan import span_list

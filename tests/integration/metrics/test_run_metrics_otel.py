@@ -31,6 +31,7 @@ run_metrics.merge_seconds(4.5, tags=tags)
 run_metrics.output_bytes(123_456_789, tags=tags)
 run_metrics.bad_input("target_uri", dag_id="facefusion_swap")
 run_metrics.bad_input("target_uri", dag_id="facefusion_swap")
+run_metrics.segments_waiting(7, tags=tags)
 """
 
 
@@ -52,6 +53,7 @@ def test_run_figures_arrive_through_airflows_otel_backend(otlp_receiver: OtlpRec
     assert otlp_receiver.total(names.MERGE_SECONDS.name, **run) == 4.5
     assert otlp_receiver.total(names.OUTPUT_BYTES.name, **run) == 123_456_789
     assert otlp_receiver.total(names.BAD_INPUT.name, dag_id="facefusion_swap", field="target_uri") == 2
+    assert otlp_receiver.total(names.SEGMENTS_WAITING.name, **run) == 7
     kinds = {point.name: (point.kind, point.monotonic) for point in otlp_receiver.points()}
     for spec in names.RUN_METRICS:
         assert kinds[spec.name] == (("sum", True) if spec.kind == "counter" else ("gauge", False)), spec.name

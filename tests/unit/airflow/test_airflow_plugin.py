@@ -13,7 +13,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.testclient import TestClient
 
-from facefusion_provider.airflow_plugin import FaceFusionPlugin, conf_limits, pools
+from facefusion_provider.airflow_plugin import FaceFusionPlugin, pools, run_notes
 from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
 from facefusion_provider.operators.params import swap_params
@@ -43,7 +43,7 @@ def test_the_missing_pool_message_is_one_line_naming_the_pool_and_how_to_create_
 
 def test_the_plugin_registers_the_listener_and_the_middleware() -> None:
     assert issubclass(FaceFusionPlugin, AirflowPlugin) and FaceFusionPlugin.name == "facefusion"
-    assert FaceFusionPlugin.listeners == [pools, conf_limits]
+    assert FaceFusionPlugin.listeners == [run_notes]  # which runs the pools and conf_limits checks in order
     assert [item["middleware"] for item in FaceFusionPlugin.fastapi_root_middlewares] == [
         OneLineParamErrors,
         RefuseOutOfRangeConf,
@@ -81,10 +81,12 @@ def test_a_bad_param_of_our_dags_is_answered_in_one_line(api: TestClient) -> Non
         response = api.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"conf": {"face_swapper_blend": 150}})
         assert response.status_code == 400
         assert response.json() == {
-            "detail": "Invalid input for param face_swapper_blend: 150 is greater than the maximum of 100"
+            "detail": "Face swapper blend (face_swapper_blend): 150 is greater than the maximum of 100"
         }
     response = api.post("/api/v2/dags/facefusion_swap/dagRuns", json={"conf": {"face_mask_padding": [1, 2]}})
-    assert response.json()["detail"] == "Invalid input for param face_mask_padding: [1, 2] is too short"
+    assert response.json()["detail"] == "Face mask padding (face_mask_padding): [1, 2] is too short"
+    empty = api.post("/api/v2/dags/facefusion_swap/dagRuns", json={"conf": {"target_uri": ""}})
+    assert empty.json()["detail"] == "Target video (target_uri): required: fill it in"
 
 
 def test_other_dags_and_good_triggers_pass_through(api: TestClient) -> None:

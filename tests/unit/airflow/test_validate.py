@@ -87,8 +87,9 @@ def test_the_older_nested_options_give_the_same_work(tmp_path: Path, inputs: dic
 def test_an_emptied_processors_field_means_no_processors(tmp_path: Path, inputs: dict[str, Any]) -> None:
     assert _params({**inputs, "processors": None})["processors"] is None  # what the form sends
     assert _validate({**inputs, "processors": None}, tmp_path)["options"]["processors"] == []
-    with pytest.raises(InvalidOptionError, match=r"options.face_mask_types: Input should be a valid list"):
-        _validate({**inputs, "face_mask_types": None}, tmp_path)
+    # Any other emptied field (null) is the option's default, as the form shows no field as required.
+    ticket = _validate({**inputs, "face_mask_types": None, "face_swapper_blend": None}, tmp_path)
+    assert (ticket["options"]["face_mask_types"], ticket["options"]["face_swapper_blend"]) == (["box"], 85)
 
 
 def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, inputs: dict[str, Any]) -> None:
@@ -156,7 +157,7 @@ def _context(conf: dict[str, Any], run_id: str = "manual__1") -> Any:
 def test_the_operator_fails_bad_conf_without_retries(tmp_path: Path, inputs: dict[str, Any]) -> None:
     operator = ValidateSwapConfOperator(task_id="validate", work_root=str(tmp_path / "work"))
     assert operator.retries == 0
-    with pytest.raises(AirflowFailException, match=r"options\.face_swapper_blend"):
+    with pytest.raises(AirflowFailException, match=r"^Face swapper blend \(face_swapper_blend\): .* 0 \(got -1\)$"):
         operator.execute(_context({**inputs, "face_swapper_blend": -1}))
 
 
@@ -239,13 +240,15 @@ def test_every_option_is_its_own_typed_field() -> None:
     params = swap_params()
     assert set(Options.model_fields) <= set(params)
     blend = params["face_swapper_blend"]
-    assert (blend.schema["type"], blend.schema["minimum"], blend.schema["maximum"], blend.value) == (
-        "integer",
-        0,
-        100,
+    # Not starred (it has a default); the bounds where the API checks them and the form does not clamp to them.
+    assert (blend.schema["type"], blend.schema["allOf"], blend.value) == (
+        ["integer", "null"],
+        [{"minimum": 0, "maximum": 100}],
         85,
     )
-    assert blend.schema["title"] == "Face swapper blend" and blend.description
+    assert "minimum" not in blend.schema and "maximum" not in blend.schema
+    assert blend.schema["title"] == "Face swapper blend"
+    assert blend.schema["description_md"].endswith("`face_swapper_blend` · from 0 to 100; anything outside is refused")
     assert "section" not in blend.schema  # an everyday option: in the open first section
     mode = params["face_selector_mode"]
     assert mode.schema["enum"] == ["one", "many", "reference"]
@@ -255,6 +258,6 @@ def test_every_option_is_its_own_typed_field() -> None:
     assert segment.schema["type"] == ["integer", "null"] and segment.value is None
     assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
-    assert params["face_mask_types"].schema["type"] == "array"  # at least one: the form requires it
+    assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)
     assert params["face_enhancer_model"].schema["enum"] == ["gfpgan_1.4"]
     assert all(param.schema.get("title") for param in params.values())

@@ -503,7 +503,9 @@ class World:
                 missing.append(index)
                 continue
             if content != f"{layout.work_id}:{index}".encode():
-                raise InvariantError(f"I2-one-commit: segment {index}'s marker names {marker.file}, holding {content!r}")
+                raise InvariantError(
+                    f"I2-one-commit: segment {index}'s marker names {marker.file}, holding {content!r}"
+                )
             parts.append(content)
         if missing:
             raise SegmentsMissingError(f"{plan.key}: segments {missing} are not committed")

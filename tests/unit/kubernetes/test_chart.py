@@ -405,11 +405,6 @@ def test_the_keda_query_counts_each_runs_waiting_segments_once_and_nothing_when_
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gauge of waiting segments (airflow.facefusion.segments.waiting, labels dag_id and run_id) is not in "
-    "metric_names.py yet: issue 27 item 2; remove this mark when it is",
-)
 def test_the_keda_query_reads_a_metric_the_provider_emits() -> None:
     query = chart_values()["keda"]["prometheus"]["query"]
     known = {spec.prometheus for spec in metric_names.ALL_METRICS}

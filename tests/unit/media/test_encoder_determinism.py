@@ -48,7 +48,8 @@ def _encode_on_one_cpu(path: Path, codec: str) -> bytes:
 def test_the_bitstream_does_not_depend_on_the_cpus_the_encoder_may_use(tmp_path: Path, codec: str) -> None:
     every_cpu = _encode(tmp_path / "every-cpu.mp4", codec)
     assert _encode(tmp_path / "again.mp4", codec) == every_cpu
-    assert _encode_on_one_cpu(tmp_path / "one-cpu.mp4", codec) == every_cpu
+    for attempt in range(3):  # starved of CPU, x264's threaded macroblock tree used to differ from encode to encode
+        assert _encode_on_one_cpu(tmp_path / f"one-cpu-{attempt}.mp4", codec) == every_cpu, attempt
 
 
 def test_an_encoder_that_cannot_open_here_is_refused_naming_the_option_and_why() -> None:

@@ -46,6 +46,7 @@ def test_the_catalogue_in_prometheus_form() -> None:
         "airflow_facefusion_merge_seconds",
         "airflow_facefusion_output_bytes_total",
         "airflow_facefusion_bad_input_total",
+        "airflow_facefusion_segments_waiting",
     }
     assert len({spec.name for spec in names.ALL_METRICS}) == len(names.ALL_METRICS)
     assert all(names.stat_name(spec).startswith("facefusion.") for spec in names.RUN_METRICS)

@@ -49,7 +49,7 @@ def test_schedule_and_defaults_come_from_the_variable(monkeypatch: pytest.Monkey
     assert dag.params["source_uris"] == ["s3://videos/faces/me.jpg"]
     assert dag.params["face_swapper_blend"] == 90
     assert dag.params["max_runs_per_scan"] == 4
-    assert dag.params.get_param("face_swapper_blend").schema["maximum"] == 100
+    assert dag.params.get_param("face_swapper_blend").schema["allOf"] == [{"minimum": 0, "maximum": 100}]
     manual_only = parse(monkeypatch, {**SETTINGS, "schedule": "none"}).dags["facefusion_s3_ingest"]
     assert type(manual_only.timetable).__name__ == "NullTimetable"
 
