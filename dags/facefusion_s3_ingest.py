@@ -40,6 +40,7 @@ from facefusion_provider.operators.ingest import (
     IngestReportOperator,
     ScanForNewJobsOperator,
     ingest_params,
+    ingest_schedule,
     ingest_settings,
     ingest_timetable,
 )

@@ -48,15 +48,35 @@ def out_of_range_field(value: Any, path: str = "") -> str | None:
     return None
 
 
-def trigger_problem(body: bytes) -> str | None:
-    """The out-of-range field of a trigger request's ``conf``, or None (also for a body that is not JSON: the API
-    answers that itself)."""
+SWAP_DAG_IDS = frozenset({"facefusion_swap", "facefusion_swap_batch"})
+REQUIRED_INPUTS = ("source_uris", "target_uri", "output_uri")  # the swap form's fields without a default
+
+
+def empty_input_field(conf: dict[str, Any]) -> str | None:
+    """``Target video (target_uri): required: fill it in`` for the first run input a swap conf leaves empty: the form
+    lets a user trigger with one untouched (it shows no error before the user acts), the API would accept it."""
+    from facefusion_provider.operators.params import field_label
+
+    for name in REQUIRED_INPUTS:
+        if name in conf and conf[name] in (None, "", []):  # left out: validate names it (a REST caller's conf)
+            return f"{field_label(name)}: required: fill it in"
+    return None
+
+
+def trigger_problem(body: bytes, dag_id: str = "") -> str | None:
+    """The out-of-range field (or, for a swap DAG, the empty input) of a trigger request's ``conf``, or None (also for
+    a body that is not JSON, or without a conf: the API answers that itself, or validate does)."""
     try:
         payload = json.loads(body)
     except ValueError:
         return None
     conf = payload.get("conf") if isinstance(payload, dict) else None
-    return out_of_range_field(conf) if isinstance(conf, dict) else None
+    if not isinstance(conf, dict):
+        return None
+    problem = out_of_range_field(conf)
+    if problem is None and dag_id in SWAP_DAG_IDS:
+        problem = empty_input_field(conf)
+    return problem
 
 
 class RefuseOutOfRangeConf:
@@ -75,7 +95,8 @@ class RefuseOutOfRangeConf:
             messages.append(message)
             if message["type"] != "http.request" or not message.get("more_body"):
                 break
-        problem = trigger_problem(b"".join(item.get("body", b"") for item in messages))
+        dag_id = str(scope.get("path", "")).rstrip("/").split("/")[-2]  # .../dags/<dag_id>/dagRuns
+        problem = trigger_problem(b"".join(item.get("body", b"") for item in messages), dag_id)
         if problem is not None:
             body = json.dumps({"detail": problem}).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]

@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from pydantic import ValidationError
-
 from airflow.sdk import (
     Asset,
     AssetOrTimeSchedule,
@@ -25,6 +23,7 @@ from airflow.sdk import (
     Variable,
 )
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from pydantic import ValidationError
 
 from facefusion_provider import ingest
 from facefusion_provider.hooks.ledger import IngestLedgerHook

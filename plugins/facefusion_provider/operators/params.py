@@ -8,9 +8,10 @@ accepted too (``validate`` merges both).
 
 What Airflow 3.3's form does with a schema, and so what each field's schema holds (docs/ui.md):
 - a type without ``null`` stars the field as required, and one whose value is null shows "This field is required" as
-  the form opens: every option has a default, so its type is nullable (an emptied field sends null, which ``validate``
-  reads as the default); the run's inputs have no default and stay starred, with an empty value, so nothing is red
-  before the user acts;
+  the form opens, and a starred field that is empty (null or "") turns its section red and disables Trigger: so every
+  type is nullable. An option's emptied field sends null, which ``validate`` reads as the default; the run's three
+  inputs say "Required" in their help instead of a star, and a trigger that leaves one empty is refused at once,
+  naming it (``airflow_plugin/conf_limits.py``);
 - ``minimum``/``maximum`` make a number field clamp an out-of-range value silently when it loses focus: the bounds sit
   in ``allOf`` instead, which the form does not read and the API checks, so 150 is refused naming the field;
 - ``description_md`` is rendered as markdown (``description`` as plain text on one line): plain words, then the key,
@@ -35,19 +36,17 @@ def swap_params() -> dict[str, Param]:
     """The DAG's ``Params``: the run's inputs and output, then every option (see the module's docstring)."""
     inputs: dict[str, tuple[dict[str, Any], Any, str]] = {
         "source_uris": (
-            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-            [],
-            "Pictures of the face to put into the video, one per line; several pictures of one person are averaged.",
+            {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}},
+            None,
+            "Required: pictures of the face to put into the video, one per line; several pictures of one person are "
+            "averaged.",
         ),
-        "target_uri": (
-            {"type": "string", "minLength": 1},
-            "",
-            "The video whose faces are replaced.",
-        ),
+        "target_uri": ({"type": ["string", "null"]}, None, "Required: the video whose faces are replaced."),
         "output_uri": (
-            {"type": "string", "minLength": 1},
-            "",
-            "Where the finished video is written (.mp4, .mov, .mkv, .m4v, .webm); a preview picture goes beside it.",
+            {"type": ["string", "null"]},
+            None,
+            "Required: where the finished video is written (.mp4, .mov, .mkv, .m4v, .webm); a preview picture goes "
+            "beside it.",
         ),
     }
     params = {
@@ -123,8 +122,6 @@ def help_text(plain: str, key: str, technical: str) -> str:
 
 
 def title_of(name: str) -> str:
-    if name in INPUT_TITLES:
-        return INPUT_TITLES[name]
     words = [_ACRONYMS.get(word, word) for word in name.split("_")]
     return " ".join([words[0].capitalize(), *words[1:]])
 
@@ -132,8 +129,9 @@ def title_of(name: str) -> str:
 def field_label(key: str) -> str:
     """``Face swapper blend (face_swapper_blend)``: a conf key as the form shows it, and the key itself."""
     name = key.removeprefix("options.")
-    known = name in INPUT_TITLES or name in Options.model_fields
-    return f"{title_of(name)} ({key})" if known else key
+    if name in INPUT_TITLES:
+        return f"{INPUT_TITLES[name]} ({key})"
+    return f"{title_of(name)} ({key})" if name in Options.model_fields else key
 
 
 # "output_uri: ...", "source_uris[1]: ...", "invalid options: options.face_swapper_blend: ... (got 150)"

@@ -149,7 +149,9 @@ class SpanCommittedOperator(BaseOperator):
         committed = hook.committed_segments(self.work_uri)
         # KEDA may start the first standing worker on this figure (scaled to zero while nothing waits).
         run_metrics.segments_waiting(sum(1 for i in range(first, last) if i not in committed), tags=tags)
-        trigger = SpanCommittedTrigger(self.work_uri, first, last, run_key=self.run_key, **tags)
+        trigger = SpanCommittedTrigger(
+            self.work_uri, first, last, run_key=self.run_key, dag_id=tags["dag_id"], run_id=tags["run_id"]
+        )
         self.defer(trigger=trigger, method_name="span_committed")
 
     def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:

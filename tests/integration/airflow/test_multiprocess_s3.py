@@ -33,6 +33,8 @@ from s3_servers import REGION, FaultyProxy, MotoServer
 pytestmark = pytest.mark.slow
 
 CONN_ID = "facefusion_s3"
+# Distinct credentials (moto takes any): the metadata database is searched for them after the runs.
+ACCESS_KEY_ID, SECRET_ACCESS_KEY = "AKIAFACEFUSIONTEST42", "facefusion-secret-never-stored-42"
 SEGMENT_FRAMES = 4
 CLIP_FRAMES = 6 * SEGMENT_FRAMES
 BUCKETS = ("videos", "work")
@@ -92,8 +94,8 @@ def s3_cluster(
             moto.client().upload_file(str(media / f"clip{seed}.mp4"), "videos", f"in/clip{seed}.mp4")
         connection = {
             "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
+            "login": ACCESS_KEY_ID,
+            "password": SECRET_ACCESS_KEY,
             "extra": {"endpoint_url": proxy.url, "region_name": REGION},
         }
         settings = {"work_root": "s3://work/airflow", "aws_conn_id": CONN_ID, "span_wave": "2"}  # two spans a run
@@ -197,3 +199,32 @@ def test_a_store_that_ignores_conditional_writes_is_refused(s3_cluster: S3Cluste
         assert "this store ignores conditional writes (If-None-Match: *)" in failure["message"], failure
     assert [key for key in s3.keys("work", "airflow/work/") if "/segments/" in key] == []  # nothing computed
     assert "out/unconditional.mp4" not in s3.keys("videos", "out/")
+
+
+def test_no_credential_is_stored_in_the_metadata_database(s3_cluster: S3Cluster) -> None:
+    """After the module's runs on S3 (their tasks' XComs, extra links, logs' metadata, notes): every row of every
+    table of Airflow's database holds neither the connection's access key id nor its secret, except the connection
+    itself, which lives in the environment here (``AIRFLOW_CONN_...``), not in a table."""
+    import psycopg2
+
+    url = s3_cluster.cluster.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace(
+        "postgresql+psycopg2://", "postgresql://"
+    )
+    found: dict[str, int] = {}
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            tables = [row[0] for row in cursor.fetchall()]
+            for table in tables:
+                cursor.execute(f'SELECT * FROM "{table}"')  # names from the catalogue
+                for row in cursor.fetchall():
+                    text = " ".join(
+                        bytes(value).decode("latin-1") if isinstance(value, memoryview) else str(value) for value in row
+                    )
+                    if ACCESS_KEY_ID in text or SECRET_ACCESS_KEY in text:
+                        found[table] = found.get(table, 0) + 1
+    finally:
+        connection.close()
+    assert len(tables) > 20 and "xcom" in tables
+    assert found == {}, f"credentials in the metadata database: {found}"

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 from playwright.sync_api import Locator, Page, Response
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+MONACO = ".monaco-editor"  # the JSON editor (help texts hold <code> too, so not by the "code" role)
 DEFAULT_SECTION = "Run Parameters"  # the trigger form's section of params without a ``section``
 FINISHED = ("success", "failed")
 
@@ -116,7 +117,7 @@ class TriggerForm:
         by its shown text (a multi-select by a list of them, ``[]`` for none), a switch by bool, an object or a list
         of numbers as JSON in the code editor."""
         group = self.field(label, section)
-        if group.get_by_role("code").count():
+        if group.locator(MONACO).count():
             self._fill_code(group, value if isinstance(value, str) else json.dumps(value))
         elif group.get_by_role("combobox").count():
             self._choose(group, [value] if isinstance(value, str) else list(value))
@@ -135,7 +136,7 @@ class TriggerForm:
 
     def _fill_code(self, group: Locator, text: str) -> None:
         """The Monaco editor: select all, insert (no per-key auto-closing), then drop what auto-closing added after it."""
-        group.get_by_role("code").click()
+        group.locator(MONACO).click()
         keyboard = self.page.keyboard
         keyboard.press("Control+A")
         keyboard.insert_text(text)
@@ -198,9 +199,18 @@ class TriggerForm:
         raise AssertionError(f"no run page after submitting the form (at {self.page.url})")
 
     def submit_expecting_error(self, timeout: float = 30) -> str:
-        """Trigger and return the error the dialog shows (the run must not start)."""
-        self.submit_button().click()
+        """Trigger and return the error the dialog shows for this answer of the API (the run must not start).
+        Dispatched to the button: the toast of an earlier refusal may lie over it."""
+        before = self.error_alert()
+        with self.page.expect_response(_is_trigger_request, timeout=timeout * 1000) as response:
+            self.submit_button().dispatch_event("click")
+        assert not response.value.ok, f"the run was triggered: {response.value.text()}"
         self.dialog.get_by_test_id("error-alert").wait_for(timeout=timeout * 1000)
+        deadline = (
+            time.monotonic() + 3
+        )  # the alert is redrawn with the new answer (the same text when it did not change)
+        while self.error_alert() == before and time.monotonic() < deadline:
+            time.sleep(0.1)
         return str(self.error_alert())
 
 
@@ -374,6 +384,7 @@ class AirflowUI:
         dialog = self.page.get_by_role("dialog").filter(has_text="Clear Task Instance")
         dialog.get_by_role("button", name=re.compile(r"^Affected Tasks: \d+")).wait_for()
         chosen = (task_id, -1 if map_index is None else map_index)
+        _wait_for(lambda: chosen in _affected(dialog), f"{chosen} listed as affected")  # rows come after the count
         if not downstream and _affected(dialog) != [chosen]:
             dialog.get_by_role("button", name="Downstream", exact=True).click()
             _wait_for(lambda: _affected(dialog) == [chosen], f"only {chosen} affected, not {_affected(dialog)}")
@@ -414,6 +425,10 @@ def _affected(dialog: Locator) -> list[tuple[str, int]]:
     rows = dialog.get_by_role("region").get_by_role("row").all()[1:]
     cells = [row.get_by_role("cell").all_inner_texts() for row in rows]
     return sorted((texts[1].strip(), int(texts[3])) for texts in cells)
+
+
+def _is_trigger_request(response: Response) -> bool:
+    return response.request.method == "POST" and response.request.url.endswith("/dagRuns")
 
 
 def _is_clear_request(response: Response) -> bool:

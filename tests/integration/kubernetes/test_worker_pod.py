@@ -36,7 +36,7 @@ from facefusion_provider.job import leases
 from facefusion_provider.job.ids import run_key
 from facefusion_provider.job.layout import RootLayout, WorkLayout, output_done, output_marker_uri
 from facefusion_provider.job.leases import live_standing_workers
-from facefusion_provider.job.records import Claim, JobSpec, RunLease, SegmentMarker
+from facefusion_provider.job.records import Claim, JobSpec, RunHolder, RunLease, SegmentMarker
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.operators.plan import span_list
@@ -332,8 +332,8 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     hook = FaceFusionStorageHook()
     # What validate writes for a run from Airflow: its lease names its target, so the run is live for standing workers.
     lease = RunLease(
-        dag_id="facefusion_swap",
-        run_id="itest",
+        holder=RunHolder(kind="airflow", dag_id="facefusion_swap", run_id="itest"),
+        ttl_seconds=3600,
         output_uri=work.output_uri,
         created_at=datetime.now(UTC),
         target_uri=work.target_uri,
@@ -375,8 +375,9 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     assert merged is not None and (merged.method, merged.frame_count) == ("remux", 24), log[-4000:]
     from_pod = {index: _committed(layout, index) for index in range(3)}
     claims = [Claim.model_validate_json(storage.read_bytes(item.uri)) for item in storage.list_files(layout.claims_dir)]
-    assert {claim.owner for claim in claims} == {f"standing/{served['worker']}"}
-    assert {claim.holder for claim in claims} == {marker.writer for marker, _ in from_pod.values()}
+    assert {claim.owner for claim in claims} == {f"standing/{served['worker']}"}  # segments, and the merge's
+    segment_holders = {claim.holder for claim in claims if claim.name.isdigit()}
+    assert segment_holders == {marker.writer for marker, _ in from_pod.values()}
 
     # The same work by the local backend: one span of every segment, after the pod's commits (and the output it
     # merged, which would leave the span nothing to do) are forgotten.

@@ -100,3 +100,10 @@ def test_a_run_started_otherwise_fails_as_it_starts_with_a_note_naming_the_field
     theirs = SimpleNamespace(dag_id="other", run_id="m3", conf={"n": 10**30}, note=None, set_state=states.append)
     conf_limits.on_dag_run_running(dag_run=theirs, msg="started")
     assert len(states) == 1 and fine.note is None and theirs.note is None
+
+
+def test_a_swap_trigger_with_an_input_left_empty_is_refused_naming_it() -> None:
+    empty = json.dumps({"conf": {**BASE, "target_uri": ""}}).encode()
+    assert conf_limits.trigger_problem(empty, "facefusion_swap") == "Target video (target_uri): required: fill it in"
+    assert conf_limits.trigger_problem(empty, "facefusion_s3_ingest") is None  # its own fields, its own form
+    assert conf_limits.trigger_problem(json.dumps({"conf": BASE}).encode(), "facefusion_swap_batch") is None

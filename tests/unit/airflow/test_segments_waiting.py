@@ -5,13 +5,14 @@ committed or the wait ends any other way."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from airflow.triggers.base import TriggerEvent
 from recorded_stats import RecordedStats
 
 from facefusion_provider import metric_names
@@ -29,7 +30,7 @@ def waiting_values(stats_sent: RecordedStats) -> list[float]:
     return [item.value for item in sent]
 
 
-def deferred_span_wait(tmp_path: Path, write_job: Callable[..., Any], committed: Callable[[Any], None]) -> Any:
+def deferred_span_wait(tmp_path: Path, write_job: Callable[..., Any], committed: Callable[[Any], object]) -> Any:
     """A standing run's span task executed once: the trigger it defers on, the job and its context."""
     job = write_job(tmp_path / "root", tmp_path / "out.mp4")
     span = span_list(job.spec, 1)[0]
@@ -65,7 +66,7 @@ def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
     trigger.poll_seconds = 0.05
 
     async def commit_the_rest_while_waiting() -> dict[str, Any]:
-        events = trigger.run()
+        events = cast("AsyncGenerator[TriggerEvent, None]", trigger.run())
         first_event = asyncio.ensure_future(anext(events))
         await asyncio.sleep(0.3)  # the trigger has counted what waits
         for index in range(wait.span["first"] + 1, wait.span["last"]):

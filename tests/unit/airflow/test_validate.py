@@ -223,7 +223,7 @@ def test_params_accept_a_good_conf_in_either_shape(inputs: dict[str, Any]) -> No
         ({"face_swapper_blend": 150}, "face_swapper_blend"),
         ({"face_selector_mode": "everyone"}, "face_selector_mode"),
         ({"segment_size": -5}, "segment_size"),
-        ({"source_uris": []}, "source_uris"),
+        ({"source_uris": [""]}, "source_uris"),  # an empty list is refused at the trigger (conf_limits)
         ({"target_uri": 5}, "target_uri"),
     ],
 )
