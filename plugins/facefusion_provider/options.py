@@ -80,7 +80,9 @@ class Options(BaseModel):
         description="The model that finds faces. The first one comes with the provider; the others are model files you install.",
     )
     face_detector_size: FaceDetectorSize = Field(
-        json_schema_extra=SECTION_FACES, default="640x640", description="How large each frame is scaled for finding faces: larger finds smaller faces, slower."
+        json_schema_extra=SECTION_FACES,
+        default="640x640",
+        description="How large each frame is scaled for finding faces: larger finds smaller faces, slower.",
     )
     face_detector_score: float = Field(
         json_schema_extra=SECTION_FACES,
@@ -160,10 +162,14 @@ class Options(BaseModel):
         description="Shrink the box mask from each side, in percent of the face: top, right, bottom, left.",
     )
     face_enhancer_model: FaceEnhancerModel = Field(
-        json_schema_extra=SECTION_SWAP, default="gfpgan_1.4", description="Only with the face enhancer processor: the model that sharpens faces."
+        json_schema_extra=SECTION_SWAP,
+        default="gfpgan_1.4",
+        description="Only with the face enhancer processor: the model that sharpens faces.",
     )
     face_enhancer_blend: Percent = Field(
-        json_schema_extra=SECTION_SWAP, default=80, description="Only with the face enhancer processor: how much of the sharpened face is kept: 100 is all of it."
+        json_schema_extra=SECTION_SWAP,
+        default=80,
+        description="Only with the face enhancer processor: how much of the sharpened face is kept: 100 is all of it.",
     )
     trim_frame_start: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
@@ -194,7 +200,9 @@ class Options(BaseModel):
         json_schema_extra=SECTION_OUTPUT, default="libx264", description="The codec of the finished video."
     )
     output_video_preset: OutputVideoPreset = Field(
-        json_schema_extra=SECTION_OUTPUT, default="veryfast", description="Faster presets make larger files at the same quality."
+        json_schema_extra=SECTION_OUTPUT,
+        default="veryfast",
+        description="Faster presets make larger files at the same quality.",
     )
     output_video_quality: Percent = Field(
         json_schema_extra=SECTION_OUTPUT,

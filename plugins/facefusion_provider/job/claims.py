@@ -212,9 +212,16 @@ def commit_marker(layout: WorkLayout, index: int, marker: bytes, *, file: str, w
     return won
 
 
+_CHECKED_ROOTS: set[str] = set()  # work roots whose store this process has seen honour exclusive creates
+
+
 def check_conditional_writes(layout: WorkLayout) -> None:
     """Fail clearly on a store that ignores exclusive creates (an S3-compatible store without ``If-None-Match``):
-    claims and markers would both succeed for two workers there, and segments would be computed twice, silently."""
+    claims and markers would both succeed for two workers there, and segments would be computed twice, silently.
+    Checked once per work root and process: a standing worker's every pickup would pay three requests for it."""
+    root = layout.work_uri.rsplit("/", 2)[0]
+    if root in _CHECKED_ROOTS:
+        return
     probe = storage.join(layout.claims_dir, f".probe-{uuid.uuid4().hex[:12]}")
     try:
         created = storage.write_bytes_exclusive(probe, b"1")
@@ -227,6 +234,7 @@ def check_conditional_writes(layout: WorkLayout) -> None:
             "commit one segment; use a store with conditional PUTs (AWS S3, or an S3-compatible store that supports "
             "them) for the work root"
         )
+    _CHECKED_ROOTS.add(root)
 
 
 def longest_free_run(indexes: Iterable[int], is_free: Callable[[int], bool]) -> list[int]:

@@ -149,6 +149,7 @@ class HelpMemory:
 
 
 PIECE_SEGMENTS = 32  # a helper joins a started run only for a free run this long: the seek is < 1 % of its half
+FRESH_SECONDS = 0.5  # a look this recent is fresh enough to join on (a new run is looked at, then joined at once)
 LOOKS_AT_ONCE = 8  # runs a helper looks at side by side: each look is two listings that wait on the store
 
 
@@ -211,7 +212,7 @@ def work_live_runs(scope: Scope, models_dir: str | None, memory: HelpMemory | No
                 break
             seen = _look(other, models, memory, owner)
             first = other.priority > live[-1].priority  # a run before others: any free segment is worth a seek
-            if seen is not None and (first or _worth_joining(seen)):
+            if seen is not None and (first or _worth_joining(seen)) and time.monotonic() - seen.at > FRESH_SECONDS:
                 seen = _look(other, models, memory, owner, fresh=True)  # it may have shrunk since
             if seen is not None and seen.length and (first or _worth_joining(seen)):
                 committed += join(other)

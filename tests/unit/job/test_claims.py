@@ -14,6 +14,7 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import StorageDeniedError
+from facefusion_provider.job import claims as claims_module
 from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, longest_free_run, scan_work
 from facefusion_provider.job.layout import WorkLayout
 
@@ -115,6 +116,7 @@ def test_committed_segments_are_never_free(layout: WorkLayout) -> None:
 
 def test_a_store_that_ignores_exclusive_creates_is_refused(layout: WorkLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     check_conditional_writes(layout)  # the local disk honours them
+    monkeypatch.setattr(claims_module, "_CHECKED_ROOTS", set())  # checked once a process: another process
     monkeypatch.setattr(storage, "write_bytes_exclusive", lambda uri, data: True)
     with pytest.raises(StorageDeniedError, match="ignores conditional writes"):
         check_conditional_writes(layout)
