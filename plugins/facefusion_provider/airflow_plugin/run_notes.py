@@ -13,9 +13,10 @@ A note a person wrote is never touched. Notes are written in the scheduler's own
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from airflow.listeners import hookimpl
 
@@ -23,6 +24,22 @@ from facefusion_provider.airflow_plugin import conf_limits, pools
 from facefusion_provider.airflow_plugin.trigger_errors import DAG_IDS
 
 log = logging.getLogger(__name__)
+Listener = TypeVar("Listener", bound=Callable[..., None])
+
+
+def never_raises(listener: Listener) -> Listener:
+    """A listener runs inside the scheduler (or ``dags test``): a note it cannot write is logged, never raised (a run
+    detached from its session, as ``dags test`` hands some, has no note to load)."""
+
+    @functools.wraps(listener)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            listener(*args, **kwargs)
+        except Exception:
+            log.warning("facefusion run note not written (%s)", listener.__name__, exc_info=True)
+
+    return guarded  # type: ignore[return-value]
+
 
 NOT_STARTED, FAILED = "Not started: ", "Failed in "
 PROVIDER_NOTE_PREFIXES = (NOT_STARTED, FAILED)
@@ -92,6 +109,7 @@ def forget_provider_note(dag_run: Any) -> None:
 
 
 @hookimpl
+@never_raises
 def on_dag_run_running(dag_run: Any, msg: str) -> None:
     """As a run starts: the provider's old note goes, then the start checks (each may fail the run with a note)."""
     if msg != "started":
@@ -104,23 +122,25 @@ def on_dag_run_running(dag_run: Any, msg: str) -> None:
 
 
 @hookimpl
+@never_raises
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
     """A failed run of this provider's DAGs says why on its page (unless a person wrote a note, or one is there)."""
-    if getattr(dag_run, "dag_id", None) not in DAG_IDS or (has_note(dag_run) and not is_provider_note(dag_run)):
-        return
-    if has_note(dag_run) and str(dag_run.note).startswith(NOT_STARTED):
-        return  # failed by a start check: its note already says why
     from sqlalchemy.orm import object_session
 
     session = object_session(dag_run)
-    if session is None:
+    if session is None or getattr(dag_run, "dag_id", None) not in DAG_IDS:
+        return  # detached (``dags test``): nothing to write the note with
+    if has_note(dag_run) and not is_provider_note(dag_run):
         return
+    if has_note(dag_run) and str(dag_run.note).startswith(NOT_STARTED):
+        return  # failed by a start check: its note already says why
     failures, failed_tasks = run_failures(session, dag_run)
     dag_run.note = failure_note(failures, failed_tasks)
     log.info("%s.%s: %s", dag_run.dag_id, dag_run.run_id, dag_run.note)
 
 
 @hookimpl
+@never_raises
 def on_dag_run_success(dag_run: Any, msg: str) -> None:
     """A run that succeeds keeps no note of the provider's about an earlier failure."""
     if getattr(dag_run, "dag_id", None) in DAG_IDS:

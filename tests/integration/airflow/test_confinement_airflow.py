@@ -31,8 +31,9 @@ def test_a_symlinked_input_is_refused_at_validate_naming_the_field(
 
     text = result.stdout + result.stderr
     assert not run_succeeded(result), text[-4000:]
-    assert f"target_uri: {(inputs / 'talk.mp4').as_uri()} resolves, through a symbolic link, outside" in text, text[
-        -4000:
-    ]
+    assert (
+        f"Target video (target_uri): {(inputs / 'talk.mp4').as_uri()} resolves, through a symbolic link, outside"
+        in text
+    ), text[-4000:]
     assert list(outputs.iterdir()) == []
     assert sorted(path.name for path in private.iterdir()) == ["secret.mp4"]

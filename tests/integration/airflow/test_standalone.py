@@ -164,4 +164,4 @@ def test_bad_conf_is_rejected_naming_the_field(server: StandaloneAirflow, media:
     states = server.task_states(run_id)
     assert states[("validate", -1)] == ("failed", 1)
     assert states[("prepare", -1)][0] == "upstream_failed"
-    assert "target_uri: " in server.task_log(run_id, "validate", 1)
+    assert "Target video (target_uri): " in server.task_log(run_id, "validate", 1)  # its form title and key

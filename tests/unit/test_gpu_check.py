@@ -1,0 +1,99 @@
+"""bench/gpu_check.sh on a machine without an NVIDIA GPU: one line that says so, exit 0, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "gpu_check.sh"
+RESULTS = REPO / "bench" / "results"
+NO_GPU = "no NVIDIA GPU on this machine"
+
+
+def _results_state() -> dict[str, float]:
+    return {path.name: path.stat().st_mtime for path in RESULTS.glob("engine-gpu.*")}
+
+
+def _fake_nvidia_smi(folder: Path) -> Path:
+    """An nvidia-smi that finds no GPU, as on a machine with the tools but no device (exit 9, nothing listed)."""
+    path = folder / "nvidia-smi"
+    path.write_text(
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2\nexit 9\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("nvidia_smi", ["missing", "lists no GPU"])
+def test_without_gpu_says_so_and_writes_nothing(tmp_path: Path, nvidia_smi: str) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    command = str(tools / "absent-nvidia-smi") if nvidia_smi == "missing" else str(_fake_nvidia_smi(tools))
+    out = tmp_path / "out"
+    out.mkdir()
+    before = _results_state()
+    environment = {**os.environ, "NVIDIA_SMI": command, "PYTHON": sys.executable}
+    completed = subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(out / "engine-gpu")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert len(lines) == 1 and NO_GPU in lines[0], completed.stdout
+    assert "nothing written" in lines[0]
+    assert list(out.iterdir()) == []
+    assert _results_state() == before
+
+
+def test_python_entry_without_gpu_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "engine-gpu"
+    script = str(REPO / "bench" / "gpu_check.py")
+    completed = subprocess.run(
+        [sys.executable, script, "--nvidia-smi", str(_fake_nvidia_smi(tmp_path)), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert NO_GPU in completed.stdout
+    assert not list(tmp_path.glob("engine-gpu*"))
+
+
+def test_with_a_gpu_hands_the_check_to_python_with_its_arguments(tmp_path: Path) -> None:
+    """With a GPU listed, the script runs bench/gpu_check.py (here a stand-in interpreter that records its argv)."""
+    nvidia_smi = tmp_path / "nvidia-smi"
+    nvidia_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    nvidia_smi.chmod(0o755)
+    recorded = tmp_path / "argv"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n[ "$1" = -c ] && {{ echo {tmp_path}; exit 0; }}\necho "$@" >> {recorded}\n')
+    python.chmod(0o755)
+    environment = {**os.environ, "NVIDIA_SMI": str(nvidia_smi), "PYTHON": str(python), "GPU_CHECK_INSTALL": "0"}
+    completed = subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(tmp_path / "engine-gpu")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert NO_GPU not in completed.stdout
+    assert recorded.read_text().split() == [
+        "bench/gpu_check.py",
+        "--nvidia-smi",
+        str(nvidia_smi),
+        "--out",
+        str(tmp_path / "engine-gpu"),
+    ]
