@@ -208,7 +208,7 @@ def test_faces_mode_swaps_each_new_face_into_the_standard_video_once(
     before = set(ingestion.swap_runs())
 
     run_id, state = ingestion.ingest(FACTORY)
-    assert state == "success", ingestion.task_states(INGEST, run_id)
+    assert state == "success", (ingestion.task_states(INGEST, run_id), ingestion.task_log(INGEST, run_id, "report"))
     runs = set(ingestion.swap_runs()) - before
     assert len(runs) == len(faces)
     assert set(ingestion.wait_for_swaps(runs, timeout=600).values()) == {"success"}
