@@ -21,6 +21,8 @@ from facefusion_provider.job.layout import WorkLayout
 pytestmark = pytest.mark.slow
 
 FAULTS = [
+    # Span 0 is slow, so it cannot take span 1's only segment (balancing) before span 1's first try has started.
+    {"command": "swap-span", "indexes": [0], "frame_delay": 0.4},
     {"command": "swap-span", "indexes": [1, 2], "tries": [1], "retryable": True},
     {"command": "swap-span", "indexes": [3], "tries": [1], "retryable": False},
 ]

@@ -28,6 +28,7 @@ CACHE = ROOT / ".cache" / "podman"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3"  # the Dockerfile installs the rest with apt
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+CGROUP_ATTEMPTS = 4
 
 
 @dataclass
@@ -39,9 +40,15 @@ class Podman:
 
     def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
-        result = subprocess.run(
-            ["podman", *args], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+        for attempt in range(CGROUP_ATTEMPTS):
+            result = subprocess.run(
+                ["podman", *args], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
+            )
+            # runc on this host's hybrid cgroups sometimes refuses a container while other tests load the machine.
+            if "unable to apply cgroup configuration" not in result.stderr or attempt == CGROUP_ATTEMPTS - 1:
+                break
+            logger.warning("podman %s: runc refused the cgroup; again in 10 s", " ".join(args[:2]))
+            time.sleep(10)
         logger.info("podman %s: %.1f s", " ".join(args[:2]), time.monotonic() - started)
         if check and result.returncode != 0:
             raise AssertionError(
