@@ -83,6 +83,19 @@ def task_key(context: Mapping[str, Any]) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
 
 
+def worker_call_of(operator: Any) -> WorkerCall:
+    """The call a worker operator's fields describe (its templated fields, rendered), on either backend."""
+    return worker_call(
+        operator.command,
+        operator.work_uri,
+        operator.output_uri,
+        run_key=operator.run_key,
+        worker_args=operator.worker_args,
+        target_uri=operator.target_uri,
+        span=operator.span,
+    )
+
+
 def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", run_key: str = "") -> dict[str, str]:
     """Variables a worker command gets from its task: the try number, the task's key, the run's lease key (decided by
     validate), the allow-lists, and the test-only fault switch when it is set."""

@@ -35,7 +35,7 @@ from facefusion_provider.operators.commands import (
     failure_exception,
     record_failure,
     task_worker_env,
-    worker_call,
+    worker_call_of,
     worker_env,
 )
 from facefusion_provider.operators.links import OUTPUT_LINKS
@@ -144,15 +144,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         self.pod_settings = settings
 
     def call(self) -> WorkerCall:
-        return worker_call(
-            self.command,
-            self.work_uri,
-            self.output_uri,
-            run_key=self.run_key,
-            worker_args=self.worker_args,
-            target_uri=self.target_uri,
-            span=self.span,
-        )
+        return worker_call_of(self)
 
     def execute(self, context: Context) -> Any:
         reason = nothing_to_do(FaceFusionStorageHook(), self.call(), context)

@@ -15,7 +15,7 @@ from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.contract import TERMINATION_LOG_VARIABLE, parse_failure_report
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.commands import WorkerCall, raise_for_failure, task_worker_env, worker_call
+from facefusion_provider.operators.commands import WorkerCall, raise_for_failure, task_worker_env, worker_call_of
 from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import nothing_to_do, record_line_progress
 from facefusion_provider.settings import load_settings
@@ -111,15 +111,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         self.launcher = launcher
 
     def call(self) -> WorkerCall:
-        return worker_call(
-            self.command,
-            self.work_uri,
-            self.output_uri,
-            run_key=self.run_key,
-            worker_args=self.worker_args,
-            target_uri=self.target_uri,
-            span=self.span,
-        )
+        return worker_call_of(self)
 
     def execute(self, context: Context) -> None:
         call = self.call()

@@ -467,23 +467,7 @@ class World:
             if storage.exists(layout.segment_marker(index)):
                 claims.release(index)
                 continue
-            self.scheduler.sleep(SEGMENT_SECONDS)
-            name = segment_file_name(index, claims.holder)
-            storage.write_bytes_atomic(layout.segment_file(name), f"{layout.work_id}:{index}".encode())
-            guard()
-            marker = SegmentMarker(
-                work_id=layout.work_id,
-                index=index,
-                start=index,
-                end=index + 1,
-                frame_count=1,
-                file=name,
-                sha256="0" * 64,
-                size=1,
-                writer=claims.holder,
-            )
-            commit_marker(layout, index, marker.model_dump_json().encode(), file=name, writer=claims.holder)
-            claims.release(index)
+            self.compute_and_commit(layout, index, claims, guard)
 
     def merge(self, layout: WorkLayout, plan: RunPlan) -> bytes:
         """Every committed segment's file, in order (the join), published at the output with its marker. Missing
@@ -669,10 +653,17 @@ class World:
         if not free or not claims.take(free[0], state):
             self.scheduler.sleep(1.0)
             return
-        index = free[0]
-        self.scheduler.sleep(SEGMENT_SECONDS)  # shorter than a claim TTL: no renewal needed within one segment
+        self.compute_and_commit(layout, free[0], claims, lambda: None)  # shorter than a claim TTL: no renewal
+
+    def compute_and_commit(
+        self, layout: WorkLayout, index: int, claims: SegmentClaims, guard: Callable[[], None]
+    ) -> None:
+        """A claimed segment: computed (its content is "{work}:{index}"), its file put, then its marker committed
+        (worker/segments.py's Committer: ``guard`` first), its claim released."""
+        self.scheduler.sleep(SEGMENT_SECONDS)
         name = segment_file_name(index, claims.holder)
         storage.write_bytes_atomic(layout.segment_file(name), f"{layout.work_id}:{index}".encode())
+        guard()
         marker = SegmentMarker(
             work_id=layout.work_id,
             index=index,
