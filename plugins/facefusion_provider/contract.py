@@ -51,6 +51,7 @@ S3_READ_BLOCK_VARIABLE = "FACEFUSION_S3_READ_BLOCK_BYTES"
 INPUT_CACHE_DIR_VARIABLE = "FACEFUSION_INPUT_CACHE_DIR"
 INPUT_CACHE_MAX_BYTES_VARIABLE = "FACEFUSION_INPUT_CACHE_MAX_BYTES"
 MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
+GPU_MODEL_VARIABLE = "FACEFUSION_GPU_MODEL"  # the worker's GPU model when the driver cannot say (media/hardware.py)
 
 WorkerCommand = Literal["prepare", "swap-span", "merge"]
 WORKER_COMMANDS: tuple[WorkerCommand, ...] = ("prepare", "swap-span", "merge")
@@ -84,6 +85,7 @@ class WorkerSettings(BaseModel):
     input_cache_max_bytes: int | None = Field(default=None, ge=0)
     merge_prefetch: int | None = Field(default=None, ge=0)
     metrics_remote_write_url: str | None = None
+    gpu_model: str | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerSettings:
@@ -123,6 +125,7 @@ _FIELD_VARIABLES: dict[str, str] = {
     "input_cache_max_bytes": INPUT_CACHE_MAX_BYTES_VARIABLE,
     "merge_prefetch": MERGE_PREFETCH_VARIABLE,
     "metrics_remote_write_url": METRICS_REMOTE_WRITE_URL_VARIABLE,
+    "gpu_model": GPU_MODEL_VARIABLE,
 }
 
 

@@ -21,11 +21,15 @@ FrameStage = Literal["decode", "swap", "encode"]
 TimedStage = Literal["decode", "detect", "landmarks", "swap", "paste", "enhance", "encode", "upload"]
 FaceKind = Literal["detected", "swapped"]
 Direction = Literal["read", "write"]
+MediaStage = Literal["decode", "encode"]
+MediaPath = Literal["nvdec", "nvenc", "software"]
 
 FRAME_STAGES: tuple[FrameStage, ...] = get_args(FrameStage)
 TIMED_STAGES: tuple[TimedStage, ...] = get_args(TimedStage)
 FACE_KINDS: tuple[FaceKind, ...] = get_args(FaceKind)
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
+MEDIA_STAGES: tuple[MediaStage, ...] = get_args(MediaStage)
+MEDIA_PATHS: tuple[MediaPath, ...] = get_args(MediaPath)
 
 # Prometheus' suffix for each unit the catalogue uses (others pass as they are); a unit in braces ("{frame}") adds none.
 _UNIT_SUFFIXES = {"s": "seconds", "By": "bytes", "1": "", "": ""}
@@ -82,6 +86,13 @@ FAILURES = MetricSpec(
 FRAMES_REMAINING = MetricSpec(
     "facefusion.worker.frames.remaining", "gauge", "{frame}", "Frames of this task's span not yet encoded."
 )
+MEDIA_PATH = MetricSpec(
+    "facefusion.worker.media.paths",
+    "counter",
+    "{span}",
+    "Spans by the path their frames were decoded and encoded on: NVDEC, NVENC or software (media/hardware.py).",
+    ("stage", "path"),
+)
 
 WORKER_METRICS: tuple[MetricSpec, ...] = (
     FRAMES,
@@ -92,6 +103,7 @@ WORKER_METRICS: tuple[MetricSpec, ...] = (
     IO_BYTES,
     FAILURES,
     FRAMES_REMAINING,
+    MEDIA_PATH,
 )
 
 # The attributes on every worker point, and the variables they come from. The operators set the FACEFUSION_METRIC_*

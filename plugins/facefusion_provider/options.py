@@ -21,11 +21,39 @@ FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", 
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
 FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4"]
 FaceSelectorMode = Literal["one", "many", "reference"]
-FaceSwapperModel = Literal["classic", "inswapper_128", "inswapper_128_fp16"]
-FaceSwapperPixelBoost = Literal["128x128", "256x256", "512x512"]
-FaceMaskType = Literal["box", "area"]  # FaceFusion's occlusion and region masks need parser models: not offered
+FaceSwapperModel = Literal[
+    "classic",
+    "inswapper_128",
+    "inswapper_128_fp16",
+    "hyperswap_1a_256",
+    "hyperswap_1b_256",
+    "hyperswap_1c_256",
+    "simswap_256",
+    "simswap_unofficial_512",
+    "ghost_1_256",
+    "ghost_2_256",
+    "ghost_3_256",
+    "blendswap_256",
+    "uniface_256",
+]
+FaceSwapperPixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
+FaceMaskType = Literal["box", "occlusion", "area", "region"]
+FaceMaskRegion = Literal[
+    "skin",
+    "left-eyebrow",
+    "right-eyebrow",
+    "left-eye",
+    "right-eye",
+    "glasses",
+    "nose",
+    "mouth",
+    "upper-lip",
+    "lower-lip",
+]
+FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3"]
+FaceParserModel = Literal["bisenet_resnet_34", "bisenet_resnet_18"]
 FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
-FaceEnhancerModel = Literal["gfpgan_1.4"]
+FaceEnhancerModel = Literal["gfpgan_1.4", "gpen_bfr_256", "gpen_bfr_512", "codeformer", "restoreformer_plus_plus"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -56,11 +84,21 @@ ANALYSIS_OPTIONS: frozenset[str] = frozenset(
         "face_selector_mode",
         "reference_frame_number",
         "reference_face_distance",
+        "face_tracker_score",
         "trim_frame_start",
         "trim_frame_end",
         "segment_size",
     }
 )
+# Each model swapper's own crop size (engine.models holds the rest of its facts): its pixel boost is a whole multiple.
+SWAPPER_MODEL_SIZES: dict[str, int] = {
+    "inswapper_128": 128,
+    "inswapper_128_fp16": 128,
+    **dict.fromkeys(("hyperswap_1a_256", "hyperswap_1b_256", "hyperswap_1c_256", "simswap_256"), 256),
+    **dict.fromkeys(("ghost_1_256", "ghost_2_256", "ghost_3_256", "blendswap_256", "uniface_256"), 256),
+    "simswap_unofficial_512": 512,
+}
+DEFAULT_PIXEL_BOOST: FaceSwapperPixelBoost = "128x128"
 # Former option names: refused with a message that names the new one (not silently mapped: the work id would differ).
 RENAMED_OPTIONS: dict[str, str] = {"chunk_size": "segment_size"}
 
@@ -119,14 +157,27 @@ class Options(BaseModel):
         allow_inf_nan=False,
         description="Only with Face selector mode reference: how different a face may look from the reference person and still be replaced.",
     )
+    face_tracker_score: float = Field(
+        json_schema_extra=SECTION_FACES,
+        default=0.0,
+        ge=0.0,
+        le=0.5,
+        strict=True,
+        allow_inf_nan=False,
+        description="Follow each face from frame to frame when its box overlaps (intersection over union) by more "
+        "than this: a person keeps one identity, and a face the finder misses for a few frames is still replaced. "
+        "0 turns tracking off.",
+    )
     face_swapper_model: FaceSwapperModel = Field(
         default="classic",
         description="The model that draws the new face. classic comes with the provider; the others are model files you install.",
     )
     face_swapper_pixel_boost: FaceSwapperPixelBoost = Field(
         json_schema_extra=SECTION_SWAP,
-        default="128x128",
-        description="Detail of the swapped face: higher is sharper on large faces, and slower.",
+        default=DEFAULT_PIXEL_BOOST,
+        description="Detail of the swapped face: higher is sharper on large faces, and slower. A whole multiple of "
+        "the swapper's own size (128 for inswapper, 512 for simswap_unofficial_512, 256 for the others); 128x128 "
+        "means the swapper's own size.",
     )
     face_swapper_blend: Percent = Field(
         default=85, description="How much of the new face replaces the original: 100 is all of it."
@@ -140,12 +191,29 @@ class Options(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default=["box"],
         description="Which part of the picture the new face may cover: box (the whole face square, softened at its "
-        "edges) and area (only the parts of the face chosen below). Both: only where they overlap.",
+        "edges), occlusion (not where something covers the face), area and region (only the parts of the face chosen "
+        "below). Several: only where they all overlap.",
     )
     face_mask_areas: list[FaceMaskArea] = Field(
         json_schema_extra=SECTION_SWAP,
         default=["upper-face", "lower-face", "mouth"],
         description="Only with the area mask: the parts of the face the new face covers.",
+    )
+    face_mask_regions: list[FaceMaskRegion] = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=list(get_args(FaceMaskRegion)),
+        description="Only with the region mask: the parts of the face (found by the face parser) the new face covers.",
+    )
+    face_occluder_model: FaceOccluderModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="xseg_1",
+        description="Only with the occlusion mask: the model that finds what covers the face (hands, hair, "
+        "glasses), where the original stays. A model file you install.",
+    )
+    face_parser_model: FaceParserModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="bisenet_resnet_34",
+        description="Only with the region mask: the model that finds the parts of the face. A model file you install.",
     )
     face_mask_blur: float = Field(
         json_schema_extra=SECTION_SWAP,
@@ -223,19 +291,41 @@ class Options(BaseModel):
         description="On a CPU: threads per model. On a GPU: frames worked on side by side.",
     )
 
-    @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas")
+    @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas", "face_mask_regions")
     @classmethod
     def _no_repeats(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("each value may appear only once")
         return value
 
-    @field_validator("execution_providers", "face_mask_types", "face_mask_areas")
+    @field_validator("execution_providers", "face_mask_types", "face_mask_areas", "face_mask_regions")
     @classmethod
     def _at_least_one(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("name at least one value")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pixel_boost_of_the_model(cls, data: Any) -> Any:
+        """The default (or no) pixel boost is the swapper's own size, as in FaceFusion: the trigger form always sends it."""
+        if isinstance(data, dict) and data.get("face_swapper_pixel_boost") in (None, DEFAULT_PIXEL_BOOST):
+            size = SWAPPER_MODEL_SIZES.get(str(data.get("face_swapper_model")))
+            if size is not None and size > 128:
+                return {**data, "face_swapper_pixel_boost": f"{size}x{size}"}
+        return data
+
+    @model_validator(mode="after")
+    def _pixel_boost_fits_the_model(self) -> Options:
+        size = SWAPPER_MODEL_SIZES.get(self.face_swapper_model)
+        boost = int(self.face_swapper_pixel_boost.partition("x")[0])
+        if size is not None and (boost < size or boost % size):
+            allowed = ", ".join(f"{n}x{n}" for n in (128, 256, 384, 512, 768, 1024) if n >= size and n % size == 0)
+            raise ValueError(
+                f"face_swapper_pixel_boost {self.face_swapper_pixel_boost} does not fit face_swapper_model "
+                f"{self.face_swapper_model} (its size is {size}x{size}): choose one of {allowed}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _trim_in_order(self) -> Options:
@@ -243,6 +333,16 @@ class Options(BaseModel):
         if start is not None and end is not None and end <= start:
             raise ValueError(
                 f"trim_frame_end ({self.trim_frame_end}) must be greater than trim_frame_start ({self.trim_frame_start})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _model_masks_need_a_model_swapper(self) -> Options:
+        chosen = [kind for kind in ("occlusion", "region") if kind in self.face_mask_types]
+        if chosen and "face_swapper" in self.processors and self.face_swapper_model == "classic":
+            raise ValueError(
+                f"face_mask_types: {' and '.join(chosen)} masks are drawn on a swapper model's face crop, which "
+                "face_swapper_model classic has not: choose another face_swapper_model, or leave them out"
             )
         return self
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,71 @@ def test_with_a_gpu_hands_the_check_to_python_with_its_arguments(tmp_path: Path)
         "--out",
         str(tmp_path / "engine-gpu"),
     ]
+
+
+def _gpu_check_module() -> Any:
+    sys.path.insert(0, str(REPO / "bench"))
+    import gpu_check
+
+    return gpu_check
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "decode", "encodes"),
+    [
+        ("NVIDIA H100 80GB HBM3", "nvdec", {"libx264": "software", "h264_nvenc": None, "hevc_nvenc": None}),
+        ("NVIDIA L4", "nvdec", {"libx264": "software", "h264_nvenc": "nvenc", "hevc_nvenc": "nvenc"}),
+    ],
+)
+def test_the_check_records_the_paths_the_worker_chooses_on_its_gpu(
+    gpu_name: str, decode: str, encodes: dict[str, str | None]
+) -> None:
+    """On an H100 the report says NVDEC, libx264, and the refusal an h264_nvenc run would get; on an L4, NVENC."""
+    gpu_check = _gpu_check_module()
+    choices = gpu_check.media_choices("h264", "yuv420p", {"FACEFUSION_GPU_MODEL": gpu_name})
+
+    assert choices["gpu"] == gpu_name
+    assert choices["decode"]["path"] == decode
+    assert choices["decode"]["opened"]["path"] in {"nvdec", "software"}  # software here: no CUDA device to open
+    for encoder, path in encodes.items():
+        if path is None:
+            assert gpu_name in choices["encode"][encoder]["error"]
+        else:
+            assert choices["encode"][encoder]["path"] == path
+    report = {
+        "command": "bash bench/gpu_check.sh",
+        "gpu": {"name": gpu_name},
+        "onnxruntime": "x",
+        "onnxruntime_providers": [],
+        "cpu_count": 16,
+        "seconds": 1,
+        "engine": [],
+        "media_paths": choices,
+        "decode": {},
+        "encode": {},
+        "worker_run": {"error": "not run"},
+    }
+    text = gpu_check.markdown(report)
+    assert f"- decode: {decode} (" in text
+    assert (
+        "- encode `h264_nvenc`: "
+        + ("output_video_encoder: h264_nvenc needs NVENC" if encodes["h264_nvenc"] is None else "nvenc")
+        in text
+    )
+
+
+def test_the_workers_own_decode_path_is_timed_on_the_clip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from synth import VideoSpec, pattern_frames, write_video
+
+    monkeypatch.delenv("FACEFUSION_GPU_MODEL", raising=False)
+    gpu_check = _gpu_check_module()
+    monkeypatch.setattr("facefusion_provider.media.hardware.NVIDIA_SMI_ARGV", (str(tmp_path / "no-nvidia-smi"),))
+    monkeypatch.setattr("facefusion_provider.media.hardware.GPU_INFORMATION_GLOB", str(tmp_path / "none" / "*"))
+    clip = tmp_path / "clip.mp4"
+    spec = VideoSpec()
+    write_video(str(clip), spec, pattern_frames(10, spec.width, spec.height))
+
+    figures = gpu_check.worker_decode_figures(clip)
+
+    chosen = next(value for name, value in figures.items() if "chosen plan: software" in name)
+    assert chosen["frames"] == 10 and "error" not in chosen

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from facefusion_provider.engine.face import FloatArray, Frame
 
-WarpTemplate = Literal["arcface_112", "arcface_128", "ffhq_512"]
+WarpTemplate = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512"]
 Matrix = npt.NDArray[np.float64]  # 2 x 3 affine
 
 # Five points (right eye, left eye, nose tip, right and left mouth corner, image left to right) as fractions of the crop.
@@ -23,6 +23,17 @@ WARP_TEMPLATES: dict[WarpTemplate, FloatArray] = {
             [0.50022500, 0.64050536],
             [0.37097589, 0.82469196],
             [0.63151696, 0.82325089],
+        ],
+        np.float32,
+    ),
+    # FaceFusion's arcface_112_v1: SimSwap's and GHOST's crops.
+    "arcface_112_v1": np.array(
+        [
+            [0.35473214, 0.45658929],
+            [0.64526786, 0.45658929],
+            [0.50000000, 0.61154464],
+            [0.37913393, 0.77687500],
+            [0.62086607, 0.77687500],
         ],
         np.float32,
     ),

@@ -112,17 +112,25 @@ def _detect_retinaface_mnet(view: Letterbox, options: Options, store: ModelStore
     canvas_width, canvas_height = detector_size(options)
     width = min(canvas_width, -(-view.content[0] // stride) * stride)
     height = min(canvas_height, -(-view.content[1] // stride) * stride)
-    pixels = view.canvas[:height, :width, ::-1].astype(np.float32) - RETINAFACE_MEAN_BGR
+    pixels = _bgr_tensor(view.canvas[:height, :width], 1.0, RETINAFACE_MEAN_BGR)
     session = store.session_for("retinaface_mnet", options)
-    loc, conf, landmarks = run_session(session, {session.get_inputs()[0].name: pixels.transpose(2, 0, 1)[np.newaxis]})
+    loc, conf, landmarks = run_session(session, {session.get_inputs()[0].name: pixels})
     return decode_retinaface(loc[0], conf[0], landmarks[0], (width, height), options.face_detector_score)
 
 
 def _facefusion_tensor(canvas: Frame, value_range: tuple[int, int]) -> npt.NDArray[np.float32]:
     """FaceFusion feeds its detectors BGR frames, scaled to [-1, 1] or [0, 1]."""
-    bgr = canvas[:, :, ::-1].astype(np.float32)
-    scaled = (bgr - 127.5) / 128.0 if value_range == (-1, 1) else bgr / 255.0
-    return np.ascontiguousarray(scaled.transpose(2, 0, 1)[np.newaxis])
+    if value_range == (-1, 1):
+        return _bgr_tensor(canvas, 1.0 / 128.0, np.full(3, 127.5, np.float32))
+    return _bgr_tensor(canvas, 1.0 / 255.0, np.zeros(3, np.float32))
+
+
+def _bgr_tensor(rgb: Frame, scale: float, mean_bgr: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """(1, 3, H, W) float32 BGR of an RGB image, (pixel - mean) x scale, in one pass (OpenCV's blob, no copies)."""
+    mean = tuple(float(value) for value in mean_bgr)  # blobFromImage subtracts it after swapping the channels
+    size = (rgb.shape[1], rgb.shape[0])  # its own size: no resize
+    blob = cv2.dnn.blobFromImage(np.ascontiguousarray(rgb), scale, size, mean, swapRB=True, crop=False)
+    return np.asarray(blob, np.float32)
 
 
 def _detect_scrfd_family(view: Letterbox, options: Options, store: ModelStore) -> Detections:

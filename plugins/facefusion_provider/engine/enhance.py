@@ -1,4 +1,5 @@
-"""Face enhancement with FaceFusion's gfpgan_1.4: the face restored at 512x512 and blended back."""
+"""Face enhancement with FaceFusion's enhancers (gfpgan_1.4, gpen_bfr_256/512, codeformer, restoreformer_plus_plus):
+the face aligned to the model's template and size, restored, and blended back through a box mask."""
 
 from __future__ import annotations
 
@@ -6,30 +7,40 @@ import numpy as np
 
 from facefusion_provider.engine.align import warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.models import enhance_facts
 from facefusion_provider.engine.paste import create_box_mask, paste_back
-from facefusion_provider.engine.runtime import run_session
+from facefusion_provider.engine.runtime import input_shapes, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
 
 ENHANCER_SIZE = 512
 NO_PADDING = (0, 0, 0, 0)
+CODEFORMER_WEIGHT = 0.5  # FaceFusion's --face-enhancer-weight default: fidelity against restoration
 
 
 def prepare_enhancer_input(crop: Frame) -> FloatArray:
-    """(512, 512, 3) RGB uint8 -> (1, 3, 512, 512) float32 in [-1, 1]."""
+    """(S, S, 3) RGB uint8 -> (1, 3, S, S) float32 in [-1, 1]."""
     return ((crop.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)[None]
 
 
 def normalize_enhancer_output(output: FloatArray) -> FloatArray:
-    """(1, 3, 512, 512) in [-1, 1] -> (512, 512, 3) float32 in 0..255, rounded as FaceFusion does."""
+    """(1, 3, S, S) in [-1, 1] -> (S, S, 3) float32 in 0..255, rounded as FaceFusion does."""
     return np.asarray(np.rint((np.clip(output[0], -1.0, 1.0) + 1.0) / 2.0 * 255.0).transpose(1, 2, 0), np.float32)
+
+
+def enhancer_feeds(crop: Frame, input_names: set[str], weight: float = CODEFORMER_WEIGHT) -> dict[str, np.ndarray]:
+    """``input`` from the crop, and CodeFormer's ``weight`` as float64 of shape (1,) when the model has one."""
+    feeds: dict[str, np.ndarray] = {"input": prepare_enhancer_input(crop)}
+    if "weight" in input_names:
+        feeds["weight"] = np.array([weight], np.float64)
+    return feeds
 
 
 def enhance_face(frame: Frame, face: Face, options: Options, store: ModelStore) -> Frame:
     """``frame`` with ``face`` restored by the enhancer, blended in by ``face_enhancer_blend`` (0-100)."""
+    facts = enhance_facts(options.face_enhancer_model)
     session = store.session_for(options.face_enhancer_model, options)
-    crop, matrix = warp_face(frame, face.landmark_5, "ffhq_512", ENHANCER_SIZE)
-    input_name = session.get_inputs()[0].name
-    (output, *_) = run_session(session, {input_name: prepare_enhancer_input(crop)})
-    mask = create_box_mask(ENHANCER_SIZE, options.face_mask_blur, NO_PADDING)
+    crop, matrix = warp_face(frame, face.landmark_5, facts.template, facts.size)
+    (output, *_) = run_session(session, enhancer_feeds(crop, set(input_shapes(session))))
+    mask = create_box_mask(facts.size, options.face_mask_blur, NO_PADDING)
     return paste_back(frame, normalize_enhancer_output(output), mask, matrix, options.face_enhancer_blend / 100.0)

@@ -1,8 +1,9 @@
-"""Face masks drawn from landmarks: the face's outline, its features, its skin, FaceFusion's mask areas, feathering.
+"""Face masks: drawn from landmarks (the face's outline, its features, its skin, FaceFusion's mask areas, feathering),
+and FaceFusion's model masks (occlusion by an XSeg occluder, region by a BiSeNet face parser).
 
 Two landmark layouts are known: MediaPipe's 468-point face mesh and the 68-point layout of 2dfan4 (iBUG 300-W).
-The index lists below are points of those published layouts; every mask is a pure function of the points, so the same
-face gives the same mask in any worker.
+The index lists below are points of those published layouts; every mask is a pure function of the points (or of the
+crop and the model), so the same face gives the same mask in any worker.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from facefusion_provider.engine.face import FloatArray
+from facefusion_provider.engine.runtime import run_session
+from facefusion_provider.engine.store import ModelStore
+from facefusion_provider.options import Options
 
 ByteMask = npt.NDArray[np.uint8]  # H x W, 0 or 255
 BoolMask = npt.NDArray[np.bool_]
@@ -179,3 +183,87 @@ def face_regions(shape: tuple[int, int], points: FloatArray) -> FaceRegions:
     features = np.asarray(cv2.dilate(features, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2)))
     mouth = polygon_mask(shape, [points[list(topology.inner_lips)]])
     return FaceRegions(points, size, outline, inner_distance(outline), features, mouth)
+
+
+# --- FaceFusion's model masks ----------------------------------------------------------------------------------------
+
+OCCLUDER_SIZE = 256
+PARSER_SIZE = 512
+MODEL_MASK_SIGMA = 5.0  # the Gaussian that softens a model mask before its re-threshold
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+# CelebAMask-HQ class ids of the face parser's output, by FaceFusion's region names.
+FACE_MASK_REGION_IDS: Mapping[str, int] = {
+    "skin": 1,
+    "left-eyebrow": 2,
+    "right-eyebrow": 3,
+    "left-eye": 4,
+    "right-eye": 5,
+    "glasses": 6,
+    "nose": 10,
+    "mouth": 11,
+    "upper-lip": 12,
+    "lower-lip": 13,
+}
+CropImage = npt.NDArray[np.uint8] | npt.NDArray[np.float32]  # H x W x 3 RGB, 0..255
+
+
+def sharpen_model_mask(mask: FloatArray) -> SoftMask:
+    """FaceFusion's finish of a model mask: blurred (sigma 5), then only what is above one half, stretched to 0..1."""
+    blurred = cv2.GaussianBlur(np.clip(mask, 0.0, 1.0).astype(np.float32), (0, 0), MODEL_MASK_SIGMA)
+    return np.asarray((np.clip(blurred, 0.5, 1.0) - 0.5) * 2.0, np.float32)
+
+
+def occluder_input(crop: CropImage) -> FloatArray:
+    """The occluder's ``input``: (1, 256, 256, 3) in 0..1, channels in BGR order (FaceFusion feeds its BGR crop)."""
+    resized = cv2.resize(np.asarray(crop, np.float32), (OCCLUDER_SIZE, OCCLUDER_SIZE))
+    return np.ascontiguousarray(resized[None, :, :, ::-1] / 255.0, np.float32)
+
+
+def parser_input(crop: CropImage) -> FloatArray:
+    """The face parser's ``input``: (1, 3, 512, 512) RGB, ImageNet mean and std."""
+    resized = cv2.resize(np.asarray(crop, np.float32), (PARSER_SIZE, PARSER_SIZE)) / 255.0
+    return np.ascontiguousarray(((resized - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)[None], np.float32)
+
+
+def _crop_sized(mask: FloatArray, crop: CropImage) -> FloatArray:
+    height, width = crop.shape[:2]
+    return np.asarray(cv2.resize(mask, (width, height)), np.float32)
+
+
+def occlusion_mask(crop: CropImage, store: ModelStore, options: Options) -> SoftMask:
+    """1 where the face shows, 0 where something covers it (a hand, hair, glasses): ``face_occluder_model``'s answer."""
+    session = store.session_for(options.face_occluder_model, options)
+    (output, *_) = run_session(session, {"input": occluder_input(crop)})
+    visible = np.clip(np.asarray(output, np.float32)[0, :, :, 0], 0.0, 1.0)
+    return sharpen_model_mask(_crop_sized(visible, crop))
+
+
+def region_mask(crop: CropImage, store: ModelStore, options: Options) -> SoftMask:
+    """1 on the ``face_mask_regions`` that ``face_parser_model`` finds in ``crop``, 0 elsewhere."""
+    session = store.session_for(options.face_parser_model, options)
+    (logits, *_) = run_session(session, {"input": parser_input(crop)})
+    wanted = [FACE_MASK_REGION_IDS[region] for region in options.face_mask_regions]
+    chosen = np.isin(np.asarray(logits)[0].argmax(axis=0), wanted).astype(np.float32)
+    return sharpen_model_mask(_crop_sized(chosen, crop))
+
+
+def with_model_masks(
+    mask: FloatArray, crop: CropImage, swapped: CropImage, store: ModelStore, options: Options
+) -> FloatArray:
+    """``mask`` (box and area) limited by the chosen model masks, as FaceFusion combines them (element-wise minimum):
+    occlusion from the original ``crop``, region from the ``swapped`` one."""
+    masks = [mask]
+    if "occlusion" in options.face_mask_types:
+        masks.append(occlusion_mask(crop, store, options))
+    if "region" in options.face_mask_types:
+        masks.append(region_mask(swapped, store, options))
+    return mask if len(masks) == 1 else np.asarray(np.minimum.reduce(masks), np.float32)
+
+
+def load_mask_models(store: ModelStore, options: Options) -> None:
+    """Load the models the chosen mask types need, so a missing file fails before any frame is decoded."""
+    if "occlusion" in options.face_mask_types:
+        store.session_for(options.face_occluder_model, options)
+    if "region" in options.face_mask_types:
+        store.session_for(options.face_parser_model, options)

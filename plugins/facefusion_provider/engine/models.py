@@ -8,13 +8,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ModelRole = Literal["detect", "landmarks", "identity", "swap", "enhance"]
+ModelRole = Literal["detect", "landmarks", "identity", "swap", "convert", "enhance", "mask"]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
 Shape = tuple[int | None, ...]
 TensorSpec = tuple[tuple[str, Shape], ...]  # (name, shape) pairs in the model's order
 
 USER_SOURCES: tuple[ModelSource, ...] = ("models_dir", "models_uri")
+
+# The five-point templates the models were trained on (engine.align holds their points): arcface_112 is FaceFusion's
+# arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's.
+TemplateName = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512"]
+# How a swapper's ``source`` input is made from the source face: the ArcFace embedding projected by the model's emap
+# (inswapper), the L2-normalised embedding (hyperswap), the raw embedding converted by a crossface model (simswap,
+# ghost), or an aligned crop of the source image (blendswap, uniface).
+SourceKind = Literal["emap", "embedding", "crossface", "image"]
+Triple = tuple[float, float, float]
+UNIT_MEAN: Triple = (0.0, 0.0, 0.0)
+UNIT_STD: Triple = (1.0, 1.0, 1.0)
+HALF: Triple = (0.5, 0.5, 0.5)
+IMAGENET_MEAN: Triple = (0.485, 0.456, 0.406)
+IMAGENET_STD: Triple = (0.229, 0.224, 0.225)
+# FaceFusion's pixel boost sizes; a model takes those that are whole multiples of its own size.
+PIXEL_BOOST_SIZES: tuple[int, ...] = (128, 256, 384, 512, 768, 1024)
+
+
+@dataclass(frozen=True)
+class SwapFacts:
+    """What a swapper needs around its ONNX file: the target crop, the source input and the output's scale.
+
+    Target crop: RGB / 255, then (x - mean) / std, NCHW. Output: x * std + mean when ``denormalize_output``, then 0..1.
+    """
+
+    template: TemplateName
+    size: int
+    mean: Triple
+    std: Triple
+    source: SourceKind
+    denormalize_output: bool
+    converter: str | None = None  # the crossface model that maps the ArcFace embedding into this model's space
+    normalize_source: bool = True  # L2-normalise the (converted) embedding
+    source_template: TemplateName | None = None  # image sources: the source crop's template and size
+    source_size: int | None = None
+
+    @property
+    def pixel_boosts(self) -> tuple[int, ...]:
+        return tuple(size for size in PIXEL_BOOST_SIZES if size >= self.size and size % self.size == 0)
+
+
+@dataclass(frozen=True)
+class EnhanceFacts:
+    """An enhancer's crop: input ``input`` RGB in [-1, 1] at ``size`` on ``template``; CodeFormer also takes ``weight``."""
+
+    template: TemplateName
+    size: int
 
 
 @dataclass(frozen=True)
@@ -40,6 +87,8 @@ class ModelSpec:
     sources: tuple[ModelSource, ...]
     sha256: str | None = None  # None where the project cannot know the user's file; SHA256SUMS pins it
     packaged: PackagedFile | None = None
+    swap: SwapFacts | None = None
+    enhance: EnhanceFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -47,7 +96,15 @@ class ModelSpec:
 
 
 def _user_model(
-    name: str, role: ModelRole, *, inputs: TensorSpec, outputs: TensorSpec, licence: str, vendor: str
+    name: str,
+    role: ModelRole,
+    *,
+    inputs: TensorSpec,
+    outputs: TensorSpec,
+    licence: str,
+    vendor: str,
+    swap: SwapFacts | None = None,
+    enhance: EnhanceFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -59,8 +116,55 @@ def _user_model(
         licence=licence,
         vendor=vendor,
         sources=USER_SOURCES,
+        swap=swap,
+        enhance=enhance,
     )
 
+
+def _swapper(name: str, facts: SwapFacts, *, licence: str, vendor: str) -> ModelSpec:
+    """A swapper: inputs ``target`` (the aligned crop) and ``source`` (a 512 vector or a source crop), one output."""
+    source: Shape = (None, 512) if facts.source != "image" else (None, 3, facts.source_size, facts.source_size)
+    crop: Shape = (None, 3, facts.size, facts.size)
+    return _user_model(
+        name,
+        "swap",  # fp16 files have the same interface; runtime casts the feeds to their input types
+        inputs=(("target", crop), ("source", source)),
+        outputs=(("output", crop),),
+        licence=licence,
+        vendor=vendor,
+        swap=facts,
+    )
+
+
+def _enhancer(name: str, facts: EnhanceFacts, *, weight: bool = False, licence: str, vendor: str) -> ModelSpec:
+    crop: Shape = (None, 3, facts.size, facts.size)
+    weight_input: TensorSpec = (("weight", (1,)),) if weight else ()
+    return _user_model(
+        name,
+        "enhance",
+        inputs=(("input", crop), *weight_input),
+        outputs=(("output", crop),),
+        licence=licence,
+        vendor=vendor,
+        enhance=facts,
+    )
+
+
+INSWAPPER = SwapFacts("arcface_128", 128, UNIT_MEAN, UNIT_STD, "emap", denormalize_output=False)
+HYPERSWAP = SwapFacts("arcface_128", 256, HALF, HALF, "embedding", denormalize_output=True)
+SIMSWAP = SwapFacts(
+    "arcface_112_v1", 256, IMAGENET_MEAN, IMAGENET_STD, "crossface", False, converter="crossface_simswap"
+)
+SIMSWAP_512 = SwapFacts("arcface_112_v1", 512, UNIT_MEAN, UNIT_STD, "crossface", False, converter="crossface_simswap")
+GHOST = SwapFacts(
+    "arcface_112_v1", 256, HALF, HALF, "crossface", True, converter="crossface_ghost", normalize_source=False
+)
+BLENDSWAP = SwapFacts(
+    "ffhq_512", 256, UNIT_MEAN, UNIT_STD, "image", False, source_template="arcface_112", source_size=112
+)
+UNIFACE = SwapFacts("ffhq_512", 256, HALF, HALF, "image", True, source_template="ffhq_512", source_size=256)
+FFHQ_512 = EnhanceFacts("ffhq_512", 512)
+UNVERIFIED_LICENCE = "see FaceFusion's model card"
 
 _SCRFD_OUTPUTS: TensorSpec = tuple(
     (f"{kind}_{stride}", (None, width))
@@ -138,23 +242,60 @@ MODELS: dict[str, ModelSpec] = {
             vendor="InsightFace",
         ),
         *(
-            _user_model(
-                name,  # the fp16 file has the same interface; runtime casts the feeds to its input types
-                "swap",
-                inputs=(("target", (None, 3, 128, 128)), ("source", (None, 512))),
-                outputs=(("output", (None, 3, 128, 128)),),
-                licence="Non-Commercial",
-                vendor="InsightFace",
-            )
+            _swapper(name, INSWAPPER, licence="Non-Commercial", vendor="InsightFace")
             for name in ("inswapper_128", "inswapper_128_fp16")
         ),
-        _user_model(
-            "gfpgan_1.4",
-            "enhance",
-            inputs=(("input", (None, 3, 512, 512)),),
-            outputs=(("output", (None, 3, 512, 512)),),
-            licence="Apache-2.0",
-            vendor="TencentARC",
+        *(
+            _swapper(f"hyperswap_1{letter}_256", HYPERSWAP, licence=UNVERIFIED_LICENCE, vendor="FaceFusion")
+            for letter in "abc"
+        ),
+        _swapper("simswap_256", SIMSWAP, licence="CC BY-NC 4.0", vendor="neuralchen (SimSwap)"),
+        _swapper("simswap_unofficial_512", SIMSWAP_512, licence="CC BY-NC 4.0", vendor="SimSwap (unofficial 512)"),
+        *(
+            _swapper(f"ghost_{number}_256", GHOST, licence="Apache-2.0", vendor="ai-forever (GHOST)")
+            for number in (1, 2, 3)
+        ),
+        _swapper("blendswap_256", BLENDSWAP, licence=UNVERIFIED_LICENCE, vendor="BlendFace (BlendSwap)"),
+        _swapper("uniface_256", UNIFACE, licence=UNVERIFIED_LICENCE, vendor="UniFace"),
+        *(
+            _user_model(
+                name,
+                "convert",
+                inputs=(("input", (None, 512)),),
+                outputs=(("output", (None, 512)),),
+                licence=UNVERIFIED_LICENCE,
+                vendor="FaceFusion (crossface)",
+            )
+            for name in ("crossface_simswap", "crossface_ghost")
+        ),
+        *(
+            _user_model(
+                name,  # FaceFusion's face occluders: NHWC BGR in, how much each pixel shows the face out
+                "mask",
+                inputs=(("input", (None, 256, 256, 3)),),
+                outputs=(("output", (None, 256, 256, 1)),),
+                licence=UNVERIFIED_LICENCE,
+                vendor="FaceFusion (XSeg, DeepFaceLab)",
+            )
+            for name in ("xseg_1", "xseg_2", "xseg_3")
+        ),
+        *(
+            _user_model(
+                name,  # FaceFusion's face parsers: 19 CelebAMask-HQ class logits per pixel
+                "mask",
+                inputs=(("input", (None, 3, 512, 512)),),
+                outputs=(("output", (None, 19, 512, 512)),),
+                licence="MIT",
+                vendor="zllrunning (face-parsing.PyTorch, BiSeNet)",
+            )
+            for name in ("bisenet_resnet_34", "bisenet_resnet_18")
+        ),
+        _enhancer("gfpgan_1.4", FFHQ_512, licence="Apache-2.0", vendor="TencentARC"),
+        _enhancer("gpen_bfr_256", EnhanceFacts("arcface_128", 256), licence=UNVERIFIED_LICENCE, vendor="yangxy (GPEN)"),
+        _enhancer("gpen_bfr_512", FFHQ_512, licence=UNVERIFIED_LICENCE, vendor="yangxy (GPEN)"),
+        _enhancer("codeformer", FFHQ_512, weight=True, licence="S-Lab License 1.0", vendor="sczhou (CodeFormer)"),
+        _enhancer(
+            "restoreformer_plus_plus", FFHQ_512, licence=UNVERIFIED_LICENCE, vendor="wzhouxiff (RestoreFormer++)"
         ),
     )
 }
@@ -165,3 +306,20 @@ def model_spec(name: str) -> ModelSpec:
         return MODELS[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r}; the catalog has {', '.join(sorted(MODELS))}") from None
+
+
+def swap_facts(name: str) -> SwapFacts:
+    """The swap facts of a catalogue swapper; KeyError naming the swappers for any other name."""
+    spec = MODELS.get(name)
+    if spec is None or spec.swap is None:
+        swappers = ", ".join(sorted(n for n, s in MODELS.items() if s.swap is not None))
+        raise KeyError(f"{name!r} is not a catalogue swapper; the swappers are {swappers}")
+    return spec.swap
+
+
+def enhance_facts(name: str) -> EnhanceFacts:
+    spec = MODELS.get(name)
+    if spec is None or spec.enhance is None:
+        enhancers = ", ".join(sorted(n for n, s in MODELS.items() if s.enhance is not None))
+        raise KeyError(f"{name!r} is not a catalogue enhancer; the enhancers are {enhancers}")
+    return spec.enhance

@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,15 +22,17 @@ import numpy as np
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.enhance import enhance_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.face_masks import load_mask_models
 from facefusion_provider.engine.landmarks import (
     MESH_MIN_SCORE,
     landmark_2dfan4,
     landmark_face_mesh,
     tflite_interpreter,
 )
-from facefusion_provider.engine.recognize import embed_face, normalize_embedding
+from facefusion_provider.engine.models import swap_facts
+from facefusion_provider.engine.recognize import embed_face, normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
-from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces
+from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.engine.swap_classic import (
     ClassicSource,
@@ -39,11 +41,20 @@ from facefusion_provider.engine.swap_classic import (
     make_classic_source,
     swap_face_classic,
 )
-from facefusion_provider.engine.swap_inswapper import load_emap, swap_faces
+from facefusion_provider.engine.swap_models import (
+    SwapIdentity,
+    check_swapper,
+    convert_embedding,
+    identity_from_json,
+    identity_to_json,
+    source_crop,
+    swap_faces,
+)
 from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidMediaError, NoFaceError
 from facefusion_provider.options import Options
 
 IDENTITY_VERSION = 1
+FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
 GPU_BATCH_SIZE = 8  # frames per call when a GPU provider runs: the swapper stacks all their faces in batches
 
 
@@ -101,7 +112,9 @@ def prepare_identity(
     """The job's identity for ``job.json``: what the swapper needs of the source faces, and the reference face.
 
     classic: the largest source face as a crop (PNG, base64), its 468 mesh points and their triangles.
-    inswapper: the mean of the L2-normalised ArcFace embeddings of each source image's largest face, normalised.
+    model swappers: the mean of the L2-normalised ArcFace embeddings of each source image's largest face, normalised;
+    for simswap and ghost also the mean raw embedding through their crossface converter; for blendswap and uniface
+    also the first source image's face aligned as the model takes it (PNG, base64).
     reference mode: the embedding of the largest face in ``reference_frame``.
     """
     store = store_from_environment(models_dir)
@@ -118,11 +131,20 @@ def prepare_identity(
         if options.face_swapper_model == "classic":
             identity["classic"] = classic_source_to_json(_classic_source(sources, options, store))
         else:
-            embeddings = [embed_face(image, face, store, options) for _, image, face in sources]
-            identity["source_embedding"] = normalize_embedding(np.mean(embeddings, axis=0)).tolist()
+            identity.update(identity_to_json(_swap_identity(sources, options, store)))
     if options.face_selector_mode == "reference":
         identity["reference_embedding"] = _reference_embedding(reference_frame, options, store).tolist()
     return identity
+
+
+def _swap_identity(sources: list[tuple[str, Frame, Face]], options: Options, store: ModelStore) -> SwapIdentity:
+    facts = swap_facts(options.face_swapper_model)
+    raw = [raw_embedding(image, face, store, options) for _, image, face in sources]
+    embedding = normalize_embedding(np.mean([normalize_embedding(vector) for vector in raw], axis=0))
+    converted = convert_embedding(np.mean(raw, axis=0), facts, store, options) if facts.converter else None
+    _, first_image, first_face = sources[0]
+    image = source_crop(first_image, first_face, facts) if facts.source == "image" else None
+    return SwapIdentity(embedding, converted, image)
 
 
 def _classic_source(sources: list[tuple[str, Frame, Face]], options: Options, store: ModelStore) -> ClassicSource:
@@ -184,7 +206,7 @@ class FaceProcessor:
     store: ModelStore
     batch_size: int
     classic_source: ClassicSource | None = None
-    source_embedding: FloatArray | None = None
+    swap_identity: SwapIdentity | None = None
     reference_embedding: FloatArray | None = None
     # Frames whose work runs side by side: on a GPU the CPU work around inference (detector decoding, paste-back)
     # would otherwise leave the GPU and the pod's other cores waiting on one thread.
@@ -195,10 +217,13 @@ class FaceProcessor:
         with self._pool() as pool:
             return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
 
-    def analyse_batch(self, frames: list[Frame], given: Executor | None = None) -> list[list[Face]]:
-        """The faces each frame's processors work on, with the dense landmarks the swapper needs."""
+    def analyse_batch(
+        self, frames: list[Frame], given: Executor | None = None, track: FaceTracking | None = None
+    ) -> list[list[Face]]:
+        """The faces each frame's processors work on, with the dense landmarks the swapper needs. With ``track`` (the
+        face tracker), every frame's detections go through it in order and it selects the faces."""
         with self._pool(given) as pool:
-            selected = each(pool, self.select, frames)
+            selected = each(pool, self.select, frames) if track is None else track(each(pool, self.detect, frames))
             landmarks = self.options.analysis_landmarks()
             with _timed(self.stats, "landmarks"):
                 if landmarks == "mesh":  # one thread: the face mesh's LiteRT interpreter is not thread-safe
@@ -227,6 +252,15 @@ class FaceProcessor:
         with ThreadPoolExecutor(self.frame_threads, "facefusion-frames") as own:
             yield own
 
+    def detect(self, frame: Frame) -> list[Face]:
+        """Every face found, with its embedding in reference mode: what the face tracker links and selects from."""
+        with _timed(self.stats, "detect"):
+            faces = detect_faces(frame, self.options, self.store)
+            if self.options.face_selector_mode == "reference":
+                faces = with_embeddings(frame, faces, self.options, self.store)
+        self.stats.add(detected=len(faces))
+        return faces
+
     def select(self, frame: Frame) -> list[Face]:
         with _timed(self.stats, "detect"):
             faces = detect_faces(frame, self.options, self.store)
@@ -245,11 +279,11 @@ class FaceProcessor:
         if self.classic_source is not None:  # one thread: see analyse_batch
             with _timed(self.stats, "swap"):
                 return [self.swap_classic(frame, frame_faces) for frame, frame_faces in zip(frames, faces, strict=True)]
-        assert self.source_embedding is not None
+        assert self.swap_identity is not None
         if self.options.analysis_landmarks() == "mesh":  # the area mask: a face the mesh model misses is left alone
             faces = [[face for face in frame_faces if _mesh_found(face)] for frame_faces in faces]
         timings: dict[str, float] = {}
-        swapped = swap_faces(frames, faces, self.source_embedding, self.options, self.store, timings=timings, pool=pool)
+        swapped = swap_faces(frames, faces, self.swap_identity, self.options, self.store, timings=timings, pool=pool)
         self.stats.add(
             swapped=sum(map(len, faces)),
             seconds={
@@ -296,11 +330,11 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
             processor.classic_source = classic_source_from_json(identity["classic"])
             tflite_interpreter(store.resolve("face_mesh_468"))
         else:
-            processor.source_embedding = _embedding(identity, "source_embedding")
+            processor.swap_identity = identity_from_json(identity, swap_facts(options.face_swapper_model))
             if "area" in options.face_mask_types and options.face_landmarker_model == "face_mesh_468":
                 tflite_interpreter(store.resolve("face_mesh_468"))
-            store.session_for(options.face_swapper_model, options)
-            load_emap(store.resolve(options.face_swapper_model))
+            check_swapper(options, store)
+            load_mask_models(store, options)
     if "face_enhancer" in options.processors:
         store.session_for(options.face_enhancer_model, options)
     return processor

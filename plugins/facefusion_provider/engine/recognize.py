@@ -29,10 +29,15 @@ def prepare_recognizer_input(frame: Frame, face: Face) -> FloatArray:
 
 def embed_face(frame: Frame, face: Face, store: ModelStore, options: Options) -> FloatArray:
     """The face's (512,) L2-normalised ArcFace embedding."""
+    return normalize_embedding(raw_embedding(frame, face, store, options))
+
+
+def raw_embedding(frame: Frame, face: Face, store: ModelStore, options: Options) -> FloatArray:
+    """The recogniser's (512,) output as it is: crossface converters take it unnormalised."""
     session = store.session_for(RECOGNIZER_MODEL, options)
     input_name = session.get_inputs()[0].name
     (embedding, *_) = run_session(session, {input_name: prepare_recognizer_input(frame, face)})
-    return normalize_embedding(embedding)
+    return np.asarray(embedding, np.float32).reshape(-1)
 
 
 def face_distance(a: npt.ArrayLike, b: npt.ArrayLike) -> float:

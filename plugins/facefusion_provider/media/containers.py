@@ -9,6 +9,7 @@ from typing import IO
 
 import av
 import av.container
+from av.codec.hwaccel import HWAccel
 
 from facefusion_provider.exceptions import InvalidMediaError
 
@@ -16,7 +17,9 @@ MediaSource = str | IO[bytes]  # a local path or a seekable binary file (e.g. an
 
 
 @contextlib.contextmanager
-def open_media(source: MediaSource, name: str, *, demux_only: bool = False) -> Iterator[av.container.InputContainer]:
+def open_media(
+    source: MediaSource, name: str, *, demux_only: bool = False, hwaccel: HWAccel | None = None
+) -> Iterator[av.container.InputContainer]:
     """Open ``source`` for reading; ``name`` (the URI the user gave) appears in every error.
 
     ``demux_only``: packets are all the caller reads, so opening decodes no frame (FFmpeg otherwise decodes a few to
@@ -26,7 +29,7 @@ def open_media(source: MediaSource, name: str, *, demux_only: bool = False) -> I
         source.seek(0)
     options = {"skip_frame": "all"} if demux_only else {}
     try:
-        container = av.open(source, mode="r", metadata_errors="ignore", options=options)
+        container = av.open(source, mode="r", metadata_errors="ignore", options=options, hwaccel=hwaccel)
     except av.FFmpegError as error:
         raise InvalidMediaError(
             f"{name}: not a readable video file ({_reason(error)}); it may be truncated, or not a video at all"

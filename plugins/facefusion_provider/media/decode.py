@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import av
 import av.container
 import av.video.stream
+from av.codec.hwaccel import HWAccel
 
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media
+from facefusion_provider.media.hardware import DecodePlan
 from facefusion_provider.media.probe import select_video_stream
 from facefusion_provider.types import VideoProbe
 
@@ -35,16 +37,28 @@ class DecodeStats:
 
 
 def decode_frames(
-    source: MediaSource, probe: VideoProbe, start: int, end: int, name: str, *, stats: DecodeStats | None = None
+    source: MediaSource,
+    probe: VideoProbe,
+    start: int,
+    end: int,
+    name: str,
+    *,
+    stats: DecodeStats | None = None,
+    plan: DecodePlan | None = None,
 ) -> Generator[av.VideoFrame, None, None]:
-    """Yield exactly frames ``[start, end)`` of ``source`` in display order, as decoded (no pixel conversion)."""
+    """Yield exactly frames ``[start, end)`` of ``source`` in display order, as decoded (no pixel conversion).
+
+    ``plan`` (media/hardware.py): NVDEC or software and the decoder's threads; without it FFmpeg picks the threads.
+    """
     if not 0 <= start < end <= probe.frame_count:
         raise ValueError(f"frame range [{start}, {end}) is outside the video's {probe.frame_count} frames")
     wanted = probe.pts[start:end]
     stats = stats if stats is not None else DecodeStats()
-    with open_media(source, name) as container:
+    with open_media(source, name, hwaccel=_hwaccel(plan)) as container:
         video = select_video_stream(container, name)
         video.codec_context.thread_type = "AUTO"
+        if plan is not None:
+            video.codec_context.thread_count = plan.threads
         for backoff in SEEK_BACKOFF_FRAMES:
             seek_pts = probe.pts[max(0, start - backoff)]
             with media_errors(name, f"decoding frames {start}-{end - 1}"):
@@ -89,6 +103,27 @@ def check_seek_decode(source: MediaSource, probe: VideoProbe, starts: Iterable[i
                 f"this {probe.codec} video in {probe.container} cannot be cut into segments exactly: re-encode it "
                 "(e.g. H.264 in MP4) and run again"
             ) from None
+
+
+def opened_decode_plan(plan: DecodePlan, codec: str) -> DecodePlan:
+    """``plan``, or the software decoder when NVDEC's device cannot be opened here (a driver's problem, not the
+    video's, which would otherwise read as an unreadable file); its reason says so, and the frames are the same."""
+    if plan.path != "nvdec" or plan.device is None:
+        return plan
+    try:
+        HWAccel(plan.device).create(av.codec.Codec(codec, "r"))
+    except (av.FFmpegError, OSError, ValueError) as error:
+        reason = f"{codec}, {plan.threads} threads: NVDEC could not be opened ({error})"
+        return DecodePlan("software", plan.threads, reason=reason)
+    return plan
+
+
+def _hwaccel(plan: DecodePlan | None) -> HWAccel | None:
+    """NVDEC, frames downloaded to memory as the pipeline needs them; a stream NVDEC cannot take decodes in software
+    (decoding is exact either way, so only the speed changes)."""
+    if plan is None or plan.path != "nvdec" or plan.device is None:
+        return None
+    return HWAccel(plan.device, allow_software_fallback=True)
 
 
 def _frames_from(

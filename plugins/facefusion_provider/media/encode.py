@@ -4,6 +4,7 @@ job is encoded alike, on any machine), keeping each frame's original timestamp."
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -15,6 +16,7 @@ import av.video.stream
 from av.video.frame import PictureType
 
 from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.media.hardware import choose_encode, detect_gpu
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 
@@ -89,6 +91,7 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
 
 def check_encoder(settings: EncoderSettings, width: int, height: int, frame_rate: Fraction) -> None:
     """Open the encoder once as the segments will: one that this machine cannot open is a bad option, not a retry."""
+    choose_encode(settings.codec, detect_gpu(os.environ))  # NVENC asked of a GPU known to lack it: refused, naming it
     context = av.CodecContext.create(settings.codec, "w")
     assert isinstance(context, av.VideoCodecContext)
     context.width, context.height, context.pix_fmt = width, height, settings.pix_fmt

@@ -33,11 +33,13 @@ from facefusion_provider.settings import load_settings
 @dataclass(frozen=True)
 class WorkerCall:
     """One worker command of a task, with its templated fields rendered: ``prepare`` and ``merge`` carry their flags
-    in ``worker_args``; ``swap-span`` carries this run's ``target_uri`` and its ``span`` (one item of plan's list)."""
+    in ``worker_args``; ``swap-span`` carries this run's ``target_uri`` and its ``span`` (one item of plan's list).
+    ``output_done`` is validate's finding, decided once per run and passed on."""
 
     command: str
     work_uri: str
     output_uri: str
+    output_done: bool = False
     run_key: str = ""
     worker_args: tuple[str, ...] = ()
     target_uri: str = ""
@@ -58,6 +60,7 @@ def worker_call(
     work_uri: str,
     output_uri: str,
     *,
+    output_done: bool = False,
     run_key: str = "",
     worker_args: Sequence[Any] = (),
     target_uri: str | None = None,
@@ -70,6 +73,7 @@ def worker_call(
         command=command,
         work_uri=work_uri,
         output_uri=output_uri,
+        output_done=bool(output_done),
         run_key=run_key,
         worker_args=tuple(str(arg) for arg in worker_args),
         target_uri=target_uri or "",
@@ -89,6 +93,7 @@ def worker_call_of(operator: Any) -> WorkerCall:
         operator.command,
         operator.work_uri,
         operator.output_uri,
+        output_done=operator.output_done,
         run_key=operator.run_key,
         worker_args=operator.worker_args,
         target_uri=operator.target_uri,
@@ -161,24 +166,20 @@ def fail_on_bad_input(context: Mapping[str, Any] | None = None) -> Iterator[None
 
 
 def completed_work(
-    hook: FaceFusionStorageHook,
-    command: str,
-    work_uri: str,
-    output_uri: str,
-    span: Mapping[str, Any] | None = None,
+    hook: FaceFusionStorageHook, call: WorkerCall, committed: frozenset[int] = frozenset()
 ) -> str | None:
-    """Why ``command`` has nothing left to do for this run, or None when it must run. Checked before launching
-    anything: an output whose marker names this work (even after cleanup removed the work), a prepared work, or a span
-    whose every segment is committed, needs no process and no pod."""
-    work_id = WorkLayout(work_uri).work_id
-    if hook.output_done(output_uri, work_id) is not None:
-        return f"{output_uri} already holds the output of work {work_id}"
-    if command == "prepare" and hook.is_prepared(work_uri):
-        return f"work {work_id} is already prepared"
-    if command == "swap-span":
-        if span is None:
-            raise ValueError("swap-span needs its span")
-        committed = hook.committed_segments(work_uri)
-        if all(index in committed for index in range(int(span["first"]), int(span["last"]))):
-            return f"every segment of span {span['index']} ({span.get('label', '')}) is committed"
+    """Why ``call`` has nothing left to do for this run, or None when it must run. Checked before launching anything:
+    an output validate found done (even after cleanup removed the work), a prepared work, or a span whose every
+    segment is in ``committed`` (listed once by the caller) needs no process and no pod."""
+    if call.output_done:
+        return f"{call.output_uri} already holds the output of work {call.work_id} (found by validate)"
+    if call.command == "prepare" and hook.is_prepared(call.work_uri):
+        return f"work {call.work_id} is already prepared"
+    if call.span is not None and all(index in committed for index in span_segments(call.span)):
+        return f"every segment of span {call.span['index']} ({call.span.get('label', '')}) is committed"
     return None
+
+
+def span_segments(span: Mapping[str, Any]) -> range:
+    """The segment indexes of one item of plan's list."""
+    return range(int(span["first"]), int(span["last"]))

@@ -99,7 +99,8 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
 
     :param command: ``prepare``, ``swap-span`` or ``merge``.
     :param work_uri: the shared work folder, from ``validate``.
-    :param output_uri: this run's output, from ``validate``: when it is done, nothing is left to do.
+    :param output_uri: this run's output, from ``validate``.
+    :param output_done: whether ``validate`` found the output done already (decided once per run): nothing to do.
     :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
     :param target_uri: ``swap-span``: this run's target.
@@ -111,6 +112,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         *KubernetesPodOperator.template_fields,
         "work_uri",
         "output_uri",
+        "output_done",
         "run_key",
         "worker_args",
         "target_uri",
@@ -125,6 +127,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         command: str,
         work_uri: str,
         output_uri: str,
+        output_done: bool = False,
         run_key: str = "",
         worker_args: Sequence[str] = (),
         target_uri: str | None = None,
@@ -137,6 +140,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         self.command = command
         self.work_uri = work_uri
         self.output_uri = output_uri
+        self.output_done = output_done
         self.run_key = run_key
         self.worker_args = worker_args
         self.target_uri = target_uri

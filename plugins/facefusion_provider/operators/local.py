@@ -67,7 +67,8 @@ class FaceFusionWorkerOperator(BaseOperator):
 
     :param command: ``prepare``, ``swap-span`` or ``merge``.
     :param work_uri: the shared work folder, from ``validate``.
-    :param output_uri: this run's output, from ``validate``: when it is done, nothing is left to do.
+    :param output_uri: this run's output, from ``validate``.
+    :param output_done: whether ``validate`` found the output done already (decided once per run): nothing to do.
     :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
     :param target_uri: ``swap-span``: this run's target (its own path to the work's content).
@@ -79,6 +80,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         *BaseOperator.template_fields,
         "work_uri",
         "output_uri",
+        "output_done",
         "run_key",
         "worker_args",
         "target_uri",
@@ -93,6 +95,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         command: str,
         work_uri: str,
         output_uri: str,
+        output_done: bool = False,
         run_key: str = "",
         worker_args: Sequence[str] = (),
         target_uri: str | None = None,
@@ -104,6 +107,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         self.command = command
         self.work_uri = work_uri
         self.output_uri = output_uri
+        self.output_done = output_done
         self.run_key = run_key
         self.worker_args = worker_args
         self.target_uri = target_uri

@@ -8,7 +8,6 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.job.plan import plan_spans
 from facefusion_provider.job.records import JobSpec
 from facefusion_provider.operators import run_metrics
@@ -28,29 +27,30 @@ PUBLISHED_SPAN: dict[str, Any] = {"index": 0, "first": 0, "last": 0, "start": 0,
 
 class PlanSpansOperator(BaseOperator):
     """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
-    ``max_active_spans_per_run``; the DAG gives one with ``span_workers = standing``), each a run of consecutive segments. When this run's output already carries the
-    work's marker there is nothing to plan (the work may be gone): one span that has nothing to do. Reports how many
-    segments this run finds committed already (reused) and how many it has to compute (launched).
+    ``max_active_spans_per_run``; the DAG gives one with ``span_workers = standing``), each a run of consecutive
+    segments. When validate found this run's output done there is nothing to plan (the work may be gone): one span
+    that has nothing to do. Reports how many segments this run finds committed already (reused) and how many it has to
+    compute (launched).
 
     :param work_uri: the shared work folder, from ``validate``.
-    :param output_uri: this run's output, from ``validate``.
+    :param output_done: whether ``validate`` found this run's output done already.
     :param wave: spans per run; default from the settings.
     """
 
-    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_uri")
+    template_fields: Sequence[str] = (*BaseOperator.template_fields, "work_uri", "output_done")
 
-    def __init__(self, *, work_uri: str, output_uri: str, wave: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, work_uri: str, output_done: bool = False, wave: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.work_uri = work_uri
-        self.output_uri = output_uri
+        self.output_done = output_done
         self.wave = wave
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         settings = load_settings()
         wave = self.wave or settings.span_wave or settings.max_active_spans_per_run
         hook = FaceFusionStorageHook()
-        if hook.output_done(self.output_uri, WorkLayout(self.work_uri).work_id) is not None:
-            self.log.info("%s already holds this work's output: nothing to plan", self.output_uri)
+        if self.output_done:
+            self.log.info("Validate found this work's output done: nothing to plan")
             return [PUBLISHED_SPAN]
         with fail_on_bad_input(context):
             job = hook.read_job(self.work_uri)

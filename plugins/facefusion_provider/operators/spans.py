@@ -17,7 +17,13 @@ from facefusion_provider.contract import progress_in_line
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.job.records import RunLease
 from facefusion_provider.operators import run_metrics
-from facefusion_provider.operators.commands import WorkerCall, completed_work, fail_on_bad_input, worker_call
+from facefusion_provider.operators.commands import (
+    WorkerCall,
+    completed_work,
+    fail_on_bad_input,
+    span_segments,
+    worker_call,
+)
 from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
 
@@ -26,16 +32,31 @@ logger = logging.getLogger(__name__)  # an operator's own log shows in its task 
 PROGRESS_KEY = "progress"  # the task state store key of a span's progress
 
 
-def nothing_to_do(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> str | None:
-    """Why the call has nothing to do, or None; a span about to start says where it resumes. Bad input or a broken
-    work found here fails the task at once."""
+def nothing_to_do(
+    hook: FaceFusionStorageHook,
+    call: WorkerCall,
+    context: Mapping[str, Any],
+    committed: frozenset[int] | None = None,
+) -> str | None:
+    """Why the call has nothing to do, or None; a span about to start says where it resumes. ``committed``: the work's
+    committed segments when the caller has listed them already (a span's are listed once otherwise). Bad input or a
+    broken work found here fails the task at once."""
     with fail_on_bad_input(context):
-        reason = completed_work(hook, call.command, call.work_uri, call.output_uri, call.span)
+        if committed is None:
+            committed = span_committed_segments(hook, call)
+        reason = completed_work(hook, call, committed)
         if reason is None:
             hold_run_again(hook, call, context)
         if reason is None and call.span is not None:
-            log_span_start(hook, call.work_uri, call.span, context)
+            log_span_start(committed, call.span, context)
     return reason
+
+
+def span_committed_segments(hook: FaceFusionStorageHook, call: WorkerCall) -> frozenset[int]:
+    """The work's committed segments, listed only where a span that may still run needs them."""
+    if call.span is None or call.output_done:
+        return frozenset()
+    return hook.committed_segments(call.work_uri)
 
 
 def hold_run_again(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> None:
@@ -47,12 +68,9 @@ def hold_run_again(hook: FaceFusionStorageHook, call: WorkerCall, context: Mappi
         hook.hold_work(call.work_uri, call.run_key, RunLease.model_validate({**lease, "state": "active"}))
 
 
-def log_span_start(
-    hook: FaceFusionStorageHook, work_uri: str, span: Mapping[str, Any], context: Mapping[str, Any]
-) -> None:
+def log_span_start(committed: frozenset[int], span: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     """Say where this try starts (the markers in storage are the truth) and record it as the span's progress."""
-    segments = range(int(span["first"]), int(span["last"]))
-    committed = hook.committed_segments(work_uri)
+    segments = span_segments(span)
     done = [index for index in segments if index in committed]
     first_left = next((index for index in segments if index not in committed), None)
     store = _store(context)
@@ -95,6 +113,7 @@ class SpanCommittedOperator(BaseOperator):
 
     :param work_uri: the shared work folder, from ``validate``.
     :param output_uri: this run's output, from ``validate``.
+    :param output_done: whether ``validate`` found the output done already: nothing to wait for.
     :param target_uri: this run's target, from ``validate``.
     :param run_key: this run's lease key, from ``validate``: renewed while waiting.
     :param span: one item of ``plan``'s list.
@@ -104,6 +123,7 @@ class SpanCommittedOperator(BaseOperator):
         *BaseOperator.template_fields,
         "work_uri",
         "output_uri",
+        "output_done",
         "target_uri",
         "run_key",
         "span",
@@ -120,11 +140,13 @@ class SpanCommittedOperator(BaseOperator):
         target_uri: str,
         run_key: str,
         span: dict[str, Any],
+        output_done: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.work_uri = work_uri
         self.output_uri = output_uri
+        self.output_done = output_done
         self.target_uri = target_uri
         self.run_key = run_key
         self.span = span
@@ -134,19 +156,20 @@ class SpanCommittedOperator(BaseOperator):
             "swap-span",
             self.work_uri,
             self.output_uri,
+            output_done=self.output_done,
             run_key=self.run_key,
             target_uri=self.target_uri,
             span=self.span,
         )
         hook = FaceFusionStorageHook()
-        reason = nothing_to_do(hook, call, context)
+        committed = span_committed_segments(hook, call)
+        reason = nothing_to_do(hook, call, context, committed)
         if reason:
             self.log.info("Nothing to do: %s", reason)
             return
         self.log.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
         first, last = int(self.span["first"]), int(self.span["last"])
         tags = run_metrics.run_tags(context["ti"])
-        committed = hook.committed_segments(self.work_uri)
         # KEDA may start the first standing worker on this figure (scaled to zero while nothing waits).
         run_metrics.segments_waiting(sum(1 for i in range(first, last) if i not in committed), tags=tags)
         trigger = SpanCommittedTrigger(

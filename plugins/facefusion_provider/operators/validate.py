@@ -166,8 +166,10 @@ class ValidateSwapConfOperator(BaseOperator):
         )
         hook.hold_work(ticket["work_uri"], key, lease)
         self.log.info("Work %s in %s (run key %s)", ticket["work_id"], ticket["work_uri"], key)
-        if hook.output_done(ticket["output_uri"], ticket["work_id"]) is not None:
+        # Decided once per run and passed on: the later tasks start nothing when it is done.
+        output_done = hook.output_done(ticket["output_uri"], ticket["work_id"]) is not None
+        if output_done:
             self.log.info(
                 "%s already holds this work's output: the worker tasks have nothing to do", ticket["output_uri"]
             )
-        return {**ticket, "run_key": key, "run_lease": lease.model_dump(mode="json")}
+        return {**ticket, "run_key": key, "run_lease": lease.model_dump(mode="json"), "output_done": output_done}

@@ -4,14 +4,19 @@
 A run for a new source face over a standard video then does only the swap, the paste-back and the encoding. The
 analysis id names the target and every option that changes which faces are found and where, so a changed detector
 option reads another analysis; stored faces round-trip exactly, so the output is the same frame for frame.
+
+With the face tracker on, each segment's tracker starts afresh from the detections of the ``PRE_ROLL_FRAMES`` frames
+before it (the frames just worked, or the pre-roll the decoder read before a seek), so a segment's faces are the same
+whichever span works it and wherever that span began.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import storage
 from facefusion_provider.job.layout import AnalysisLayout
@@ -21,6 +26,7 @@ from facefusion_provider.worker.metrics import WorkerMetrics
 if TYPE_CHECKING:
     from facefusion_provider.engine.face import Face, Frame
     from facefusion_provider.engine.processors import FaceProcessor
+    from facefusion_provider.engine.track import TrackerSettings, TrackerState
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ class AnalysedProcessor:
     layout: AnalysisLayout | None
     metrics: WorkerMetrics
     counts: AnalysisCounts = field(default_factory=AnalysisCounts)
+    # With the face tracker: the decoded frames before a segment reached by a seek (SegmentFrames.take_preroll).
+    preroll_source: Callable[[int], list[Any]] | None = None
 
     def __post_init__(self) -> None:
         self.batch_size = self.engine.batch_size
@@ -52,21 +60,110 @@ class AnalysedProcessor:
         self._seconds = dict(self.engine.stats.seconds)
         self._faces = (self.engine.stats.detected, self.engine.stats.swapped)
         self.swapped_so_far = (0, 0)  # (frames, faces swapped) after the last whole batch: one value, read by progress
+        self._tracker: TrackerState | None = None
+        self._tracked_last: int | None = None  # the last frame number the tracker saw
+        self._recent: dict[int, Frame] = {}  # the last frames handed in, by number: the next segment's pre-roll
+        self._recent_faces: dict[int, list[Face]] = {}  # the detections of those the tracker saw
 
     def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]:
         numbers = [self._numbers[p] for p in pts]
         faces = [self._stored_faces(number) for number in numbers]
         missing = [i for i, found in enumerate(faces) if found is None]
+        tracking = self.spec.options.face_tracker_score > 0
         if missing:
-            analysed = self.engine.analyse_batch([frames[i] for i in missing])
+            chosen = [numbers[i] for i in missing]
+            analysed = self.engine.analyse_batch(
+                [frames[i] for i in missing], track=self._tracking(chosen) if tracking else None
+            )
             for i, found in zip(missing, analysed, strict=True):
                 faces[i] = found
                 self._keep(numbers[i], found)
         self.counts.analysed_frames += len(missing)
         self.counts.reused_frames += len(frames) - len(missing)
+        if tracking:
+            self._remember(frames, numbers)
         results = self.engine.apply_batch(frames, [found or [] for found in faces])
         self._report(len(frames))
         return results
+
+    @property
+    def preroll(self) -> int:
+        """Frames to decode before a segment reached by a seek: the face tracker's seed (none with it off)."""
+        from facefusion_provider.engine.track import PRE_ROLL_FRAMES
+
+        return PRE_ROLL_FRAMES if self.spec.options.face_tracker_score > 0 else 0
+
+    def _tracking(self, numbers: list[int]) -> Callable[[list[list[Face]]], list[list[Face]]]:
+        """The face tracker over the detections of frames ``numbers`` (consecutive, in order): a segment's first frame,
+        or a frame after a gap, starts it afresh from the pre-roll's detections."""
+        from facefusion_provider.engine.track import step
+
+        def track(detections: list[list[Face]]) -> list[list[Face]]:
+            selected = []
+            for number, found in zip(numbers, detections, strict=True):
+                starts = number == self.spec.segments[self._segment(number)].start
+                if self._tracker is None or starts or self._tracked_last != number - 1:
+                    self._tracker = self._seeded(number)
+                self._tracker, faces = step(self._tracker, found, self._settings())
+                self._recent_faces[number] = found
+                self._tracked_last = number
+                selected.append(faces)
+            return selected
+
+        return track
+
+    def _settings(self) -> TrackerSettings:
+        from facefusion_provider.engine.track import TrackerSettings
+
+        options = self.spec.options
+        return TrackerSettings(
+            options.face_tracker_score,
+            options.face_selector_mode,
+            self.engine.reference_embedding,
+            options.reference_face_distance,
+        )
+
+    def _seeded(self, start: int) -> TrackerState:
+        """The tracker after the ``PRE_ROLL_FRAMES`` frames before ``start``: their detections kept from when they
+        were worked, else detected now in the frames kept or in the pre-roll the decoder read before its seek."""
+        from facefusion_provider.engine.track import PRE_ROLL_FRAMES, seeded
+
+        wanted = range(max(0, start - PRE_ROLL_FRAMES), start)
+        frames = dict(self._recent)
+        if any(number not in frames and number not in self._recent_faces for number in wanted):
+            frames.update(zip(wanted, self._preroll_frames(start, len(wanted)), strict=False))
+        detections = []
+        for number in wanted:
+            found = self._recent_faces.get(number)
+            if found is None:
+                if number not in frames:
+                    raise RuntimeError(f"frame {number}, of the pre-roll of frame {start}, was not decoded")
+                found = self.engine.detect(frames[number])
+            detections.append(found)
+        return seeded(detections, self._settings())
+
+    def _preroll_frames(self, start: int, count: int) -> list[Frame]:
+        from facefusion_provider.media.images import rgb_array
+
+        decoded = self.preroll_source(start) if self.preroll_source is not None else []
+        if len(decoded) != count:
+            raise RuntimeError(f"the tracker needs the {count} frames before frame {start}; {len(decoded)} came")
+        return [rgb_array(frame) for frame in decoded]
+
+    def _remember(self, frames: list[Frame], numbers: list[int]) -> None:
+        """Keep the last ``PRE_ROLL_FRAMES`` frames (and their detections) for the next segment's tracker."""
+        from facefusion_provider.engine.track import PRE_ROLL_FRAMES
+
+        for frame, number in zip(frames, numbers, strict=True):
+            if number - 1 not in self._recent:  # after a seek: what came before is no pre-roll of what follows
+                self._forget_before(number)
+            self._recent[number] = frame
+        self._forget_before(max(self._recent) - PRE_ROLL_FRAMES + 1)
+
+    def _forget_before(self, first: int) -> None:
+        for kept in (self._recent, self._recent_faces):
+            for number in [n for n in kept if n < first]:
+                del kept[number]
 
     def _segment(self, number: int) -> int:
         return bisect.bisect_right(self._starts, number) - 1

@@ -76,11 +76,8 @@ def merge(work_uri: str, target: str, output: str) -> MergeResult:
 
 
 def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
-    """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker."""
-    done = output_done(spec.work_id, output_uri)
-    if done is not None:
-        logger.info("output %s is already done", output_uri)
-        return MergeResult(output_uri, preview_uri_of(output_uri), done.frame_count, skipped=True)
+    """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker.
+    The caller has checked that the output is not done yet."""
     from facefusion_provider.worker.publish import finish_merge
 
     began = time.perf_counter()

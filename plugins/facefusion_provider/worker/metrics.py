@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.metric_names import Direction, FaceKind, FrameStage, TimedStage
+from facefusion_provider.metric_names import Direction, FaceKind, FrameStage, MediaPath, MediaStage, TimedStage
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -69,6 +69,9 @@ class WorkerMetrics:
 
     def frames_remaining(self, n: int) -> None:
         """Frames of this task's span still to encode (feeds the ETA)."""
+
+    def media_path(self, stage: MediaStage, path: MediaPath) -> None:
+        """A span decodes or encodes its frames on ``path`` (NVDEC, NVENC or software)."""
 
     def segment_committed(self) -> None:
         """A segment was committed: count it and push everything in the background."""
@@ -168,6 +171,10 @@ class _ExportedMetrics(WorkerMetrics):
 
     def frames_remaining(self, n: int) -> None:
         self._totals.set(names.FRAMES_REMAINING.name, self._plain, n)
+
+    def media_path(self, stage: MediaStage, path: MediaPath) -> None:
+        labels = {**self._attributes, "stage": stage, "path": path}
+        self._totals.add(names.MEDIA_PATH.name, tuple(sorted(labels.items())), 1)
 
     def segment_committed(self) -> None:
         self._totals.add(names.SEGMENTS_COMMITTED.name, self._plain, 1)

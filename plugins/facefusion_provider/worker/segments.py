@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.encode import VideoEncoder
+    from facefusion_provider.media.hardware import DecodePlan, MediaPaths
 
 logger = logging.getLogger(__name__)
 
+PREROLLS_KEPT = 4  # pre-rolls decoded and not yet taken by the frame processor, at most
 COMMITS_AHEAD = 2  # segments encoded and waiting for their upload at most: bounds the temporary disk a worker uses
 
 
@@ -102,6 +104,20 @@ class SegmentPicker:
         return run[len(run) // 2 :][:1]
 
 
+def chosen_media_paths(spec: JobSpec, metrics: WorkerMetrics) -> MediaPaths:
+    """This machine's decode and encode paths for the work (NVDEC/NVENC or software), chosen once per span and
+    counted; an NVENC encoder on a GPU known to lack NVENC raises ``InvalidOptionError`` before any frame."""
+    from facefusion_provider.media.decode import opened_decode_plan
+    from facefusion_provider.media.hardware import media_paths
+
+    probe = spec.probe
+    paths = media_paths(probe.codec, probe.pix_fmt, spec.options.output_video_encoder, os.environ)
+    paths = replace(paths, decode=opened_decode_plan(paths.decode, probe.codec))
+    metrics.media_path("decode", paths.decode.path)
+    metrics.media_path("encode", paths.encode.path)
+    return paths
+
+
 class SegmentFrames:
     """The frames of the segments ``picker`` hands out, decoded by seeking only where the next segment does not
     follow the last one; a segment's frames are asked for only once its predecessor's last frame has been handed on.
@@ -118,12 +134,21 @@ class SegmentFrames:
         stats: DecodeStats,
         preview_frames: Sequence[int],
         metrics: WorkerMetrics,
+        decode_plan: DecodePlan | None = None,
+        preroll: int = 0,
     ) -> None:
         self._picker, self._target, self._name, self._stats = picker, target, name, stats
+        self._preroll = preroll  # frames decoded before a segment reached by a seek (the face tracker's seed)
+        self.prerolls: dict[int, list[av.VideoFrame]] = {}  # segment start -> its pre-roll, until taken
         self._metrics = metrics
+        self._decode_plan = decode_plan
         self._preview = frozenset(preview_frames)
         self.originals: dict[int, av.VideoFrame] = {}  # preview frame number -> its original
         self.taken: list[int] = []
+
+    def take_preroll(self, start: int) -> list[av.VideoFrame]:
+        """The frames decoded before the segment starting at ``start`` (none when it followed its predecessor)."""
+        return self.prerolls.pop(start, [])
 
     def stream(self) -> Generator[av.VideoFrame, None, None]:
         """The frames; closing the generator closes the decoder."""
@@ -138,9 +163,20 @@ class SegmentFrames:
                 if decoder is None or previous is None or segment.index != previous + 1:
                     if decoder is not None:
                         decoder.close()
+                    first = max(0, segment.start - self._preroll)
                     decoder = decode_frames(
-                        self._target, spec.probe, segment.start, spec.frame_end, self._name, stats=self._stats
+                        self._target,
+                        spec.probe,
+                        first,
+                        spec.frame_end,
+                        self._name,
+                        stats=self._stats,
+                        plan=self._decode_plan,
                     )
+                    if first < segment.start:  # handed over before the segment's first frame is yielded
+                        self.prerolls[segment.start] = [next(decoder) for _ in range(first, segment.start)]
+                        while len(self.prerolls) > PREROLLS_KEPT:  # segments read from stored faces take none
+                            del self.prerolls[next(iter(self.prerolls))]  # the oldest
                 for number in range(segment.start, segment.end):
                     began = time.perf_counter()
                     frame = next(decoder)

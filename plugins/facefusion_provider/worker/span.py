@@ -28,7 +28,13 @@ from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCount
 from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.scratch import scratch_folder
-from facefusion_provider.worker.segments import Committer, SegmentFrames, SegmentPicker, SegmentWriter
+from facefusion_provider.worker.segments import (
+    Committer,
+    SegmentFrames,
+    SegmentPicker,
+    SegmentWriter,
+    chosen_media_paths,
+)
 from facefusion_provider.worker.work import checked_uris, load_job
 
 logger = logging.getLogger(__name__)
@@ -171,6 +177,8 @@ def work_segments(
             people.committed(segment.index)
             metrics.frames_remaining(people.remaining)
 
+        paths = chosen_media_paths(spec, metrics)
+        logger.info("%s: %s", f"work {spec.work_id} (helping)" if helping else f"span {span}", paths.line())
         committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics, guard=guard)
         with committer:
             while True:
@@ -182,9 +190,19 @@ def work_segments(
                 if not picker.has_free(state):
                     time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
                     continue
+                processor = processors.get(metrics)
                 frames = SegmentFrames(
-                    picker, target, target_uri, stats=decoding, preview_frames=previews, metrics=metrics
+                    picker,
+                    target,
+                    target_uri,
+                    stats=decoding,
+                    preview_frames=previews,
+                    metrics=metrics,
+                    decode_plan=paths.decode,
+                    preroll=processor.preroll if processor is not None else 0,
                 )
+                if processor is not None:
+                    processor.preroll_source = frames.take_preroll
                 writer = SegmentWriter(
                     spec,
                     folder,
@@ -197,7 +215,7 @@ def work_segments(
                 )
                 stream = frames.stream()
                 try:
-                    run_pipeline(faults.slowed(stream, span), writer.encode, processors.get(metrics))
+                    run_pipeline(faults.slowed(stream, span), writer.encode, processor)
                 finally:
                     stream.close()
                     writer.abort()

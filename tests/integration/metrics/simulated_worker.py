@@ -21,6 +21,8 @@ def main(frames: int, commit_every: int, hang_after: int | None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     metrics = worker_metrics({"work_id": "work-0123"})
     metrics.model_load("inswapper_128", 0.25)
+    metrics.media_path("decode", "software")
+    metrics.media_path("encode", "software")
     counted = 0
     try:
         for index in range(frames):

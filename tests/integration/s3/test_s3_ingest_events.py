@@ -12,121 +12,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from airflow_harness import TEST_SETTINGS, StandaloneAirflow
-from s3_servers import REGION, MotoServer
+from ingest_stack import INGEST, SWAP, EventStack, event_stack
 
 pytestmark = pytest.mark.slow
-
-INGEST = "facefusion_s3_ingest"
-SWAP = "facefusion_swap_batch"
-CONN_ID = "facefusion_aws"
-QUEUE = "uploads"
-# A schedule beside the events that must not fire in the test: unpausing runs the latest cron time since start_date
-# (2025-01-01), and no 29 February has passed since.
-LEAP_DAY = "0 0 29 2 *"
-
-
-@dataclass
-class EventStack:
-    moto: MotoServer
-    server: StandaloneAirflow
-    queue_url: str
-
-    def client(self, service: str) -> Any:
-        return aws_client(self.moto, service)
-
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        body = self.server.api("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100})
-        return list(body["dag_runs"])
-
-    def wait_for_runs(self, dag_id: str, count: int, timeout: float, *, finished: bool = False) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            runs = self.runs(dag_id)
-            if len(runs) >= count and (not finished or all(run["state"] in ("success", "failed") for run in runs)):
-                return runs
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{dag_id}: {runs} after {timeout} s\n{self.server.log_tail(3000)}")
-            time.sleep(0.5)
-
-
-def aws_client(moto: MotoServer, service: str) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=moto.url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name=REGION,
-    )
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStack]:
-    moto = MotoServer()
-    server: StandaloneAirflow | None = None
-    try:
-        s3 = moto.client()
-        s3.create_bucket(Bucket="videos")
-        sqs = aws_client(moto, "sqs")
-        queue_url = sqs.create_queue(QueueName=QUEUE)["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        s3.put_bucket_notification_configuration(
-            Bucket="videos",
-            NotificationConfiguration={
-                "QueueConfigurations": [
-                    {
-                        "QueueArn": queue_arn,
-                        "Events": ["s3:ObjectCreated:*"],
-                        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "incoming/"}]}},
-                    }
-                ]
-            },
-        )  # S3 sends an s3:TestEvent to the queue now: the first ingestion run sees it and starts nothing
-        s3.put_object(Bucket="videos", Key="faces/face.png", Body=b"png")
-        connection = {
-            "conn_type": "aws",
-            "login": "testing",
-            "password": "testing",
-            "extra": {"endpoint_url": moto.url, "region_name": REGION},
-        }
-        variable = {
-            "schedule": LEAP_DAY,
-            "trigger": {"sqs_queue_url": queue_url, "wait_time_seconds": 2},
-            "input_prefix": "s3://videos/incoming/",
-            "output_prefix": "s3://videos/swapped/",
-            "source_uris": ["s3://videos/faces/face.png"],
-        }
-        extra_env = {
-            f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection),
-            "AIRFLOW_VAR_FACEFUSION_INGEST": json.dumps(variable),
-        }
-        server = StandaloneAirflow(
-            tmp_path_factory.mktemp("airflow_events"),
-            {**TEST_SETTINGS, "work_root": "s3://videos/work/", "aws_conn_id": CONN_ID},
-            extra_env,
-        )
-        for name in list(server.env):
-            if name.startswith(("AWS_", "FACEFUSION_")):
-                del server.env[name]
-        server.start()
-        deadline = time.monotonic() + 120
-        for dag_id in (INGEST, SWAP):
-            while server.client.get(f"/api/v2/dags/{dag_id}").status_code != 200:
-                assert time.monotonic() < deadline, server.api("GET", "/api/v2/importErrors")
-                time.sleep(1)
-        server.api("PATCH", f"/api/v2/dags/{SWAP}", json={"is_paused": True})
-        server.api("PATCH", f"/api/v2/dags/{INGEST}", json={"is_paused": False})
-        yield EventStack(moto, server, queue_url)
-    finally:
-        if server is not None:
-            server.stop()
-        moto.stop()
+    with event_stack(tmp_path_factory.mktemp("airflow_events")) as started:
+        yield started
 
 
 def report(stack: EventStack, run_id: str) -> dict[str, Any]:

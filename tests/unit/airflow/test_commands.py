@@ -126,42 +126,47 @@ def test_without_exit_code_the_report_decides() -> None:
     assert parse_failure_report(None, _report("retryable", True, "timeout")).retryable
 
 
-def test_completed_work_from_markers(
+def test_completed_work_from_markers_and_validates_finding(
     tmp_path: Path,
     write_job: Callable[..., Any],
     commit_segment: Callable[..., Path],
-    commit_output: Callable[..., None],
 ) -> None:
     hook = FaceFusionStorageHook()
     work_uri, output = (tmp_path / "work" / "work0").as_uri(), (tmp_path / "out.mp4").as_uri()
     span = {"index": 0, "first": 0, "last": 2, "label": "frames 0-15 (2 segments)"}
-    assert completed_work(hook, "prepare", work_uri, output) is None
-    assert completed_work(hook, "swap-span", work_uri, output, span) is None  # no work yet: the worker runs
+    prepare, merge = worker_call("prepare", work_uri, output), worker_call("merge", work_uri, output)
+    swap = worker_call("swap-span", work_uri, output, target_uri=output, span=span)
+    assert completed_work(hook, prepare) is None
+    assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None  # no work yet: the worker runs
 
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    assert completed_work(hook, "prepare", work_uri, output) == "work work0 is already prepared"
-    assert completed_work(hook, "swap-span", work_uri, output, span) is None
-    assert completed_work(hook, "merge", work_uri, output) is None
+    assert completed_work(hook, prepare) == "work work0 is already prepared"
+    assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None
+    assert completed_work(hook, merge) is None
 
     commit_segment(job, 0)
-    assert completed_work(hook, "swap-span", work_uri, output, span) is None  # one of two
+    assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None  # one of two
     commit_segment(job, 1)
-    assert completed_work(hook, "swap-span", work_uri, output, span) == (
+    assert completed_work(hook, swap, hook.committed_segments(work_uri)) == (
         "every segment of span 0 (frames 0-15 (2 segments)) is committed"
     )
 
-    commit_output(job, work_id="another-work")
-    assert completed_work(hook, "merge", work_uri, output) is None
-
-    commit_output(job)
-    assert "already holds the output of work work0" in (completed_work(hook, "merge", work_uri, output) or "")
-    elsewhere = (tmp_path / "elsewhere.mp4").as_uri()
-    assert completed_work(hook, "merge", work_uri, elsewhere) is None  # another run's output: its own merge runs
+    # validate's finding travels with the call: no second look at the output
+    done = worker_call("merge", work_uri, output, output_done=True)
+    assert "already holds the output of work work0 (found by validate)" in (completed_work(hook, done) or "")
 
 
-def test_an_unreadable_output_marker_means_redo(tmp_path: Path, write_job: Callable[..., Any]) -> None:
+def test_the_output_is_done_only_with_this_works_readable_marker(
+    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
+) -> None:
+    hook = FaceFusionStorageHook()
     job = write_job(tmp_path, tmp_path / "out.mp4")
     (tmp_path / "out.mp4").write_bytes(b"video")
     (tmp_path / ".out.mp4.facefusion.json").write_text("{not json")
+    assert hook.output_done(job.output_uri, "work0") is None  # unreadable: redo
 
-    assert completed_work(FaceFusionStorageHook(), "merge", job.work_uri, job.output_uri) is None
+    commit_output(job, work_id="another-work")
+    assert hook.output_done(job.output_uri, "work0") is None  # another work's output: this run's merge runs
+    commit_output(job)
+    assert hook.output_done(job.output_uri, "work0") is not None
+    assert hook.output_done((tmp_path / "elsewhere.mp4").as_uri(), "work0") is None

@@ -111,26 +111,25 @@ def test_a_span_whose_segments_are_all_committed_starts_no_process(
     ]
 
 
-def test_a_finished_output_starts_no_process_even_after_cleanup(
+def test_an_output_validate_found_done_starts_no_process_even_after_cleanup(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
     write_job: Callable[..., Any],
-    commit_output: Callable[..., None],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_output(job)
     span = _span(job, 0)
     (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
 
     for command in ("prepare", "merge"):
         FaceFusionWorkerOperator(
-            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri
+            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri, output_done=True
         ).execute(_context())
     FaceFusionWorkerOperator(
         task_id="swap_span",
         command="swap-span",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
+        output_done=True,
         target_uri="file:///in.mp4",
         span=span,
     ).execute(_context())

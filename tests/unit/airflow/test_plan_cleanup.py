@@ -27,9 +27,7 @@ def _plan_context() -> Any:
 def test_plan_returns_the_spans_with_their_labels(tmp_path: Path, write_job: Callable[..., Any]) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
 
-    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute(
-        _plan_context()
-    )
+    spans = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, wave=2).execute(_plan_context())
 
     assert spans[0] == {"index": 0, "first": 0, "last": 2, "start": 0, "end": 16, "label": "frames 0-15 (2 segments)"}
     assert [s["label"] for s in spans] == ["frames 0-15 (2 segments)", "frames 16-39 (3 segments)"]
@@ -40,34 +38,19 @@ def test_plan_makes_one_wave_of_the_configured_width(
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4", frames=400, segment_size=8)
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "8")
-    assert (
-        len(
-            PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(_plan_context())
-        )
-        == 8
-    )
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute(_plan_context())) == 8
     monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WAVE", "0")
     monkeypatch.setenv("AIRFLOW__FACEFUSION__MAX_ACTIVE_SPANS_PER_RUN", "3")
-    assert (
-        len(
-            PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri).execute(_plan_context())
-        )
-        == 3
-    )
+    assert len(PlanSpansOperator(task_id="plan", work_uri=job.work_uri).execute(_plan_context())) == 3
     # With standing workers the DAG gives plan a wave of one (the workers split it: one waiting task).
-    (whole,) = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=1).execute(
-        _plan_context()
-    )
+    (whole,) = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, wave=1).execute(_plan_context())
     assert whole["label"] == "frames 0-399 (50 segments)"
 
 
-def test_plan_of_a_published_output_needs_no_work(
-    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
-) -> None:
+def test_plan_of_an_output_validate_found_done_needs_no_work(tmp_path: Path, write_job: Callable[..., Any]) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_output(job)
     (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
-    operator = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri)
+    operator = PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_done=True)
     assert operator.execute(_plan_context()) == [PUBLISHED_SPAN]
 
 
@@ -78,7 +61,7 @@ def test_plan_reports_the_segments_found_committed_and_those_left_to_compute(
     for index in (1, 4):
         commit_segment(job, index)
 
-    PlanSpansOperator(task_id="plan", work_uri=job.work_uri, output_uri=job.output_uri, wave=2).execute(_plan_context())
+    PlanSpansOperator(task_id="plan", work_uri=job.work_uri, wave=2).execute(_plan_context())
 
     assert stats_sent.sent == [
         Sent("incr", names.stat_name(names.SEGMENTS_REUSED), 2, RUN),
@@ -87,9 +70,7 @@ def test_plan_reports_the_segments_found_committed_and_those_left_to_compute(
 
 
 def test_plan_without_a_prepared_work_fails_at_once(tmp_path: Path) -> None:
-    operator = PlanSpansOperator(
-        task_id="plan", work_uri=(tmp_path / "work" / "none").as_uri(), output_uri=(tmp_path / "o.mp4").as_uri()
-    )
+    operator = PlanSpansOperator(task_id="plan", work_uri=(tmp_path / "work" / "none").as_uri())
 
     with pytest.raises(AirflowFailException, match=r"no job\.json"):
         operator.execute({"ti": SimpleNamespace(xcom_push=lambda **kwargs: None)})  # type: ignore[arg-type]

@@ -64,15 +64,15 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
     assert fake_worker() == []  # no process was started for the span
 
 
-def test_a_committed_span_or_a_published_output_does_not_wait(
-    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
+def test_a_committed_span_or_an_output_validate_found_done_does_not_wait(
+    tmp_path: Path, write_job: Callable[..., Any]
 ) -> None:
     job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    commit_output(job)
     operator = SpanCommittedOperator(
         task_id="swap_span",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
+        output_done=True,
         target_uri="file:///in.mp4",
         run_key="facefusion_swap--r1",
         span=span_list(job.spec, 2)[0],

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from facefusion_provider.engine.face import Face
-from facefusion_provider.engine.swap_inswapper import swap_face
-from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.options import Options, parse_options
+from facefusion_provider.engine.swap_models import swap_face
+from facefusion_provider.options import Options
 
 from .builders import StoreFactory, face_at, face_with_68, inswapper_model
 
@@ -128,13 +127,6 @@ def test_an_area_mask_without_landmarks_is_a_clear_error(textured_frame: np.ndar
     face = face_at((160.0, 120.0), 110.0)
     with pytest.raises(ValueError, match="dense landmarks"):
         swap_face(textured_frame, face, np.ones(512), swap_options(face_mask_types=["area"]), flat_store)  # type: ignore[arg-type]
-
-
-def test_masks_that_need_parser_models_are_not_offered() -> None:
-    with pytest.raises(InvalidOptionError, match=r"face_mask_types.*'box' or 'area'"):
-        parse_options({"face_mask_types": ["occlusion"]})
-    with pytest.raises(InvalidOptionError, match="face_mask_areas"):
-        parse_options({"face_mask_areas": []})
 
 
 def two_tone_face(face: Face) -> np.ndarray:

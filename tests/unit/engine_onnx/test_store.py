@@ -44,10 +44,39 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "inswapper_128",
         "inswapper_128_fp16",
         "gfpgan_1.4",
+        "hyperswap_1a_256",
+        "hyperswap_1b_256",
+        "hyperswap_1c_256",
+        "simswap_256",
+        "simswap_unofficial_512",
+        "ghost_1_256",
+        "ghost_2_256",
+        "ghost_3_256",
+        "blendswap_256",
+        "uniface_256",
+        "crossface_simswap",
+        "crossface_ghost",
+        "gpen_bfr_256",
+        "gpen_bfr_512",
+        "codeformer",
+        "restoreformer_plus_plus",
+        "xseg_1",
+        "xseg_2",
+        "xseg_3",
+        "bisenet_resnet_34",
+        "bisenet_resnet_18",
     }
     assert MODELS["inswapper_128_fp16"].file_name == "inswapper_128_fp16.onnx"
     assert MODELS["inswapper_128"].input_names == ("target", "source")
-    assert {spec.role for spec in MODELS.values()} == {"detect", "landmarks", "identity", "swap", "enhance"}
+    assert {spec.role for spec in MODELS.values()} == {
+        "detect",
+        "landmarks",
+        "identity",
+        "swap",
+        "convert",
+        "enhance",
+        "mask",
+    }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 
 
@@ -215,7 +244,7 @@ def test_parse_sha256sums_reads_both_sha256sum_formats() -> None:
 
 
 def test_emap_reader_takes_the_last_initializer(models_dir: Path) -> None:
-    from facefusion_provider.engine.swap_inswapper import load_emap
+    from facefusion_provider.engine.swap_models import load_emap
 
     emap = np.arange(512 * 512, dtype=np.float32).reshape(512, 512) / 1e5
     decoy = np.ones((512, 512), np.float32)
@@ -241,7 +270,7 @@ def test_an_unpinned_remote_model_is_fetched_again_when_it_changes(tmp_path: Pat
 
 
 def test_a_model_without_a_512x512_last_initializer_has_no_emap(models_dir: Path) -> None:
-    from facefusion_provider.engine.swap_inswapper import load_emap
+    from facefusion_provider.engine.swap_models import load_emap
 
     path = mean_colour_model(models_dir / "not_a_swapper.onnx", input_size=112, output_size=512)
 

@@ -11,7 +11,7 @@ from skimage.color import rgb2lab
 
 from facefusion_provider.engine.face import Face
 from facefusion_provider.engine.store import ModelStore
-from facefusion_provider.engine.swap_inswapper import (
+from facefusion_provider.engine.swap_models import (
     explode_pixel_boost,
     implode_pixel_boost,
     load_emap,

@@ -339,19 +339,18 @@ def test_a_committed_span_launches_no_pod(
     assert recording_client.calls == []
 
 
-def test_merge_of_a_finished_output_launches_no_pod(
+def test_merge_of_an_output_validate_found_done_launches_no_pod(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
     write_job: Callable[..., Any],
-    commit_output: Callable[..., Any],
 ) -> None:
     job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_output(job)
     operator = FaceFusionWorkerPodOperator(
         task_id="merge",
         command="merge",
         work_uri=job.work_uri,
         output_uri=job.output_uri,
+        output_done=True,
         pod_settings=make_pod_settings(),
         kubernetes_conn_id=KUBE_CONN_ID,
     )

@@ -40,6 +40,7 @@ def test_the_catalogue_in_prometheus_form() -> None:
         "facefusion_worker_io_bytes_total",
         "facefusion_worker_failures_total",
         "facefusion_worker_frames_remaining",
+        "facefusion_worker_media_paths_total",
         "airflow_facefusion_segments_reused_total",
         "airflow_facefusion_segments_launched_total",
         "airflow_facefusion_run_fps",

@@ -79,12 +79,14 @@ KNOWN_LABELS: dict[str, set[str]] = {
     **dict.fromkeys(DCGM_METRICS, DCGM_LABELS | TARGET_LABELS),
     **{name: labels | TARGET_LABELS for name, labels in AIRFLOW_METRICS.items()},
 }
-LABEL_VALUES = {
+LABEL_VALUES: dict[tuple[str, str], set[str]] = {
     (names.FRAMES.prometheus, "stage"): set(names.FRAME_STAGES),
     (names.STAGE_TIME.prometheus, "stage"): set(names.TIMED_STAGES),
     (names.FACES.prometheus, "kind"): set(names.FACE_KINDS),
     (names.IO_BYTES.prometheus, "direction"): set(names.DIRECTIONS),
     (names.FAILURES.prometheus, "retryable"): {"true", "false"},
+    (names.MEDIA_PATH.prometheus, "stage"): set(names.MEDIA_STAGES),
+    (names.MEDIA_PATH.prometheus, "path"): set(names.MEDIA_PATHS),
 }
 
 

@@ -37,7 +37,7 @@ class BlackSquare:
         self.calls = 0
         self.stats = FaceStats()
 
-    def analyse_batch(self, frames: list[np.ndarray]) -> list[list[Any]]:
+    def analyse_batch(self, frames: list[np.ndarray], track: Any = None) -> list[list[Any]]:
         return [[] for _ in frames]
 
     def apply_batch(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:

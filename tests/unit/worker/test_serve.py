@@ -1,6 +1,7 @@
 """A standing worker (``facefusion-worker serve``) as KEDA and an idle cluster see it: SIGTERM lets it commit the
-segment in flight and take no other (no claim left to lapse, no work lost); idle, it reads the change signal instead
-of listing the works, and a run announced meanwhile is picked up."""
+segment in flight and take no other (no claim left to lapse, no work lost), and the next worker reuses what it
+committed and finishes the work; idle, it reads the change signal instead of listing the works, and a run announced
+meanwhile is picked up."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from committed import hold_run_lease, work_uri_for
@@ -44,12 +46,31 @@ def _wait_for(condition: Any, process: subprocess.Popen[str], seconds: float = 6
         time.sleep(0.05)
 
 
-def test_sigterm_commits_the_segment_in_flight_and_takes_no_other(make_video: MakeVideo, work_root: str) -> None:
+def _committed_bytes(layout: WorkLayout, indexes: frozenset[int]) -> dict[int, tuple[bytes, bytes]]:
+    """Each committed segment's marker and the file it names, as bytes."""
+    found = {}
+    for index in indexes:
+        marker = storage.read_bytes(layout.segment_marker(index))
+        found[index] = (marker, storage.read_bytes(layout.segment_file(json.loads(marker)["file"])))
+    return found
+
+
+def _segment_files(layout: WorkLayout, index: int) -> list[str]:
+    return sorted(
+        path.name for path in Path(layout.work_uri.removeprefix("file://")).glob(f"segments/{index:05d}.*.mp4")
+    )
+
+
+def test_sigterm_commits_the_segment_in_flight_and_takes_no_other(
+    make_video: MakeVideo, work_root: str, tmp_path: Path
+) -> None:
+    """KEDA scaling a standing worker down mid-segment: it commits that segment, releases its claims and goes; the
+    next worker reuses every segment it committed (not a byte rewritten) and finishes the work."""
     target = make_video(frames=8 * SEGMENT)
     work_uri = work_uri_for(work_root, [], target, **OPTIONS)
     worker.prepare(work_uri, [], target, **OPTIONS)
     layout = WorkLayout(work_uri)
-    hold_run_lease(layout, "run-1", target)
+    hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri())
     slow = {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": 0.08}])}
     standing = _serve(work_root, env=slow)
     _wait_for(lambda: len(scan_work(layout).committed) >= 1, standing)
@@ -65,10 +86,21 @@ def test_sigterm_commits_the_segment_in_flight_and_takes_no_other(make_video: Ma
     assert 1 <= len(committed) < 8  # it stopped early, and lost nothing it had taken
     assert live_standing_workers(RootLayout.of(work_root)) == []
     assert json.loads(out.strip().splitlines()[-1])["segments"] == len(committed)
+    kept = _committed_bytes(layout, committed)
+
+    successor = _serve(work_root, "--idle-exit", "2")
+    out, err = successor.communicate(timeout=120)
+
+    assert successor.returncode == 0, err[-3000:]
+    assert scan_work(layout).committed == frozenset(range(8))
+    assert json.loads(out.strip().splitlines()[-1])["segments"] == 8 - len(committed)  # only the segments left
+    assert _committed_bytes(layout, committed) == kept  # reused as they were: same markers, same files
+    assert all(len(_segment_files(layout, index)) == 1 for index in committed)  # nobody computed them again
+    assert (tmp_path / "out.mp4").stat().st_size > 0  # the run's output, merged by the worker that finished
 
 
 def test_an_idle_worker_reads_the_signal_and_picks_up_a_run_announced_meanwhile(
-    make_video: MakeVideo, work_root: str
+    make_video: MakeVideo, work_root: str, tmp_path: Path
 ) -> None:
     target = make_video(frames=2 * SEGMENT)
     work_uri = work_uri_for(work_root, [], target, **OPTIONS)
@@ -78,7 +110,8 @@ def test_an_idle_worker_reads_the_signal_and_picks_up_a_run_announced_meanwhile(
     standing = _serve(work_root, "--idle-exit", "8")
     time.sleep(3)  # idle: it backs off to one look every 2 s
 
-    hold_run_lease(layout, "run-1", target)  # validate's hold announces the run on the signal
+    # validate's hold announces the run on the signal
+    hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri())
 
     _wait_for(lambda: len(scan_work(layout).committed) == 2, standing)
     out, err = standing.communicate(timeout=60)

@@ -1,0 +1,207 @@
+"""Tiny stand-ins for every catalogue swapper, crossface converter and enhancer (and the ArcFace recogniser), with the
+real files' input names, shapes and dtypes (from engine.models), built with onnx.helper. Each does something a test
+can check:
+
+- swappers, ``echo``: return the target crop in the model's own output space (normalised space where the engine
+  de-normalises the output, else 0..1), so the whole path reproduces the face; the source is read but unused.
+- swappers, ``paint``: one flat colour from the source: sigmoid(GAIN x its first 3 values) for embeddings, the channel
+  means for source images; so the swapped face's colour shows which source the model was given.
+- converters: ``output = input @ converter_matrix(name)``.
+- enhancers, ``echo`` or ``paint`` (flat ENHANCER_COLOUR in [-1, 1]); CodeFormer blends input and result by its
+  float64 ``weight``: output = input x (1 - weight) + result x weight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from facefusion_provider.engine.models import MODELS, SwapFacts
+
+OPSET = 17
+IR_VERSION = 9
+GAIN = 20.0
+ENHANCER_COLOUR = (0.6, -0.2, -0.6)
+BATCH = "N"
+
+
+def _dims(shape: tuple[int | None, ...]) -> list[int | str]:
+    return [BATCH if dim is None else dim for dim in shape]
+
+
+def _save(path: Path, model: onnx.ModelProto) -> Path:
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _model(
+    name: str,
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    output_shape: list[int | str],
+    initializers: list[onnx.TensorProto],
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        f"{name}_standin",
+        inputs,
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, output_shape)],
+        initializer=initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _channels(values: tuple[float, float, float]) -> np.ndarray:
+    return np.asarray(values, np.float32).reshape(1, 3, 1, 1)
+
+
+def output_space(facts: SwapFacts) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, offset) taking a 0..1 image into what the model outputs: normalised where the engine de-normalises."""
+    if facts.denormalize_output:
+        scale: np.ndarray = 1.0 / _channels(facts.std)
+        return scale, -_channels(facts.mean) * scale
+    return np.ones((1, 3, 1, 1), np.float32), np.zeros((1, 3, 1, 1), np.float32)
+
+
+def paint_colour(source: np.ndarray, facts: SwapFacts) -> np.ndarray:
+    """The 0..1 colour the ``paint`` stand-in gives a face for one fed ``source`` tensor (1, 512) or (1, 3, S, S)."""
+    values = np.asarray(source, np.float32)
+    colour: np.ndarray = (
+        values.mean(axis=(2, 3))[0] if facts.source == "image" else 1 / (1 + np.exp(-GAIN * values[0, :3]))
+    )
+    return colour
+
+
+def swapper_standin(folder: Path, name: str, kind: str = "echo", emap: np.ndarray | None = None) -> Path:
+    spec = MODELS[name]
+    facts = spec.swap
+    assert facts is not None
+    (_, target_shape), (_, source_shape) = spec.inputs
+    scale, offset = output_space(facts)
+    initializers = [_const("zero", np.array(0.0, np.float32)), _const("scale", scale), _const("offset", offset)]
+    nodes = [
+        helper.make_node("ReduceSum", ["source"], ["source_sum"], keepdims=0),
+        helper.make_node("Mul", ["source_sum", "zero"], ["source_zero"]),
+    ]
+    if kind == "echo":
+        # target (normalised by mean/std) back to 0..1, then into the model's output space
+        initializers += [_const("mean", _channels(facts.mean)), _const("std", _channels(facts.std))]
+        nodes += [
+            helper.make_node("Mul", ["target", "std"], ["unit_scaled"]),
+            helper.make_node("Add", ["unit_scaled", "mean"], ["unit"]),
+        ]
+    elif kind == "paint":
+        if facts.source == "image":
+            nodes.append(helper.make_node("ReduceMean", ["source"], ["colour4"], axes=[2, 3], keepdims=1))
+        else:
+            initializers += [
+                _const("starts", np.array([0], np.int64)),
+                _const("ends", np.array([3], np.int64)),
+                _const("axes", np.array([1], np.int64)),
+                _const("gain", np.array(GAIN, np.float32)),
+                _const("shape", np.array([-1, 3, 1, 1], np.int64)),
+            ]
+            nodes += [
+                helper.make_node("Slice", ["source", "starts", "ends", "axes"], ["first3"]),
+                helper.make_node("Mul", ["first3", "gain"], ["gained"]),
+                helper.make_node("Sigmoid", ["gained"], ["colour"]),
+                helper.make_node("Reshape", ["colour", "shape"], ["colour4"]),
+            ]
+        nodes += [
+            helper.make_node("Mul", ["target", "zero"], ["blank"]),
+            helper.make_node("Add", ["blank", "colour4"], ["unit"]),
+        ]
+    else:
+        raise ValueError(kind)
+    nodes += [
+        helper.make_node("Mul", ["unit", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "offset"], ["spaced"]),
+        helper.make_node("Add", ["spaced", "source_zero"], ["output"]),
+    ]
+    if facts.source == "emap":  # the LAST initializer, as in inswapper_128.onnx
+        initializers.append(_const("emap", np.eye(512, dtype=np.float32) if emap is None else emap))
+    inputs = [
+        helper.make_tensor_value_info("target", TensorProto.FLOAT, _dims(target_shape)),
+        helper.make_tensor_value_info("source", TensorProto.FLOAT, _dims(source_shape)),
+    ]
+    return _save(folder / spec.file_name, _model(name, nodes, inputs, _dims(target_shape), initializers))
+
+
+def converter_matrix(name: str) -> np.ndarray:
+    """The fixed 512x512 map of a crossface stand-in (seeded by the name, so simswap's and ghost's differ)."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    matrix: np.ndarray = (rng.standard_normal((512, 512)) / np.sqrt(512)).astype(np.float32)
+    return matrix
+
+
+def converter_standin(folder: Path, name: str) -> Path:
+    spec = MODELS[name]
+    nodes = [helper.make_node("MatMul", ["input", "map"], ["output"])]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, _dims(spec.inputs[0][1]))]
+    model = _model(name, nodes, inputs, _dims(spec.outputs[0][1]), [_const("map", converter_matrix(name))])
+    return _save(folder / spec.file_name, model)
+
+
+def enhancer_standin(folder: Path, name: str, kind: str = "echo") -> Path:
+    spec = MODELS[name]
+    (_, crop_shape) = spec.inputs[0]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, _dims(crop_shape))]
+    initializers = [_const("zero", np.array(0.0, np.float32)), _const("colour", _channels(ENHANCER_COLOUR))]
+    if kind == "echo":
+        nodes = [helper.make_node("Identity", ["input"], ["result"])]
+    elif kind == "paint":
+        nodes = [
+            helper.make_node("Mul", ["input", "zero"], ["blank"]),
+            helper.make_node("Add", ["blank", "colour"], ["result"]),
+        ]
+    else:
+        raise ValueError(kind)
+    if "weight" in spec.input_names:
+        inputs.append(helper.make_tensor_value_info("weight", TensorProto.DOUBLE, [1]))
+        initializers.append(_const("one", np.array(1.0, np.float32)))
+        nodes += [
+            helper.make_node("Cast", ["weight"], ["w"], to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "w"], ["keep"]),
+            helper.make_node("Mul", ["input", "keep"], ["kept"]),
+            helper.make_node("Mul", ["result", "w"], ["restored"]),
+            helper.make_node("Add", ["kept", "restored"], ["output"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Add", ["result", "zero"], ["output"]))
+    return _save(folder / spec.file_name, _model(name, nodes, inputs, _dims(crop_shape), initializers))
+
+
+def recognizer_standin(folder: Path) -> Path:
+    """arcface_w600k_r50: 1x3x112x112 -> 1x512, a fixed projection of the crop's 4x4 colour layout (plus an offset, so
+    its raw output is not unit length)."""
+    projection = np.random.default_rng(11).normal(size=(48, 512)).astype(np.float32)
+    nodes = [
+        helper.make_node("AveragePool", ["input"], ["pooled"], kernel_shape=[28, 28], strides=[28, 28]),
+        helper.make_node("Flatten", ["pooled"], ["layout"]),
+        helper.make_node("MatMul", ["layout", "projection"], ["output"]),
+    ]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 112, 112])]
+    model = _model("arcface_w600k_r50", nodes, inputs, [1, 512], [_const("projection", projection)])
+    return _save(folder / "arcface_w600k_r50.onnx", model)
+
+
+def write_standins(folder: Path, *, swapper_kind: str = "paint", enhancer_kind: str = "paint") -> Path:
+    """``folder`` with a stand-in for every catalogue swapper, converter and enhancer, and the recogniser."""
+    for name, spec in MODELS.items():
+        if spec.role == "swap":
+            swapper_standin(folder, name, swapper_kind)
+        elif spec.role == "convert":
+            converter_standin(folder, name)
+        elif spec.role == "enhance":
+            enhancer_standin(folder, name, enhancer_kind)
+    recognizer_standin(folder)
+    return folder

@@ -1,0 +1,89 @@
+"""Pods sized by GPU type: the chart's CPU requests, the Airflow side's worker_cpu and the READMEs' tables are what
+bench/pod_sizing.py computes from the measured CPU per frame; a change of the measurements without a rerun fails here."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import pod_sizing  # noqa: E402
+
+
+def chart_rows() -> dict[str, dict[str, str]]:
+    rows: dict[str, dict[str, str]] = yaml.safe_load(pod_sizing.VALUES.read_text())["gpu"]["resourcesByType"]
+    return rows
+
+
+def test_the_charts_cpu_per_gpu_type_is_the_sizing_scripts() -> None:
+    sized = {row.gpu.key: str(row.cpu_request) for row in pod_sizing.sizings(pod_sizing.read_costs())}
+
+    assert {key: row["cpu"] for key, row in chart_rows().items()} == sized, "run python bench/pod_sizing.py"
+
+
+def test_the_airflow_sides_worker_cpu_is_the_default_gpu_types_row() -> None:
+    values = yaml.safe_load(pod_sizing.VALUES.read_text())
+    airflow = yaml.safe_load(pod_sizing.AIRFLOW_VALUES.read_text())
+
+    assert (
+        airflow["config"]["facefusion"]["worker_cpu"] == values["gpu"]["resourcesByType"][values["gpu"]["type"]]["cpu"]
+    )
+
+
+def test_the_readmes_carry_the_current_table() -> None:
+    expected = pod_sizing.expected_files(pod_sizing.read_costs())
+
+    for path in pod_sizing.READMES:
+        assert path.read_text() == expected[path], f"{path}: run python bench/pod_sizing.py"
+    assert pod_sizing.main(["--check"]) == 0
+
+
+def test_a_pod_asks_for_the_cores_that_keep_its_gpu_busy_within_its_nodes_share() -> None:
+    for row in pod_sizing.sizings(pod_sizing.read_costs()):
+        assert row.cpu_request <= row.gpu.node_vcpus_per_gpu - 1
+        if row.cpu_request == row.cores_needed:
+            assert row.busy_share >= pod_sizing.BUSY_TARGET, row
+        else:  # the node has no more cores per GPU: CPU-bound, and said so by its busy share
+            assert row.busy_share < pod_sizing.BUSY_TARGET, row
+        assert (row.cpu_ms_nvenc is not None) == (row.nvenc > 0)
+        if row.cpu_ms_nvenc is not None:
+            assert row.cpu_ms_nvenc < row.cpu_ms
+
+
+@pytest.mark.parametrize("factor", [0.25, 2.0])
+def test_new_cpu_costs_move_the_requests_written_into_the_values(factor: float) -> None:
+    costs = pod_sizing.read_costs()
+    changed = replace(
+        costs,
+        beside_inference_ms=costs.beside_inference_ms * factor,
+        decode_ms=costs.decode_ms * factor,
+        encoder_ms=costs.encoder_ms * factor,
+    )
+    before = {row.gpu.key: row for row in pod_sizing.sizings(costs)}
+    after = {row.gpu.key: row for row in pod_sizing.sizings(changed)}
+
+    written = yaml.safe_load(pod_sizing.with_requests(pod_sizing.VALUES.read_text(), list(after.values())))
+    rows = written["gpu"]["resourcesByType"]
+    assert {key: row["cpu"] for key, row in rows.items()} == {key: str(row.cpu_request) for key, row in after.items()}
+    for key, row in after.items():
+        if factor < 1:
+            assert row.cores_needed < before[key].cores_needed and row.busy_share >= before[key].busy_share
+        else:
+            assert row.cores_needed > before[key].cores_needed and row.busy_share <= before[key].busy_share
+    assert {key: row["memory"] for key, row in rows.items()} == {
+        key: row["memory"] for key, row in chart_rows().items()
+    }
+
+
+def test_gpus_without_nvenc_are_sized_for_the_cpu_encoder() -> None:
+    rows = {row.gpu.key: row for row in pod_sizing.sizings(pod_sizing.read_costs())}
+
+    assert {key for key, row in rows.items() if not row.nvenc} == {"a100", "h100", "h200"}
+    table = pod_sizing.markdown(list(rows.values()), pod_sizing.read_costs())
+    assert "stated, not measured here" in table
