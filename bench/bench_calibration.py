@@ -45,8 +45,8 @@ from worker_runs import WORKER, write_report  # noqa: E402
 
 from facefusion_provider import worker  # noqa: E402
 from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE, FAULTS_VARIABLE  # noqa: E402
-from facefusion_provider.job.layout import RootLayout, WorkLayout, output_marker_uri, parse_claim_name  # noqa: E402
-from facefusion_provider.job.records import Claim, SegmentMarker  # noqa: E402
+from facefusion_provider.work.layout import RootLayout, WorkLayout, output_marker_uri, parse_claim_name  # noqa: E402
+from facefusion_provider.work.records import Claim, SegmentMarker  # noqa: E402
 
 SEGMENT_FRAMES = 8
 OPTIONS: dict[str, Any] = {"processors": [], "segment_size": SEGMENT_FRAMES, "output_video_quality": 100}

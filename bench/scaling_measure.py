@@ -31,10 +31,10 @@ if TYPE_CHECKING:
 
     from facefusion_provider.engine.face import Frame
     from facefusion_provider.engine.store import ModelStore
-    from facefusion_provider.job.layout import WorkLayout
-    from facefusion_provider.job.records import JobSpec, SegmentMarker
     from facefusion_provider.media.mp4join import MovieFile
     from facefusion_provider.options import Options
+    from facefusion_provider.work.layout import WorkLayout
+    from facefusion_provider.work.records import SegmentMarker, WorkSpec
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
@@ -49,7 +49,7 @@ class WorkerCosts:
     """The worker's CPU work per 1080p frame, one core, and what runs beside it."""
 
     decode_cpu_s_per_frame: float  # PyAV decode of the input (H.264, 1080p)
-    encode_cpu_s_per_frame: float  # the job's encoder (libx264, the default options) on a decoded frame
+    encode_cpu_s_per_frame: float  # the work's encoder (libx264, the default options) on a decoded frame
     encoder_rgb_s_per_frame: float  # the swapped (RGB) frame's conversion back to yuv420p: not in pass-through
     swap_cpu_parts_ms: dict[str, float]  # the inswapper path's CPU work per face beside inference, by part
     detector_parts: tuple[str, ...]  # the parts a stored target analysis skips
@@ -104,7 +104,7 @@ class SeekCosts:
     preroll_frames: float  # frames decoded before it (mean)
     keyint: int
     analysis_load_s: float  # reading a segment's stored faces (npz) when the analysis is reused
-    # A standing or helping worker moving to another run's work: reading its job.json and building its frame
+    # A standing or helping worker moving to another run's work: reading its work.json and building its frame
     # processor with the models already loaded (CPU; the requests are the model's, at the stated S3 latency).
     switch_s: float = 0.0
 
@@ -221,7 +221,7 @@ def decode_cpu_per_frame(clip: Path) -> float:
 
 
 def job_encoder_settings() -> Any:
-    """The encoder a job with the default options uses on a 1080p yuv420p input."""
+    """The encoder a work with the default options uses on a 1080p yuv420p input."""
     from facefusion_provider.media.encode import EncoderSettings, codec_options, output_pix_fmt
     from facefusion_provider.options import Options
 
@@ -463,7 +463,7 @@ def timed_run(folder: Path, clip: Path, segment_size: int) -> dict[str, Any]:
 
 
 def worker_start_seconds(folder: Path, clip: Path, work: str, segments: int) -> float:
-    """A ``swap-span`` process whose span is committed: it starts, reads job.json, lists the work and exits."""
+    """A ``swap-span`` process whose span is committed: it starts, reads work.json, lists the work and exits."""
     work_uri = (folder / "work" / "work" / work).as_uri()
     command = [sys.executable, "-m", "facefusion_provider.worker", "swap-span", "--work-uri", work_uri]
     command += ["--target", str(clip), "--segments", f"0:{segments}"]
@@ -556,11 +556,11 @@ def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 
     from synth import VideoSpec, pattern_frames, write_video
 
     from facefusion_provider import worker
-    from facefusion_provider.job.layout import WorkLayout
     from facefusion_provider.media.mp4index import parse_movie, read_moov
     from facefusion_provider.media.mp4join import MovieFile
+    from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.worker.merge import committed_markers
-    from facefusion_provider.worker.work import load_job
+    from facefusion_provider.worker.work import load_work
 
     clip = scratch / "join.mp4"
     spec = VideoSpec(64, 48, audio_rate=48000)
@@ -581,12 +581,12 @@ def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 
             segment_size=size,
         )
         layout = WorkLayout.under((scratch / f"join-{size}").as_uri(), result.work_id)
-        job = load_job(layout)
+        work = load_work(layout)
 
-        join = functools.partial(_join_from_markers, committed_markers(job, layout), target, job)
+        join = functools.partial(_join_from_markers, committed_markers(work, layout), target, work)
         head = join()
         seconds.append(median_seconds(join, 5, cpu=True))
-        counts.append(len(job.segments))
+        counts.append(len(work.segments))
     per_segment = max(0.0, (seconds[0] - seconds[1]) / (counts[0] - counts[1]))
     return JoinCosts(
         per_segment_s=round(per_segment, 6),
@@ -595,7 +595,7 @@ def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 
     )
 
 
-def _join_from_markers(markers: list[SegmentMarker], target: MovieFile, job: JobSpec) -> int:
+def _join_from_markers(markers: list[SegmentMarker], target: MovieFile, work: WorkSpec) -> int:
     """What the merge does with the markers' moovs before it writes anything; returns the head's size."""
     import base64
 
@@ -609,30 +609,30 @@ def _join_from_markers(markers: list[SegmentMarker], target: MovieFile, job: Job
         assert index is not None
         movies.append(MovieFile(moov, marker.size, index))
         movie_comment(moov)
-    joined = join_movies(movies, target, [m.start for m in markers], job.probe.pts, Fraction(job.probe.time_base))
+    joined = join_movies(movies, target, [m.start for m in markers], work.probe.pts, Fraction(work.probe.time_base))
     return len(joined.head)
 
 
 # --- a segment's commit, a take, a resume's listing: on the local disk and on S3 ---------------------------------
 
 
-def prepared_work(root: str, clip: Path, segments: int) -> tuple[JobSpec, WorkLayout]:
-    """A real job.json for the clip (pass-through) under ``root``, with ``segments`` segments of 1 frame each: only
+def prepared_work(root: str, clip: Path, segments: int) -> tuple[WorkSpec, WorkLayout]:
+    """A real work.json for the clip (pass-through) under ``root``, with ``segments`` segments of 1 frame each: only
     their count matters to a listing."""
     from facefusion_provider import storage
-    from facefusion_provider.job.ids import work_id
-    from facefusion_provider.job.layout import WorkLayout
-    from facefusion_provider.job.plan import plan_segments
-    from facefusion_provider.job.records import JobSpec
     from facefusion_provider.media.probe import probe_video
     from facefusion_provider.options import Options
+    from facefusion_provider.work.ids import work_id
+    from facefusion_provider.work.layout import WorkLayout
+    from facefusion_provider.work.plan import plan_segments
+    from facefusion_provider.work.records import WorkSpec
 
     options = Options(processors=[], segment_size=1)
     with storage.open_input(clip.as_uri()) as target:
         probe = probe_video(target, str(clip))
     content = storage.content_id(clip.as_uri())
     count = min(segments, probe.frame_count)
-    spec = JobSpec(
+    spec = WorkSpec(
         work_id=work_id(content, [], options),
         target_content_id=content,
         source_content_ids=[],
@@ -646,15 +646,15 @@ def prepared_work(root: str, clip: Path, segments: int) -> tuple[JobSpec, WorkLa
     return spec, WorkLayout.under(root, spec.work_id)
 
 
-def fill_work(spec: JobSpec, layout: WorkLayout, committed: int, claimed: int) -> None:
+def fill_work(spec: WorkSpec, layout: WorkLayout, committed: int, claimed: int) -> None:
     """Segments ``[0, committed)`` committed (file, marker, a claim each) and ``[committed, claimed)`` claimed by a
     live worker: a work in the middle of its run, as a resume or a take finds it."""
     from facefusion_provider import storage
-    from facefusion_provider.job.layout import segment_claim_name, segment_file_name
-    from facefusion_provider.job.records import Claim, SegmentMarker
+    from facefusion_provider.work.layout import segment_claim_name, segment_file_name
+    from facefusion_provider.work.records import Claim, SegmentMarker
     from facefusion_provider.worker.segments import marker_bytes
 
-    storage.write_bytes_atomic(layout.job_json, spec.model_dump_json().encode())
+    storage.write_bytes_atomic(layout.work_json, spec.model_dump_json().encode())
     for segment in spec.segments[:claimed]:
         name = segment_claim_name(segment.index)
         claim = Claim(name=name, generation=1, holder="other", owner="other", host="h", pid=1, ttl_seconds=60)
@@ -706,7 +706,7 @@ def segment_costs(
     import shutil
 
     from facefusion_provider import storage
-    from facefusion_provider.job.claims import SegmentClaims, scan_work
+    from facefusion_provider.work.claims import SegmentClaims, scan_work
     from facefusion_provider.worker.metrics import worker_metrics
     from facefusion_provider.worker.segments import Committer, SegmentPicker
 
@@ -856,18 +856,18 @@ def analysis_load_seconds(frames: int = MEASURED_SEGMENT) -> float:
 
 def switch_seconds(scratch: Path, clip: Path) -> float:
     """A worker that has swapped one face into ``clip`` moving to another face's work over the same clip: the median
-    of reading that work's job.json and building its frame processor (its sessions cached)."""
+    of reading that work's work.json and building its frame processor (its sessions cached)."""
     import numpy as np
     from skimage import data
 
     from facefusion_provider import storage, worker
-    from facefusion_provider.job.ids import work_id
-    from facefusion_provider.job.layout import WorkLayout
     from facefusion_provider.media.images import encode_image
     from facefusion_provider.options import Options
+    from facefusion_provider.work.ids import work_id
+    from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.worker.metrics import worker_metrics
     from facefusion_provider.worker.span import FrameProcessors
-    from facefusion_provider.worker.work import load_job
+    from facefusion_provider.worker.work import load_work
 
     root, options = (scratch / "switch").as_uri(), Options(trim_frame_end=8, segment_size=8)
     face = np.ascontiguousarray(data.astronaut())  # type: ignore[no-untyped-call]
@@ -880,8 +880,8 @@ def switch_seconds(scratch: Path, clip: Path) -> float:
         worker.prepare(layout.work_uri, [str(path)], str(clip), options=options)
         layouts.append(layout)
     metrics = worker_metrics()
-    FrameProcessors(load_job(layouts[0]), None, root).get(metrics)
-    return median_seconds(lambda: FrameProcessors(load_job(layouts[1]), None, root).get(metrics), 10)
+    FrameProcessors(load_work(layouts[0]), None, root).get(metrics)
+    return median_seconds(lambda: FrameProcessors(load_work(layouts[1]), None, root).get(metrics), 10)
 
 
 # --- all of it ---------------------------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from typing import Any
 from scaling_measure import JoinCosts, Measured
 from scaling_sim import STANDING_POLL_S, Overheads, Pool, RunPlan
 
-from facefusion_provider.job.plan import plan_segments, plan_spans
 from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
 from facefusion_provider.storage.compose import COMPOSE_REQUESTS_AT_ONCE
+from facefusion_provider.work.plan import plan_segments, plan_spans
 from facefusion_provider.worker.merge import MARKER_READS_AT_ONCE
 
 PIPELINE_QUEUE_FRAMES = 16  # worker/pipeline.py: QUEUE_BATCHES x the GPU batch (8) frames decoded ahead
@@ -249,7 +249,7 @@ class Hops:
         run = measured.run
         pod = stated.pod_start_s + run.worker_start_s
         probe = frames * (run.probe_s_per_frame + run.probe_bytes_per_frame / 1e6 / stated.s3_mb_per_s)
-        prepare_work = stated.identity_s + probe + 3 * stated.s3_request_s  # the probe, the identity, job.json
+        prepare_work = stated.identity_s + probe + 3 * stated.s3_request_s  # the probe, the identity, work.json
         return cls(
             validate_s=stated.airflow_task_s,
             prepare_s=stated.airflow_task_s + pod + prepare_work,
@@ -367,7 +367,7 @@ def run_plan(
     return plan, hops, model
 
 
-SWITCH_REQUESTS = 10  # moving to another run's work: job.json (2), two scans (4), the target (1), the write probe (3)
+SWITCH_REQUESTS = 10  # moving to another run's work: work.json (2), two scans (4), the target (1), the write probe (3)
 
 
 def switch_s(measured: Measured, stated: Stated) -> float:

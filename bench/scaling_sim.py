@@ -1,5 +1,5 @@
 """An event simulation of swap runs on a GPU pool, following the worker's own rules (worker/span.py, segments.py,
-job/claims.py, operators/commands.py):
+work/claims.py, operators/commands.py):
 
 - spans are pool tasks; a task whose segments are all committed when it starts launches no pod (``completed_work``);
   otherwise its pod pays its fixed cost once, then works segments one after another;
@@ -74,7 +74,7 @@ class Pool:
     standing_start_s: float = 0.0  # when the standing workers are up (0: running with models loaded before the runs)
     standing_starts_s: tuple[float, ...] = ()  # each standing worker's start (the phase of its idle looks), if given
     first_join_s: float = 0.0  # a standing worker's first run: its models load (and its code is imported) only then
-    switch_s: float = 0.0  # a standing or helping worker moving to another run's work: job.json, listings, processor
+    switch_s: float = 0.0  # a standing or helping worker moving to another run's work: work.json, listings, processor
     look_s: float = 0.0  # a standing or helping worker looking at one run's claims to choose where to go
     trigger_poll_s: float = 5.0  # triggers/spans.py POLL_SECONDS: a deferred span task learns of its last commit
     lease_s: float = 60.0

@@ -26,7 +26,7 @@ from airflow.sdk import DAG
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from facefusion_provider.operators.backends import swap_span_operator, worker_operator
-from facefusion_provider.operators.cleanup import CleanupJobOperator, keep_work_for_retry
+from facefusion_provider.operators.cleanup import CleanupWorkOperator, keep_work_for_retry
 from facefusion_provider.operators.params import swap_params
 from facefusion_provider.operators.plan import PlanSpansOperator
 from facefusion_provider.operators.validate import ValidateSwapConfOperator
@@ -84,7 +84,7 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             **decided,
         ).expand(span=plan.output)
         merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **decided)
-        cleanup = CleanupJobOperator(task_id="cleanup", **run)
+        cleanup = CleanupWorkOperator(task_id="cleanup", **run)
         validate >> prepare >> plan >> swap_span >> merge >> cleanup
     return dag
 

@@ -187,7 +187,7 @@ def build_parser(models_dir_default: str | None = None) -> argparse.ArgumentPars
     commands = parser.add_subparsers(dest="command", required=True, metavar="{prepare,swap-span,merge,run,serve}")
 
     prepare = commands.add_parser(
-        "prepare", help="probe the target, plan the segments, compute the identity, write the shared job.json"
+        "prepare", help="probe the target, plan the segments, compute the identity, write the shared work.json"
     )
     prepare.add_argument("--work-uri", required=True, help="work folder (path or fsspec URI), named by the work id")
     _add_input_arguments(prepare)

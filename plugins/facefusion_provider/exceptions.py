@@ -73,7 +73,7 @@ class ModelIncompatibleError(NonRetryableError):
     failure_class = "model_incompatible"
 
 
-class InvalidJobError(NonRetryableError):
+class InvalidWorkError(NonRetryableError):
     """A work folder that is missing, from another format version, or inconsistent with its segments."""
 
     exit_code = EXIT_INVALID_JOB
@@ -101,7 +101,7 @@ NON_RETRYABLE_EXIT_CODES: frozenset[int] = frozenset(
         ModelMissingError,
         ModelCorruptError,
         ModelIncompatibleError,
-        InvalidJobError,
+        InvalidWorkError,
         StorageDeniedError,
     )
 )

@@ -1,4 +1,4 @@
-"""The one options model. It generates the worker's CLI flags, the DAG's Params schema and job.json's ``options``.
+"""The one options model. It generates the worker's CLI flags, the DAG's Params schema and work.json's ``options``.
 
 Field names follow FaceFusion's (``face_swapper_blend`` is ``--face-swapper-blend``). Adding an option is one edit here.
 """

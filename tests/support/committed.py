@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from facefusion_provider import storage, worker
-from facefusion_provider.job import leases
-from facefusion_provider.job.ids import work_id
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JobSpec, RunHolder, RunLease, SegmentMarker
 from facefusion_provider.options import Options
+from facefusion_provider.work import leases
+from facefusion_provider.work.ids import work_id
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import RunHolder, RunLease, SegmentMarker, WorkSpec
 
 
 def work_uri_for(work_root: str, sources: Sequence[str], target: str, **options: Any) -> str:
@@ -23,8 +23,8 @@ def work_uri_for(work_root: str, sources: Sequence[str], target: str, **options:
     return WorkLayout.under(work_root, work).work_uri
 
 
-def committed_work(work_root: str, target: str, sources: Sequence[str] = (), **options: Any) -> tuple[str, JobSpec]:
-    """A prepared work with every segment committed (by one worker): ``(work_uri, job spec)``."""
+def committed_work(work_root: str, target: str, sources: Sequence[str] = (), **options: Any) -> tuple[str, WorkSpec]:
+    """A prepared work with every segment committed (by one worker): ``(work_uri, work spec)``."""
     work_uri = work_uri_for(work_root, sources, target, **options)
     spec = worker.prepare(work_uri, list(sources), target, **options)
     worker.swap_span(work_uri, target, 0, len(spec.segments))

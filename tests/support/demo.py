@@ -96,7 +96,7 @@ def demo_processors() -> list[str]:
 
 
 def run_demo(out_dir: str) -> dict[str, Any]:
-    """The whole job in one process (``facefusion-worker run``): prepare, every segment, merge."""
+    """The whole work in one process (``facefusion-worker run``): prepare, every segment, merge."""
     from facefusion_provider import worker
     from facefusion_provider.options import Options
 

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.job.records import RunHolder, RunLease
+from facefusion_provider.work.records import RunHolder, RunLease
 
 
 def run_lease(

@@ -1,4 +1,4 @@
-"""Work folders written the way the worker writes them (job.json, segment files and markers, an output and its
+"""Work folders written the way the worker writes them (work.json, segment files and markers, an output and its
 marker), for operator tests without a worker or Airflow's database."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri, segment_file_name
-from facefusion_provider.job.plan import plan_segments
-from facefusion_provider.job.records import JobSpec, OutputMarker, SegmentMarker
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri, segment_file_name
+from facefusion_provider.work.plan import plan_segments
+from facefusion_provider.work.records import OutputMarker, SegmentMarker, WorkSpec
 
 
 @dataclass(frozen=True)
 class Written:
     """A work written as ``prepare`` leaves it, and this run's output."""
 
-    spec: JobSpec
+    spec: WorkSpec
     layout: WorkLayout
     output_uri: str
 
@@ -27,10 +27,10 @@ class Written:
         return self.layout.work_uri
 
 
-def write_job(
+def write_work(
     work_root: Path, output: Path, *, frames: int = 40, segment_size: int = 8, work_id: str = "work0"
 ) -> Written:
-    """A committed ``job.json`` for a ``frames``-frame target, as ``prepare`` leaves it."""
+    """A committed ``work.json`` for a ``frames``-frame target, as ``prepare`` leaves it."""
     layout = WorkLayout.under(work_root.as_uri(), work_id)
     probe = VideoProbe(
         container="mp4",
@@ -44,7 +44,7 @@ def write_job(
         pts=[i * 512 for i in range(frames)],
         duration_seconds=frames / 25,
     )
-    job = JobSpec(
+    work = WorkSpec(
         work_id=work_id,
         target_content_id="sha256:t",
         source_content_ids=["sha256:s"],
@@ -55,17 +55,17 @@ def write_job(
         frame_end=frames,
         segments=plan_segments(0, frames, segment_size),
     )
-    storage.write_bytes_atomic(layout.job_json, job.model_dump_json().encode())
-    return Written(job, layout, output.as_uri())
+    storage.write_bytes_atomic(layout.work_json, work.model_dump_json().encode())
+    return Written(work, layout, output.as_uri())
 
 
-def commit_segment(job: Written, index: int) -> Path:
+def commit_segment(work: Written, index: int) -> Path:
     """Commit segment ``index`` the way ``swap-span`` does: the file, then its marker."""
-    segment = job.spec.segments[index]
+    segment = work.spec.segments[index]
     name = segment_file_name(index, "w")
-    storage.write_bytes_atomic(job.layout.segment_file(name), b"segment")
+    storage.write_bytes_atomic(work.layout.segment_file(name), b"segment")
     marker = SegmentMarker(
-        work_id=job.spec.work_id,
+        work_id=work.spec.work_id,
         index=index,
         start=segment.start,
         end=segment.end,
@@ -75,19 +75,19 @@ def commit_segment(job: Written, index: int) -> Path:
         size=7,
         writer="w",
     )
-    storage.write_bytes_atomic(job.layout.segment_marker(index), marker.model_dump_json().encode())
-    return Path(storage.local_path(job.layout.segment_marker(index)) or "")
+    storage.write_bytes_atomic(work.layout.segment_marker(index), marker.model_dump_json().encode())
+    return Path(storage.local_path(work.layout.segment_marker(index)) or "")
 
 
-def commit_output(job: Written, *, work_id: str | None = None, timings: dict[str, float] | None = None) -> None:
+def commit_output(work: Written, *, work_id: str | None = None, timings: dict[str, float] | None = None) -> None:
     """Write the output and its marker the way ``merge`` does (optionally naming another work)."""
-    storage.write_bytes_atomic(job.output_uri, b"video")
+    storage.write_bytes_atomic(work.output_uri, b"video")
     marker = OutputMarker(
-        work_id=work_id or job.spec.work_id,
-        output_uri=job.output_uri,
-        frame_count=job.spec.probe.frame_count,
+        work_id=work_id or work.spec.work_id,
+        output_uri=work.output_uri,
+        frame_count=work.spec.probe.frame_count,
         sha256="1" * 64,
         size=5,
         timings=timings or {},
     )
-    storage.write_bytes_atomic(output_marker_uri(job.output_uri), marker.model_dump_json().encode())
+    storage.write_bytes_atomic(output_marker_uri(work.output_uri), marker.model_dump_json().encode())

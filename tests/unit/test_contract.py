@@ -27,9 +27,9 @@ PACKAGE = Path(contract.__file__).parent
 # Readers that other work in this change moves onto WorkerSettings (the leases' TTLs, the allow-lists, merge's
 # prefetch); each still spells its variable as the contract does. Remove a line when its module imports the name.
 NOT_YET_FROM_THE_CONTRACT = {
-    "job/claims.py: FACEFUSION_CLAIM_LEASE_SECONDS",
-    "job/leases.py: FACEFUSION_HELP_OTHER_RUNS_SECONDS",
-    "job/leases.py: FACEFUSION_RUN_LEASE_SECONDS",
+    "work/claims.py: FACEFUSION_CLAIM_LEASE_SECONDS",
+    "work/leases.py: FACEFUSION_HELP_OTHER_RUNS_SECONDS",
+    "work/leases.py: FACEFUSION_RUN_LEASE_SECONDS",
     "storage/uris.py: FACEFUSION_ALLOWED_INPUT_PREFIXES",
     "storage/uris.py: FACEFUSION_ALLOWED_OUTPUT_PREFIXES",
     "worker/merge.py: FACEFUSION_MERGE_PREFETCH",

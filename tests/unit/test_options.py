@@ -7,7 +7,6 @@ import argparse
 import pytest
 
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.job.ids import work_id
 from facefusion_provider.options import (
     Options,
     add_option_arguments,
@@ -16,6 +15,7 @@ from facefusion_provider.options import (
     options_to_argv,
     parse_options,
 )
+from facefusion_provider.work.ids import work_id
 
 
 def _parse_cli(argv: list[str]) -> Options:

@@ -50,7 +50,7 @@ def test_bad_uris_name_the_field(uri: str, message: str) -> None:
 
 
 def test_atomic_writes_leave_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    target = tmp_path / "deep" / "job.json"
+    target = tmp_path / "deep" / "work.json"
     storage.write_json_atomic(target.as_uri(), {"a": 1})
     assert storage.read_json(target.as_uri()) == {"a": 1}
 
@@ -64,7 +64,7 @@ def test_atomic_writes_leave_no_partial_file(tmp_path: Path, monkeypatch: pytest
         storage.put_file_atomic(target, (tmp_path / "copy.json").as_uri())
     monkeypatch.undo()
     assert storage.read_json(target.as_uri()) == {"a": 1}
-    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["job.json"]
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["work.json"]
     assert not (tmp_path / "copy.json").exists()
 
 

@@ -22,9 +22,9 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from facefusion_provider.airflow_plugin import run_view
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.job.layout import preview_uri_of
 from facefusion_provider.settings import load_settings
 from facefusion_provider.storage.uris import check_allowed, local_path
+from facefusion_provider.work.layout import preview_uri_of
 
 PRESIGNED_SECONDS = 300  # long enough to start a download; the link itself never expires, the signature does
 VALIDATE_TASK_ID = "validate"

@@ -2,7 +2,7 @@
 
 A plugin external view (``destination: dag_run``) that Airflow's UI shows as a tab of every run's page, in a
 same-origin frame: this route of the outputs app (same access check: the user's read access to the DAG's runs). It
-reads what the run's ``validate`` accepted (its ``work_uri`` and ``output_uri`` XComs), the work's ``job.json`` and
+reads what the run's ``validate`` accepted (its ``work_uri`` and ``output_uri`` XComs), the work's ``work.json`` and
 segment markers, and the output's marker; the picture and the video come from the outputs view (``outputs.py``). While
 the run works, the page reloads itself every ``REFRESH_SECONDS``.
 """
@@ -92,7 +92,7 @@ def validate_xcom(dag_id: str, run_id: str, key: str) -> Any:
 def run_progress(dag_id: str, run_id: str) -> RunProgress:
     """The run's progress from its validated work and output (never from the request)."""
     from facefusion_provider.hooks.storage import FaceFusionStorageHook
-    from facefusion_provider.job.layout import WorkLayout
+    from facefusion_provider.work.layout import WorkLayout
 
     if dag_id not in DAG_IDS:
         return RunProgress(accepted=False, done=False, prepared=False, committed=0, total=0, problem=NOT_OURS)
@@ -105,7 +105,7 @@ def run_progress(dag_id: str, run_id: str) -> RunProgress:
             return RunProgress(accepted=True, done=True, prepared=True, committed=0, total=0)
         if not hook.is_prepared(work_uri):
             return RunProgress(accepted=True, done=False, prepared=False, committed=0, total=0)
-        total = len(hook.read_job(work_uri).segments)
+        total = len(hook.read_work(work_uri).segments)
         committed = len(hook.committed_segments(work_uri))
     except Exception as error:  # a view that explains beats a 500: the storage may be unreachable from here
         log.warning("progress of %s %s: %s", dag_id, run_id, error)

@@ -1,6 +1,6 @@
-"""The engine's seam for the worker: the source identity (once per job) and a frame processor (once per process).
+"""The engine's seam for the worker: the source identity (once per work) and a frame processor (once per process).
 
-``prepare_identity`` runs in ``prepare`` and its result goes into ``job.json``, so every span swaps the same identity.
+``prepare_identity`` runs in ``prepare`` and its result goes into ``work.json``, so every span swaps the same identity.
 ``build_frame_processor`` loads every model the options need up front (a missing model fails before any frame is
 decoded) and returns a processor that runs ``options.processors`` in order on batches of frames.
 """
@@ -50,7 +50,7 @@ from facefusion_provider.engine.swap_models import (
     source_crop,
     swap_faces,
 )
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidMediaError, NoFaceError
+from facefusion_provider.exceptions import InputMissingError, InvalidMediaError, InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
 
 IDENTITY_VERSION = 1
@@ -109,7 +109,7 @@ def _source_faces(source_paths: Sequence[str], options: Options, store: ModelSto
 def prepare_identity(
     source_paths: list[str], reference_frame: Frame | None, options: Options, models_dir: str | None
 ) -> dict[str, Any]:
-    """The job's identity for ``job.json``: what the swapper needs of the source faces, and the reference face.
+    """The work's identity for ``work.json``: what the swapper needs of the source faces, and the reference face.
 
     classic: the largest source face as a crop (PNG, base64), its 468 mesh points and their triangles.
     model swappers: the mean of the L2-normalised ArcFace embeddings of each source image's largest face, normalised;
@@ -308,7 +308,7 @@ class FaceProcessor:
 
 
 def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FaceProcessor:
-    """A processor for ``options`` and the job's identity, with every model it needs loaded now."""
+    """A processor for ``options`` and the work's identity, with every model it needs loaded now."""
     log_providers(options.execution_providers)
     store = store_from_environment(models_dir)
     store.session_for(options.face_detector_model, options)
@@ -320,13 +320,13 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
         store.session_for("2dfan4", options)
     if "face_swapper" in options.processors:
         if identity.get("face_swapper_model") != options.face_swapper_model:
-            raise InvalidJobError(
-                f"job.json identity was prepared for face_swapper_model={identity.get('face_swapper_model')!r}, "
-                f"but the options say {options.face_swapper_model!r}: prepare the job again"
+            raise InvalidWorkError(
+                f"work.json identity was prepared for face_swapper_model={identity.get('face_swapper_model')!r}, "
+                f"but the options say {options.face_swapper_model!r}: prepare the work again"
             )
         if options.face_swapper_model == "classic":
             if "classic" not in identity:
-                raise InvalidJobError("job.json identity has no classic source face: prepare the job again")
+                raise InvalidWorkError("work.json identity has no classic source face: prepare the work again")
             processor.classic_source = classic_source_from_json(identity["classic"])
             tflite_interpreter(store.resolve("face_mesh_468"))
         else:
@@ -353,7 +353,7 @@ def _embedding(identity: dict[str, Any], key: str) -> FloatArray:
     try:
         vector = np.asarray(identity[key], np.float32).reshape(-1)
     except (KeyError, ValueError, TypeError):
-        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again") from None
+        raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again") from None
     if vector.size == 0 or not np.all(np.isfinite(vector)):
-        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again")
+        raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again")
     return normalize_embedding(vector)

@@ -33,7 +33,7 @@ from facefusion_provider.engine.face_masks import (
     smoothstep,
 )
 from facefusion_provider.engine.skin_tone import Surround, lab_to_rgb, rgb_to_lab, skin_color, transfer_skin_tone
-from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.options import Options
 
 IntArray = npt.NDArray[np.int32]
@@ -61,7 +61,7 @@ POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed poin
 
 @dataclass(frozen=True)
 class ClassicSource:
-    """The source face as the classic swapper needs it, computed once per job."""
+    """The source face as the classic swapper needs it, computed once per work."""
 
     image: Frame  # the source face crop, RGB
     landmarks: FloatArray  # (468, 2) mesh points in crop pixels
@@ -122,10 +122,10 @@ def classic_source_from_json(data: dict[str, Any]) -> ClassicSource:
         landmarks = np.asarray(data["landmarks_468"], np.float32).reshape(MESH_POINTS, 2)
         triangles = np.asarray(data["triangles"], np.int32).reshape(-1, 3)
     except (KeyError, ValueError, TypeError) as error:
-        raise InvalidJobError(f"job.json identity.classic is incomplete or damaged: {error}") from None
+        raise InvalidWorkError(f"work.json identity.classic is incomplete or damaged: {error}") from None
     image = cv2.imdecode(png, cv2.IMREAD_COLOR)
     if image is None or triangles.size == 0 or triangles.min() < 0 or triangles.max() >= MESH_POINTS:
-        raise InvalidJobError("job.json identity.classic holds no readable source face")
+        raise InvalidWorkError("work.json identity.classic holds no readable source face")
     return ClassicSource(np.ascontiguousarray(image[:, :, ::-1]), landmarks, triangles)
 
 

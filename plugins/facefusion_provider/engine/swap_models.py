@@ -30,7 +30,7 @@ from facefusion_provider.engine.paste import color_weight, create_crop_mask, mat
 from facefusion_provider.engine.recognize import normalize_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore
-from facefusion_provider.exceptions import InvalidJobError, InvalidOptionError, ModelIncompatibleError
+from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError, ModelIncompatibleError
 from facefusion_provider.options import Options
 
 MODEL_SIZE = INSWAPPER.size
@@ -49,7 +49,7 @@ _GRAPH_INITIALIZER_FIELD = 5
 
 @dataclass(frozen=True)
 class SwapIdentity:
-    """What the job's identity holds for a swapper: the normalised mean ArcFace embedding, the crossface-converted
+    """What the work's identity holds for a swapper: the normalised mean ArcFace embedding, the crossface-converted
     embedding (simswap, ghost) and the aligned source crop (blendswap, uniface; RGB uint8)."""
 
     embedding: FloatArray
@@ -82,7 +82,7 @@ def source_crop(image: Frame, face: Face, facts: SwapFacts) -> Frame:
 
 
 def identity_to_json(identity: SwapIdentity) -> dict[str, Any]:
-    """job.json's keys for the swapper: ``source_embedding``, and ``source_converted`` / ``source_image_png_base64``."""
+    """work.json's keys for the swapper: ``source_embedding``, and ``source_converted`` / ``source_image_png_base64``."""
     data: dict[str, Any] = {"source_embedding": identity.embedding.tolist()}
     if identity.converted is not None:
         data["source_converted"] = identity.converted.tolist()
@@ -95,7 +95,7 @@ def identity_to_json(identity: SwapIdentity) -> dict[str, Any]:
 
 
 def identity_from_json(data: dict[str, Any], facts: SwapFacts) -> SwapIdentity:
-    """The swapper's identity from job.json; InvalidJobError when what this swapper needs is missing or damaged."""
+    """The swapper's identity from work.json; InvalidWorkError when what this swapper needs is missing or damaged."""
     embedding = _vector(data, "source_embedding", normalise=True)
     converted = _vector(data, "source_converted", normalise=False) if facts.source == "crossface" else None
     image = _image(data, facts) if facts.source == "image" else None
@@ -106,9 +106,9 @@ def _vector(data: dict[str, Any], key: str, *, normalise: bool) -> FloatArray:
     try:
         vector = np.asarray(data[key], np.float32).reshape(-1)
     except (KeyError, ValueError, TypeError):
-        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again") from None
+        raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again") from None
     if vector.size != EMBEDDING_SIZE or not np.all(np.isfinite(vector)):
-        raise InvalidJobError(f"job.json identity has no usable {key}: prepare the job again")
+        raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again")
     return normalize_embedding(vector) if normalise else vector
 
 
@@ -116,10 +116,10 @@ def _image(data: dict[str, Any], facts: SwapFacts) -> Frame:
     try:
         png = np.frombuffer(base64.b64decode(data["source_image_png_base64"]), np.uint8)
     except (KeyError, ValueError, TypeError):
-        raise InvalidJobError("job.json identity has no source face image: prepare the job again") from None
+        raise InvalidWorkError("work.json identity has no source face image: prepare the work again") from None
     image = cv2.imdecode(png, cv2.IMREAD_COLOR) if png.size else None
     if image is None or image.shape[:2] != (facts.source_size, facts.source_size):
-        raise InvalidJobError("job.json identity holds no readable source face image of the swapper's size")
+        raise InvalidWorkError("work.json identity holds no readable source face image of the swapper's size")
     return np.ascontiguousarray(image[:, :, ::-1])
 
 
@@ -278,7 +278,7 @@ def swap_faces(
     """Swap the source identity into every given face of every frame; all crops go through the model in batches.
 
     ``faces[i]`` are the faces of ``frames[i]`` to swap; a frame with none comes back as the same array. With ``area``
-    among ``face_mask_types`` every face needs its dense landmarks. ``source`` is the job's identity (an embedding
+    among ``face_mask_types`` every face needs its dense landmarks. ``source`` is the work's identity (an embedding
     alone will do for inswapper and hyperswap).
     ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back. With ``pool`` the
     frames are pasted back side by side (a frame's own faces in turn).

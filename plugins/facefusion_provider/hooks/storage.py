@@ -1,5 +1,5 @@
 """The Airflow side's reads and writes of the shared work, run leases, outputs and inputs, all through
-``facefusion_provider.storage`` and ``facefusion_provider.job``."""
+``facefusion_provider.storage`` and ``facefusion_provider.work``."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from airflow.sdk import BaseHook
 from pydantic import ValidationError
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError
-from facefusion_provider.job import leases
-from facefusion_provider.job.claims import scan_work
-from facefusion_provider.job.layout import RootLayout, WorkLayout, output_done
-from facefusion_provider.job.records import JobSpec, OutputMarker, RunLease
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.settings import load_settings
+from facefusion_provider.work import leases
+from facefusion_provider.work.claims import scan_work
+from facefusion_provider.work.layout import RootLayout, WorkLayout, output_done
+from facefusion_provider.work.records import OutputMarker, RunLease, WorkSpec
 
 
 class FaceFusionStorageHook(BaseHook):
-    """Work folders (``job.json``, segment markers, run leases), output markers and input identities, on any fsspec
+    """Work folders (``work.json``, segment markers, run leases), output markers and input identities, on any fsspec
     store.
 
     ``aws_conn_id`` names the Airflow AWS connection for ``s3://`` URIs (default: the ``[facefusion] aws_conn_id``
@@ -57,20 +57,20 @@ class FaceFusionStorageHook(BaseHook):
         else:
             yield
 
-    def read_job(self, work_uri: str) -> JobSpec:
-        """``job.json`` of a prepared work; a missing or unreadable one is an ``InvalidJobError``."""
+    def read_work(self, work_uri: str) -> WorkSpec:
+        """``work.json`` of a prepared work; a missing or unreadable one is an ``InvalidWorkError``."""
         layout = WorkLayout(work_uri)
         try:
             with self.storage_access(work_uri):
-                return JobSpec.model_validate_json(storage.read_bytes(layout.job_json))
+                return WorkSpec.model_validate_json(storage.read_bytes(layout.work_json))
         except InputMissingError:
-            raise InvalidJobError(f"{layout.job_json}: no job.json; run prepare first") from None
+            raise InvalidWorkError(f"{layout.work_json}: no work.json; run prepare first") from None
         except (ValidationError, ValueError) as error:
-            raise InvalidJobError(f"{layout.job_json}: not a job.json of this version: {error}") from None
+            raise InvalidWorkError(f"{layout.work_json}: not a work.json of this version: {error}") from None
 
     def is_prepared(self, work_uri: str) -> bool:
         with self.storage_access(work_uri):
-            return storage.exists(WorkLayout(work_uri).job_json)
+            return storage.exists(WorkLayout(work_uri).work_json)
 
     def committed_segments(self, work_uri: str) -> frozenset[int]:
         """The indexes of the committed segments (one listing)."""

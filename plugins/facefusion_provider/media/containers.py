@@ -56,5 +56,5 @@ def _reason(error: av.FFmpegError) -> str:
 
 
 def fraction_text(value: Fraction) -> str:
-    """``30000/1001`` (and ``30/1``, never ``30``): how job.json writes rates and time bases."""
+    """``30000/1001`` (and ``30/1``, never ``30``): how work.json writes rates and time bases."""
     return f"{value.numerator}/{value.denominator}"

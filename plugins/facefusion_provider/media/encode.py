@@ -1,5 +1,5 @@
 """Encode frames in the final codec with settings that depend only on the options and the target (so every segment of a
-job is encoded alike, on any machine), keeping each frame's original timestamp."""
+work is encoded alike, on any machine), keeping each frame's original timestamp."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 SEGMENT_FORMAT = "mp4"
-LABEL_TAG = "comment"  # a container tag that says which job and frames a segment file holds
+LABEL_TAG = "comment"  # a container tag that says which work and frames a segment file holds
 # A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
 # resumed segment would differ. A fixed count makes segments the same on every machine; 8 frame threads cost nothing
@@ -43,7 +43,7 @@ _opened: set[tuple[object, ...]] = set()  # encoder settings and sizes this proc
 
 @dataclass(frozen=True)
 class EncoderSettings:
-    """Everything that decides the encoded bitstream; identical for every segment of a job."""
+    """Everything that decides the encoded bitstream; identical for every segment of a work."""
 
     codec: str
     pix_fmt: str

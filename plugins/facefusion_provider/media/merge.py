@@ -18,7 +18,7 @@ import av.packet
 import av.stream
 import av.video.stream
 
-from facefusion_provider.exceptions import InvalidJobError, InvalidMediaError
+from facefusion_provider.exceptions import InvalidMediaError, InvalidWorkError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media
 from facefusion_provider.media.encode import LABEL_TAG
 from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS
@@ -92,7 +92,7 @@ def merge_segments(
     The container follows the extension of ``output_path``. An MP4/MOV gets its moov in front (FFmpeg's faststart, a
     second pass over the file), or with ``moov_last`` after the media data, which is then final as soon as it is
     written (``media.faststart`` moves the moov in front later). Without trimming every timestamp is the original's;
-    a trimmed job starts where the original started.
+    a trimmed work starts where the original started.
     """
     _check_contiguous(segments)
     files = _segment_files(segments, paths if paths is not None else _own_paths(segments))
@@ -137,10 +137,10 @@ def _segment_files(segments: Sequence[SegmentFile | PendingSegment], paths: Iter
 
 def _check_contiguous(segments: Sequence[SegmentFile | PendingSegment]) -> None:
     if not segments:
-        raise InvalidJobError("no segments to merge")
+        raise InvalidWorkError("no segments to merge")
     for before, after in itertools.pairwise(segments):
         if before.end != after.start:
-            raise InvalidJobError(
+            raise InvalidWorkError(
                 f"segments are not contiguous: one ends at frame {before.end}, the next starts at {after.start}"
             )
 
@@ -210,7 +210,7 @@ def _video_packets(
             media_errors(segment.path, "reading the segment"),
         ):
             if segment.label is not None and container.metadata.get(LABEL_TAG) != segment.label:
-                raise InvalidJobError(
+                raise InvalidWorkError(
                     f"{segment.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {segment.label!r}"
                 )
             stream = container.streams.video[0]
@@ -237,7 +237,7 @@ def _video_packets(
                 yield _Timed(dts * seconds_per_tick, 0, packet)
         expected = probe.pts[segment.start : segment.end]
         if sorted(seen) != expected:
-            raise InvalidJobError(
+            raise InvalidWorkError(
                 f"{segment.path}: holds {len(seen)} frames with other timestamps than frames {segment.start}-{segment.end - 1} "
                 f"of the target ({len(expected)} frames)"
             )

@@ -14,10 +14,10 @@ from pydantic import JsonValue
 
 from facefusion_provider.exceptions import FaceFusionError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.operators import run_metrics
 from facefusion_provider.settings import load_settings
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import OutputMarker
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def keep_work_for_retry(context: Context) -> None:
         logger.warning("Could not keep work %s for a retry: %s", ticket["work_uri"], error)
 
 
-class CleanupJobOperator(BaseOperator):
+class CleanupWorkOperator(BaseOperator):
     """Once this run's output carries its marker: release the run's lease on ``work_uri``, remove the work unless
     another run's lease is live (docs/protocol.md: whoever holds it, another Airflow or a CLI run), then record an event on
     each outlet asset with ``{"output_uri", "work_id", "frame_count", "sha256"}`` as its extra. Reports the run's

@@ -25,9 +25,9 @@ from facefusion_provider.contract import (
 )
 from facefusion_provider.exceptions import NonRetryableError
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.operators.run_metrics import worker_metric_environment
 from facefusion_provider.settings import load_settings
+from facefusion_provider.work.layout import WorkLayout
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", ru
 
 def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], call: WorkerCall) -> dict[str, str]:
     """Everything a worker command gets from its running task, on every backend: ``worker_env`` and the variables of
-    its metrics (where to push them, and the labels that name this task; the job is the work)."""
+    its metrics (where to push them, and the labels that name this task; the work's id among them)."""
     ti = context["ti"]
     metric_env = worker_metric_environment(ti, environ, work_id=call.work_id)
     env = worker_env(int(ti.try_number), environ, key=task_key(context), run_key=call.run_key)
@@ -155,7 +155,7 @@ def record_failure(context: Mapping[str, Any], failure_class: str, message: str)
 
 @contextlib.contextmanager
 def fail_on_bad_input(context: Mapping[str, Any] | None = None) -> Iterator[None]:
-    """Bad input or a broken job raised on the Airflow side fails the task without retries, with the error's message
+    """Bad input or a broken work raised on the Airflow side fails the task without retries, with the error's message
     (recorded as the task's ``failure`` XCom when ``context`` is given)."""
     try:
         yield

@@ -8,17 +8,17 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.plan import plan_spans
-from facefusion_provider.job.records import JobSpec
 from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import fail_on_bad_input
 from facefusion_provider.settings import load_settings
+from facefusion_provider.work.plan import plan_spans
+from facefusion_provider.work.records import WorkSpec
 
 
-def span_list(job: JobSpec, wave: int) -> list[dict[str, Any]]:
+def span_list(spec: WorkSpec, wave: int) -> list[dict[str, Any]]:
     """One dict per span: ``{"index": 2, "first": 64, "last": 96, "start": 16384, "end": 24576,
     "label": "frames 16384-24575 (32 segments)"}``."""
-    return [{**span.model_dump(), "label": span.label} for span in plan_spans(job.segments, wave)]
+    return [{**span.model_dump(), "label": span.label} for span in plan_spans(spec.segments, wave)]
 
 
 # The one span of a run whose output is published already (a repeat, or a clear after cleanup removed the work).
@@ -26,7 +26,7 @@ PUBLISHED_SPAN: dict[str, Any] = {"index": 0, "first": 0, "last": 0, "start": 0,
 
 
 class PlanSpansOperator(BaseOperator):
-    """Read ``job.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
+    """Read ``work.json`` (written by ``prepare``) and return its spans: ``[facefusion] span_wave`` of them (default
     ``max_active_spans_per_run``; the DAG gives one with ``span_workers = standing``), each a run of consecutive
     segments. When validate found this run's output done there is nothing to plan (the work may be gone): one span
     that has nothing to do. Reports how many segments this run finds committed already (reused) and how many it has to
@@ -53,19 +53,19 @@ class PlanSpansOperator(BaseOperator):
             self.log.info("Validate found this work's output done: nothing to plan")
             return [PUBLISHED_SPAN]
         with fail_on_bad_input(context):
-            job = hook.read_job(self.work_uri)
-        spans = span_list(job, wave)
+            spec = hook.read_work(self.work_uri)
+        spans = span_list(spec, wave)
         committed = hook.committed_segments(self.work_uri)
-        reused = sum(segment.index in committed for segment in job.segments)
+        reused = sum(segment.index in committed for segment in spec.segments)
         self.log.info(
             "Work %s: %d frames in %d segments (%d committed already), %d spans",
-            job.work_id,
-            job.frame_end - job.frame_start,
-            len(job.segments),
+            spec.work_id,
+            spec.frame_end - spec.frame_start,
+            len(spec.segments),
             reused,
             len(spans),
         )
         run_metrics.segments(
-            reused=reused, launched=len(job.segments) - reused, tags=run_metrics.run_tags(context["ti"])
+            reused=reused, launched=len(spec.segments) - reused, tags=run_metrics.run_tags(context["ti"])
         )
         return spans

@@ -15,7 +15,6 @@ from airflow.sdk.exceptions import AirflowException
 
 from facefusion_provider.contract import progress_in_line
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.records import RunLease
 from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import (
     WorkerCall,
@@ -26,6 +25,7 @@ from facefusion_provider.operators.commands import (
 )
 from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.work.records import RunLease
 
 logger = logging.getLogger(__name__)  # an operator's own log shows in its task log like this one
 

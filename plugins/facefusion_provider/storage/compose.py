@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.storage.filesystems import filesystem, storage_errors
 from facefusion_provider.storage.multipart import UPLOAD_MAX_PARTS, UPLOAD_MIN_PART_BYTES, MultipartUpload
 from facefusion_provider.storage.objects import put_file_atomic, replace_confined
@@ -195,7 +195,7 @@ def _read_range(piece: ByteSlice) -> bytes:
     with storage_errors(piece.uri, fs):
         data = bytes(fs.cat_file(path, start=piece.start, end=piece.end))
     if len(data) != piece.size:
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{piece.uri}: bytes {piece.start}-{piece.end - 1} came back as {len(data)} bytes; "
             "it changed or was cut short while it was being read"
         )
@@ -262,11 +262,11 @@ def _copy_range(source: str, piece: ByteSlice, destination: int) -> None:
                     handle.seek(offset)
                     copied = os.write(destination, handle.read(min(remaining, _COPY_BLOCK)))
                 if copied == 0:
-                    raise InvalidJobError(f"{piece.uri}: ends before byte {piece.end - 1}; it was cut short")
+                    raise InvalidWorkError(f"{piece.uri}: ends before byte {piece.end - 1}; it was cut short")
                 offset += copied
                 remaining -= copied
     except FileNotFoundError:
-        raise InvalidJobError(f"{piece.uri}: no such file (it was removed while the output was written)") from None
+        raise InvalidWorkError(f"{piece.uri}: no such file (it was removed while the output was written)") from None
 
 
 def _cut(piece: Piece, most: int) -> Iterator[Piece]:

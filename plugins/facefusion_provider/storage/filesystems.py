@@ -25,8 +25,8 @@ from facefusion_provider import contract
 from facefusion_provider.exceptions import (
     FaceFusionError,
     InputMissingError,
-    InvalidJobError,
     InvalidOptionError,
+    InvalidWorkError,
     RetryableError,
     StorageDeniedError,
 )
@@ -190,7 +190,7 @@ def storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is
         if urlparse(uri).scheme != "s3":
             raise
         if type(error).__name__ == "FileExpired":
-            raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run") from error
+            raise InvalidWorkError(f"{uri}: the object changed while it was being read; start a new run") from error
         if _is_transient(error):
             raise RetryableError(f"{uri}: storage still failing after retries: {error}") from error
         raise

@@ -16,7 +16,7 @@ from typing import IO
 from fsspec.spec import AbstractFileSystem
 
 from facefusion_provider import contract
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.storage.filesystems import filesystem, positive_setting, storage_errors
 from facefusion_provider.storage.uris import local_path
 
@@ -89,7 +89,7 @@ def _download(fs: AbstractFileSystem, remote: str, uri: str, etag: str, target: 
             fs.open(remote, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as src,
         ):
             if str(src.details.get("ETag") or "").strip('"') != etag:
-                raise InvalidJobError(f"{uri}: the object changed while it was being read; start a new run")
+                raise InvalidWorkError(f"{uri}: the object changed while it was being read; start a new run")
             shutil.copyfileobj(src, out, _DOWNLOAD_BLOCK)
         os.replace(temp, target)
     except BaseException:

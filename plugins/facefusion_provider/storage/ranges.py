@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from fsspec.spec import AbstractBufferedFile
 
-from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.storage.filesystems import storage_errors
 
 ByteRange = tuple[int, int]  # bytes [start, end) of a file
@@ -42,7 +42,7 @@ def range_fetcher(uri: str, handle: IO[bytes]) -> Callable[[int, int], bytes] | 
         with storage_errors(uri, fs):
             data = bytes(handle._fetch_range(start, end))
         if len(data) != end - start:
-            raise InvalidJobError(
+            raise InvalidWorkError(
                 f"{uri}: bytes {start}-{end - 1} came back as {len(data)} bytes; the object changed while it was "
                 "being read; start a new run"
             )

@@ -9,8 +9,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job.layout import WorkLayout, work_root_of
 from facefusion_provider.operators import run_metrics
+from facefusion_provider.work.layout import WorkLayout, work_root_of
 
 POLL_SECONDS = 10.0  # one HEAD a poll while nothing changes: about $0.10 a month per waiting run on S3 Standard
 NO_WORKER_SECONDS = 600.0  # a span waits this long for a live standing worker (KEDA may be scaling up from zero)

@@ -8,14 +8,14 @@ from facefusion_provider.worker.run import RunResult, run
 from facefusion_provider.worker.scheduler import swap_span
 from facefusion_provider.worker.serve import ServeResult, serve
 from facefusion_provider.worker.span import SpanResult
-from facefusion_provider.worker.work import load_job
+from facefusion_provider.worker.work import load_work
 
 __all__ = [
     "MergeResult",
     "RunResult",
     "ServeResult",
     "SpanResult",
-    "load_job",
+    "load_work",
     "merge",
     "prepare",
     "run",

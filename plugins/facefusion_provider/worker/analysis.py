@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import AnalysisLayout
-from facefusion_provider.job.records import JobSpec
+from facefusion_provider.work.layout import AnalysisLayout
+from facefusion_provider.work.records import WorkSpec
 from facefusion_provider.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class AnalysedProcessor:
     stored once a whole segment's frames are), then the engine's processors applied to them."""
 
     engine: FaceProcessor
-    spec: JobSpec
+    spec: WorkSpec
     layout: AnalysisLayout | None
     metrics: WorkerMetrics
     counts: AnalysisCounts = field(default_factory=AnalysisCounts)

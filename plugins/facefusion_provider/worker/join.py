@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec
 from facefusion_provider.worker.prefetch import Prefetch
 from facefusion_provider.worker.segments import segment_label
 from facefusion_provider.worker.sound import stored_sound
@@ -40,7 +40,7 @@ class JoinPlan:
     index_s: float
 
 
-def join_refusal(spec: JobSpec, output_uri: str) -> str | None:
+def join_refusal(spec: WorkSpec, output_uri: str) -> str | None:
     """Why the output cannot be joined from indexes whatever the files hold (its container, a trim, a rotation)."""
     extension = posixpath.splitext(urlparse(output_uri).path)[1][1:].lower()
     if extension not in INDEX_JOIN_EXTENSIONS:
@@ -51,7 +51,7 @@ def join_refusal(spec: JobSpec, output_uri: str) -> str | None:
 
 
 def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
-    spec: JobSpec,
+    spec: WorkSpec,
     layout: WorkLayout,
     markers: list[SegmentMarker],
     sizes: dict[str, int],
@@ -113,7 +113,7 @@ def movie_file(uri: str) -> MovieFile | None:
 
 
 def _segment_movie(
-    spec: JobSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
+    spec: WorkSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
 ) -> MovieFile | None:
     """A committed segment's index, checked: the file's listed size, its label and, where the file is local (reading
     it costs no transfer), its checksum and its own moov. A remote file's index comes from its marker, where the
@@ -126,7 +126,7 @@ def _segment_movie(
     if path is not None and local_digest(uri, path) != marker.sha256:
         raise corrupt_segment(layout, marker)
     if listed_size is None:
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
         )
     if marker.moov is None or path is not None:
@@ -137,9 +137,9 @@ def _segment_movie(
         movie = None if index is None else MovieFile(moov, marker.size, index)
     label = segment_label(spec, segment)
     if movie is not None and movie_comment(movie.moov) != label:
-        raise InvalidJobError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
+        raise InvalidWorkError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
     if listed_size != marker.size or (movie is not None and movie.size != marker.size):
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{uri}: holds {listed_size} bytes, its marker {marker.size} (corrupt segment); "
             f"delete {layout.segment_marker(marker.index)} and rerun"
         )
@@ -147,16 +147,16 @@ def _segment_movie(
 
 
 def local_digest(uri: str, path: str) -> str:
-    """The sha256 of a local segment file; InvalidJobError when it is missing."""
+    """The sha256 of a local segment file; InvalidWorkError when it is missing."""
     if not os.path.isfile(path):
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
         )
     return storage.file_sha256(path)
 
 
-def corrupt_segment(layout: WorkLayout, marker: SegmentMarker) -> InvalidJobError:
-    return InvalidJobError(
+def corrupt_segment(layout: WorkLayout, marker: SegmentMarker) -> InvalidWorkError:
+    return InvalidWorkError(
         f"{layout.segment_file(marker.file)}: checksum differs from its marker (corrupt segment); "
         f"delete {layout.segment_marker(marker.index)} and rerun"
     )

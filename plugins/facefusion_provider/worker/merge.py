@@ -24,16 +24,16 @@ from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.inputs import CLI_FIELDS, check_output_format
-from facefusion_provider.job.layout import WorkLayout, output_done, parse_segment_name, preview_uri_of
-from facefusion_provider.job.records import JobSpec, SegmentMarker
+from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
+from facefusion_provider.work.layout import WorkLayout, output_done, parse_segment_name, preview_uri_of
+from facefusion_provider.work.records import SegmentMarker, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.join import corrupt_segment, local_digest, plan_join
 from facefusion_provider.worker.prefetch import Prefetch
 from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import segment_label
-from facefusion_provider.worker.work import checked_uris, load_job, work_layout
+from facefusion_provider.worker.work import checked_uris, load_work, work_layout
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
@@ -70,12 +70,12 @@ def merge(work_uri: str, target: str, output: str) -> MergeResult:
     if done is not None:  # a repeat after cleanup removed the work: the output's marker is all there is to read
         logger.info("output %s is already done", uris.output_uri)
         return MergeResult(uris.output_uri, preview_uri_of(uris.output_uri), done.frame_count, skipped=True)
-    spec = load_job(layout)
+    spec = load_work(layout)
     check_output_format(uris.output_uri, spec.options, CLI_FIELDS)
     return merge_work(spec, layout, uris.target_uri, uris.output_uri)
 
 
-def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
+def merge_work(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
     """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker.
     The caller has checked that the output is not done yet."""
     from facefusion_provider.worker.publish import finish_merge
@@ -112,7 +112,7 @@ def merge_work(spec: JobSpec, layout: WorkLayout, target_uri: str, output_uri: s
 
 
 def _remux(
-    spec: JobSpec, layout: WorkLayout, markers: list[SegmentMarker], target_uri: str, output_uri: str
+    spec: WorkSpec, layout: WorkLayout, markers: list[SegmentMarker], target_uri: str, output_uri: str
 ) -> tuple[int, str, dict[str, float]]:
     """The output remuxed from the segment files and the target's other streams, verified and published: its size,
     sha256 and timings."""
@@ -163,7 +163,7 @@ def _remux(
 
 
 @contextlib.contextmanager
-def _merge_original(spec: JobSpec, target_uri: str, target: MediaSource) -> Iterator[MediaSource]:
+def _merge_original(spec: WorkSpec, target_uri: str, target: MediaSource) -> Iterator[MediaSource]:
     """The target as the merge reads it: a remote MP4/MOV through a ``RangeReader`` that fetches the samples of the
     streams the merge copies ahead of the demuxer, several at once, instead of every block of the file.
 
@@ -207,7 +207,7 @@ def copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], in
     return (ranges, movie.file_size) if ranges else None
 
 
-def _verify_output(spec: JobSpec, output_uri: str, output: MediaSource) -> None:
+def _verify_output(spec: WorkSpec, output_uri: str, output: MediaSource) -> None:
     """The written file holds exactly the work's frames at the original frame times (read back from its packets).
 
     Times are compared from the first frame on: a muxer may move the whole timeline (Matroska starts it at the earliest
@@ -221,18 +221,18 @@ def _verify_output(spec: JobSpec, output_uri: str, output: MediaSource) -> None:
     expected = [(p - wanted[0]) * source_base for p in wanted]
     found = [(p - pts[0]) * time_base for p in pts]
     if len(found) != len(expected) or any(abs(a - b) > time_base for a, b in zip(found, expected, strict=False)):
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{output_uri}: the merged video holds {len(pts)} frames, expected {len(expected)} at the target's "
             "frame times; it was not published"
         )
 
 
-def committed_markers(spec: JobSpec, layout: WorkLayout) -> list[SegmentMarker]:
-    """Every segment's marker, in order; InvalidJobError naming the segments that are not committed."""
+def committed_markers(spec: WorkSpec, layout: WorkLayout) -> list[SegmentMarker]:
+    """Every segment's marker, in order; InvalidWorkError naming the segments that are not committed."""
     return _committed(spec, layout)[0]
 
 
-def _committed(spec: JobSpec, layout: WorkLayout) -> tuple[list[SegmentMarker], dict[str, int]]:
+def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker], dict[str, int]]:
     """Every segment's marker, in order, and the size of every file in the segments' folder by name.
 
     One listing finds the markers; they are read side by side (two requests each on S3: the wait is the latency).
@@ -246,7 +246,7 @@ def _committed(spec: JobSpec, layout: WorkLayout) -> tuple[list[SegmentMarker], 
     }
     missing = [segment.index for segment in spec.segments if segment.index not in listed]
     if missing:
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"work {spec.work_id}: segments {_ranges(missing)} of {len(spec.segments)} are not committed; "
             "run swap-span for them before merge (clear their swap_span tasks)"
         )
@@ -255,7 +255,7 @@ def _committed(spec: JobSpec, layout: WorkLayout) -> tuple[list[SegmentMarker], 
         markers = list(reading.results())
     for segment, marker in zip(spec.segments, markers, strict=True):
         if marker.work_id != spec.work_id or (marker.start, marker.end) != (segment.start, segment.end):
-            raise InvalidJobError(
+            raise InvalidWorkError(
                 f"{layout.segment_marker(segment.index)}: belongs to work {marker.work_id}, frames "
                 f"{marker.start}-{marker.end - 1}, not to segment {segment.index} ({segment.label}) of {spec.work_id}"
             )
@@ -266,7 +266,7 @@ def _read_marker(uri: str) -> SegmentMarker:
     try:
         return SegmentMarker.model_validate_json(storage.read_bytes(uri))
     except ValueError as error:
-        raise InvalidJobError(f"{uri}: not a segment marker ({error}); delete it and rerun its span") from None
+        raise InvalidWorkError(f"{uri}: not a segment marker ({error}); delete it and rerun its span") from None
 
 
 def _ranges(indexes: list[int]) -> str:

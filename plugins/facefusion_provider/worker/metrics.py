@@ -1,7 +1,7 @@
 """What the worker measures, exported with OpenTelemetry when an exporter is configured, and nothing otherwise.
 
 ``worker_metrics()`` returns a ``WorkerMetrics``: a no-op when no exporter is configured (OpenTelemetry is then never
-imported), else one bound to the attributes of this task (dag, run, task, map index, try, job, node, GPU). The frame loop
+imported), else one bound to the attributes of this task (dag, run, task, map index, try, work, node, GPU). The frame loop
 calls it directly: ``metrics.frames("encode", n)``, ``with metrics.timed("swap"): ...``, ``metrics.segment_committed()``.
 
 Configured means ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` (OTLP over HTTP, every

@@ -1,5 +1,5 @@
 """``prepare``: probe the target, plan the segments, compute the source identity once, and write the shared
-``job.json`` (exclusively: of two runs preparing the same work at once, one writes it and both use it)."""
+``work.json`` (exclusively: of two runs preparing the same work at once, one writes it and both use it)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidJobError, InvalidOptionError
-from facefusion_provider.job.ids import analysis_id, work_id
-from facefusion_provider.job.inputs import CLI_FIELDS, RunUris, check_sources
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.plan import plan_segments
-from facefusion_provider.job.records import JobSpec, Segment
+from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
-from facefusion_provider.worker.work import checked_uris, load_job, local_copies, resolve_options, work_layout
+from facefusion_provider.work.ids import analysis_id, work_id
+from facefusion_provider.work.inputs import CLI_FIELDS, RunUris, check_sources
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.plan import plan_segments
+from facefusion_provider.work.records import Segment, WorkSpec
+from facefusion_provider.worker.work import checked_uris, load_work, local_copies, resolve_options, work_layout
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def prepare(
     options: Options | None = None,
     models_dir: str | None = None,
     **option_values: Any,
-) -> JobSpec:
-    """Write ``job.json`` of the work folder ``work_uri`` (or reuse it), whose name must be these inputs' work id."""
+) -> WorkSpec:
+    """Write ``work.json`` of the work folder ``work_uri`` (or reuse it), whose name must be these inputs' work id."""
     resolved = resolve_options(options, option_values)
     uris = checked_uris(source_paths, target_path, None)
     check_sources(uris.source_uris, resolved, CLI_FIELDS)
@@ -46,17 +46,17 @@ def content_ids(uris: RunUris) -> tuple[str, list[str]]:
     return storage.content_id(uris.target_uri), [storage.content_id(source) for source in uris.source_uris]
 
 
-def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir: str | None) -> JobSpec:
+def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir: str | None) -> WorkSpec:
     target_id, source_ids = content_ids(uris)
     expected = work_id(target_id, source_ids, options)
     if layout.work_id != expected:
-        raise InvalidJobError(
+        raise InvalidWorkError(
             f"{layout.work_uri}: this folder is for other inputs or options (these give work {expected}); "
             "the target or a source changed since the run was validated: start a new run"
         )
-    if storage.exists(layout.job_json):
-        logger.info("work %s: job.json exists, reusing it", expected)
-        return load_job(layout)
+    if storage.exists(layout.work_json):
+        logger.info("work %s: work.json exists, reusing it", expected)
+        return load_work(layout)
     from facefusion_provider.media.decode import check_seek_decode
     from facefusion_provider.media.encode import check_encoder, encoder_settings, judged_here
     from facefusion_provider.media.probe import probe_video
@@ -68,7 +68,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         frame_start, frame_end = trimmed_range(options, probe.frame_count)
         segments = plan_segments(frame_start, frame_end, options.segment_size)
         check_seek_decode(target, probe, seek_check_starts(segments), uris.target_uri)
-    spec = JobSpec(
+    spec = WorkSpec(
         work_id=expected,
         target_content_id=target_id,
         source_content_ids=source_ids,
@@ -81,9 +81,9 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         analysis_id=analysis_id(target_id, options) if options.processors else None,
         identity=_identity(uris, options, probe, models_dir) if options.processors else {},
     )
-    if not storage.write_bytes_exclusive(layout.job_json, spec.model_dump_json(indent=2).encode()):
-        logger.info("work %s: another run prepared it meanwhile; using its job.json", expected)
-        return load_job(layout)
+    if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
+        logger.info("work %s: another run prepared it meanwhile; using its work.json", expected)
+        return load_work(layout)
     logger.info("work %s: %d frames in %d segments", expected, frame_end - frame_start, len(spec.segments))
     return spec
 

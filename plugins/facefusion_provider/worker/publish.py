@@ -27,11 +27,11 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri, preview_uri_of
-from facefusion_provider.job.records import JobSpec, OutputMarker
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS, faststart_head, media_start, moov_at_end
 from facefusion_provider.media.mp4index import UnsupportedLayoutError
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri, preview_uri_of
+from facefusion_provider.work.records import OutputMarker, WorkSpec
 from facefusion_provider.worker.merge import MergeResult
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ class _JoinedReader(io.RawIOBase):
 
 
 def finish_merge(
-    spec: JobSpec,
+    spec: WorkSpec,
     layout: WorkLayout,
     output_uri: str,
     *,
@@ -362,7 +362,7 @@ def finish_merge(
     return MergeResult(output_uri, preview_uri, frames, skipped=False, timings=rounded, method=method)
 
 
-def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
+def _preview(spec: WorkSpec, layout: WorkLayout) -> bytes:
     """The contact sheet from the thumbnail pairs that the segments stored for the preview frames they hold."""
     from facefusion_provider.media.preview import contact_sheet, preview_frames
 
@@ -374,5 +374,5 @@ def _preview(spec: JobSpec, layout: WorkLayout) -> bytes:
         else:
             logger.warning("preview frame %d has no thumbnail (%s); the preview leaves it out", number, uri)
     if not columns:
-        raise InvalidJobError(f"work {spec.work_id}: no preview frame has a thumbnail; rerun its segments")
+        raise InvalidWorkError(f"work {spec.work_id}: no preview frame has a thumbnail; rerun its segments")
     return contact_sheet(columns)

@@ -1,4 +1,4 @@
-"""``run``: the whole job in one process (prepare, every segment in one pass, merge), the baseline the DAG is measured
+"""``run``: the whole work in one process (prepare, every segment in one pass, merge), the baseline the DAG is measured
 against. It holds a lease on the shared work like a DAG run does, and removes the work afterwards unless another run
 holds one too, or ``keep_work`` is set."""
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from facefusion_provider.job import leases
-from facefusion_provider.job.ids import work_id
-from facefusion_provider.job.inputs import CLI_FIELDS, check_output_format, check_sources
-from facefusion_provider.job.layout import WorkLayout, output_done, preview_uri_of
-from facefusion_provider.job.records import RunHolder, RunLease
 from facefusion_provider.options import Options
+from facefusion_provider.work import leases
+from facefusion_provider.work.ids import work_id
+from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format, check_sources
+from facefusion_provider.work.layout import WorkLayout, output_done, preview_uri_of
+from facefusion_provider.work.records import RunHolder, RunLease
 from facefusion_provider.worker.merge import merge_work
 from facefusion_provider.worker.prepare import content_ids, prepare_work
 from facefusion_provider.worker.span import FrameProcessors, work_segments
@@ -47,7 +47,7 @@ def run(
     options: Options | None = None,
     **option_values: Any,
 ) -> RunResult:
-    """The whole job in this process; the work folder is removed afterwards (unless another run uses it)."""
+    """The whole work in this process; the work folder is removed afterwards (unless another run uses it)."""
     began = time.perf_counter()
     resolved = resolve_options(options, option_values)
     uris = checked_uris(source_paths, target_path, output_path)

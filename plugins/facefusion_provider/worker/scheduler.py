@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, InvalidJobError, InvalidOptionError
-from facefusion_provider.job import leases
-from facefusion_provider.job.claims import (
+from facefusion_provider.exceptions import FaceFusionError, InvalidOptionError, InvalidWorkError
+from facefusion_provider.options import Options
+from facefusion_provider.work import leases
+from facefusion_provider.work.claims import (
     SegmentClaims,
     WorkState,
     latest_claims,
@@ -28,7 +29,7 @@ from facefusion_provider.job.claims import (
     longest_free_run,
     scan_work,
 )
-from facefusion_provider.job.layout import (
+from facefusion_provider.work.layout import (
     PREPARE_CLAIM,
     WORK_FOLDER,
     WorkLayout,
@@ -36,12 +37,11 @@ from facefusion_provider.job.layout import (
     output_done,
     work_root_of,
 )
-from facefusion_provider.job.leases import help_seconds
-from facefusion_provider.job.records import JobSpec, RunLease
-from facefusion_provider.options import Options
+from facefusion_provider.work.leases import help_seconds
+from facefusion_provider.work.records import RunLease, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
-from facefusion_provider.worker.work import checked_uris, load_job, work_layout
+from facefusion_provider.worker.work import checked_uris, load_work, work_layout
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +121,11 @@ class FreeRun:
 
 @dataclass
 class HelpMemory:
-    """What a helping worker remembers between passes, to spare requests: job specs (``job.json`` never changes),
+    """What a helping worker remembers between passes, to spare requests: work specs (``work.json`` never changes),
     works found complete, works it gave up on, what it saw of each work's free segments. Works no longer live are
     forgotten."""
 
-    specs: dict[str, JobSpec] = field(default_factory=dict)
+    specs: dict[str, WorkSpec] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
     leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
@@ -188,7 +188,7 @@ def work_live_runs(scope: Scope, models_dir: str | None, memory: HelpMemory | No
     it, or a lease after it had nothing free (a holder may have died). A run this worker cannot help (its target
     unreadable here, a broken work) is left to its own tasks: helping never fails the worker.
 
-    A ``standing`` worker also prepares a live run's work that has no job.json yet (``prepare_waiting_work``), and
+    A ``standing`` worker also prepares a live run's work that has no work.json yet (``prepare_waiting_work``), and
     merges the outputs of the live runs of a work it leaves complete (``merge_waiting_outputs``): a run's GPU work
     then starts and ends without waiting for Airflow to start its prepare and merge tasks."""
     helped, memory = Helped(), memory or HelpMemory()
@@ -252,8 +252,8 @@ def _look(
     spec = memory.specs.get(work)
     if spec is None:
         try:
-            spec = memory.specs[work] = load_job(other.layout)
-        except InvalidJobError:
+            spec = memory.specs[work] = load_work(other.layout)
+        except InvalidWorkError:
             return None  # not prepared yet
         except FaceFusionError as error:
             logger.warning("work %s: not helped (%s)", work, error)
@@ -307,14 +307,14 @@ def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: H
 
 
 def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMemory, *, owner: str) -> None:
-    """Writes the job.json of a live run's work from the inputs and options in its lease, once among workers (an
+    """Writes the work.json of a live run's work from the inputs and options in its lease, once among workers (an
     exclusive claim), unless it exists; the run's prepare task then reuses it. A failure is only logged: the prepare
     task prepares as before and reports it."""
     from facefusion_provider.options import Options
     from facefusion_provider.worker.prepare import prepare_work
 
     lease, layout = other.lease, other.layout
-    if lease is None or lease.options is None or storage.exists(layout.job_json):
+    if lease is None or lease.options is None or storage.exists(layout.work_json):
         return
     claims = SegmentClaims(layout, owner=owner)
     if not claims.take_name(PREPARE_CLAIM, WorkState(frozenset(), latest_claims(layout))):

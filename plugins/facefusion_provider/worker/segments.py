@@ -18,10 +18,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.claims import SegmentClaims, WorkState, commit_marker, longest_free_run, scan_work
-from facefusion_provider.job.layout import WorkLayout, segment_file_name
-from facefusion_provider.job.records import JobSpec, Segment, SegmentMarker
+from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.work.claims import SegmentClaims, WorkState, commit_marker, longest_free_run, scan_work
+from facefusion_provider.work.layout import WorkLayout, segment_file_name
+from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec
 from facefusion_provider.worker.metrics import WorkerMetrics
 from facefusion_provider.worker.progress import Progress
 
@@ -39,7 +39,7 @@ PREROLLS_KEPT = 4  # pre-rolls decoded and not yet taken by the frame processor,
 COMMITS_AHEAD = 2  # segments encoded and waiting for their upload at most: bounds the temporary disk a worker uses
 
 
-def segment_label(spec: JobSpec, segment: Segment) -> str:
+def segment_label(spec: WorkSpec, segment: Segment) -> str:
     """Stored in the segment file itself: the merge refuses a file that holds another work's or segment's frames."""
     return f"facefusion-provider work {spec.work_id} segment {segment.index} {segment.label}"
 
@@ -50,7 +50,7 @@ class SegmentPicker:
     the longest run of free segments anywhere, which is the tail of the span with the most work left, worked forward
     so the decoder seeks once per stolen run while the span's owner keeps the front half."""
 
-    spec: JobSpec
+    spec: WorkSpec
     own: range
     claims: SegmentClaims
     layout: WorkLayout
@@ -104,7 +104,7 @@ class SegmentPicker:
         return run[len(run) // 2 :][:1]
 
 
-def chosen_media_paths(spec: JobSpec, metrics: WorkerMetrics) -> MediaPaths:
+def chosen_media_paths(spec: WorkSpec, metrics: WorkerMetrics) -> MediaPaths:
     """This machine's decode and encode paths for the work (NVDEC/NVENC or software), chosen once per span and
     counted; an NVENC encoder on a GPU known to lack NVENC raises ``InvalidOptionError`` before any frame."""
     from facefusion_provider.media.decode import opened_decode_plan
@@ -209,7 +209,7 @@ class Committer:
 
     def __init__(
         self,
-        spec: JobSpec,
+        spec: WorkSpec,
         layout: WorkLayout,
         claims: SegmentClaims,
         on_commit: Callable[[Segment], None],
@@ -269,7 +269,7 @@ class Committer:
         began = time.perf_counter()
         try:
             if frame_count != segment.frame_count:
-                raise InvalidJobError(
+                raise InvalidWorkError(
                     f"segment {segment.index}: encoded {frame_count} frames, expected {segment.frame_count}"
                 )
             name = segment_file_name(segment.index, self.claims.holder)
@@ -323,7 +323,7 @@ class SegmentWriter:
 
     def __init__(
         self,
-        spec: JobSpec,
+        spec: WorkSpec,
         folder: str,
         committer: Committer,
         frames: SegmentFrames,
@@ -350,7 +350,7 @@ class SegmentWriter:
         if self._segment is None:
             self._open(segment)
         elif segment.index != self._segment.index:
-            raise InvalidJobError(
+            raise InvalidWorkError(
                 f"frame {number} of segment {segment.index} arrived before segment {self._segment.index} was complete"
             )
         assert self._encoder is not None

@@ -26,10 +26,10 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from facefusion_provider import storage
-from facefusion_provider.job import leases, liveness
-from facefusion_provider.job.layout import RootLayout
-from facefusion_provider.job.liveness import LeaseKind
-from facefusion_provider.job.records import StandingWorker
+from facefusion_provider.work import leases, liveness
+from facefusion_provider.work.layout import RootLayout
+from facefusion_provider.work.liveness import LeaseKind
+from facefusion_provider.work.records import StandingWorker
 from facefusion_provider.worker.scheduler import Helped, HelpMemory, Scope, work_live_runs
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ frames: reaching them reads the whole target)."""
 from __future__ import annotations
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.work.layout import WorkLayout
 
 
 def store_sound(layout: WorkLayout, target_uri: str) -> int:

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 from facefusion_provider import storage
 from facefusion_provider.contract import SpanProgress
-from facefusion_provider.job import leases
-from facefusion_provider.job.claims import (
+from facefusion_provider.metric_names import WORK_ID
+from facefusion_provider.work import leases
+from facefusion_provider.work.claims import (
     SegmentClaims,
     check_conditional_writes,
     scan_work,
 )
-from facefusion_provider.job.layout import AnalysisLayout, WorkLayout
-from facefusion_provider.job.records import JobSpec, Segment
-from facefusion_provider.metric_names import WORK_ID
+from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
+from facefusion_provider.work.records import Segment, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
 from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
@@ -35,7 +35,7 @@ from facefusion_provider.worker.segments import (
     SegmentWriter,
     chosen_media_paths,
 )
-from facefusion_provider.worker.work import checked_uris, load_job
+from facefusion_provider.worker.work import checked_uris, load_work
 
 logger = logging.getLogger(__name__)
 
@@ -61,26 +61,26 @@ class SpanResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def load_or_prepare(layout: WorkLayout, run_key: str, models_dir: str | None) -> JobSpec:
-    """The work's job.json; when it is missing and the run's lease carries its inputs and options (docs/protocol.md,
+def load_or_prepare(layout: WorkLayout, run_key: str, models_dir: str | None) -> WorkSpec:
+    """The work's work.json; when it is missing and the run's lease carries its inputs and options (docs/protocol.md,
     "Queued Airflow runs"), the work prepared again from them."""
-    if run_key and not storage.exists(layout.job_json):
+    if run_key and not storage.exists(layout.work_json):
         lease = leases.read_lease(layout.run_lease(run_key))
         if lease is not None and lease.options is not None:
             from facefusion_provider.options import Options
             from facefusion_provider.worker.prepare import prepare_work
 
-            logger.info("work %s: no job.json (removed while this run waited); preparing it again", layout.work_id)
+            logger.info("work %s: no work.json (removed while this run waited); preparing it again", layout.work_id)
             uris = checked_uris(lease.source_uris, lease.target_uri, None)
             return prepare_work(layout, uris, Options.model_validate(lease.options), models_dir)
-    return load_job(layout)
+    return load_work(layout)
 
 
 class FrameProcessors:
     """Builds the frame processor once, only when a segment really needs it: the engine's, reading and writing the
     target's stored analysis under ``work_root`` (the work folder's root)."""
 
-    def __init__(self, spec: JobSpec, models_dir: str | None, work_root: str | None = None) -> None:
+    def __init__(self, spec: WorkSpec, models_dir: str | None, work_root: str | None = None) -> None:
         self._spec, self._models_dir, self._work_root = spec, models_dir, work_root
         self._processor: AnalysedProcessor | None = None
         self.load_seconds = 0.0
@@ -111,7 +111,7 @@ class FrameProcessors:
 
 
 def work_segments(
-    spec: JobSpec,
+    spec: WorkSpec,
     layout: WorkLayout,
     target_uri: str,
     own: range,
@@ -127,7 +127,7 @@ def work_segments(
 
     With ``own`` empty the worker is helping another run: it works that run's free segments until none is left or
     ``deadline`` (``time.monotonic()``) passes, and waits for nobody. ``guard`` is called before each claim and each
-    commit: it raises to stop the worker (its run's lease was removed: ``job.leases.RunHold.check``).
+    commit: it raises to stop the worker (its run's lease was removed: ``work.leases.RunHold.check``).
     """
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.preview import preview_frames

@@ -1,5 +1,5 @@
 """What every worker command shares: options, the run's URIs checked against the worker's own allow-lists, the
-shared ``job.json``, and local copies of remote sources."""
+shared ``work.json``, and local copies of remote sources."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError
-from facefusion_provider.job.inputs import CLI_FIELDS, RunUris, run_uris
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JOB_FORMAT_VERSION, JobSpec
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.options import Options, parse_options
+from facefusion_provider.work.inputs import CLI_FIELDS, RunUris, run_uris
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import WORK_FORMAT_VERSION, WorkSpec
 from facefusion_provider.worker.scratch import scratch_folder
 
 WORK_ROOT_FOLDER = "facefusion-provider"
@@ -60,27 +60,27 @@ def run_held(work_uri: str, run_key: str) -> Iterator[Callable[[], None] | None]
     if not run_key:
         yield None
         return
-    from facefusion_provider.job import leases
+    from facefusion_provider.work import leases
 
     with leases.renewing(work_layout(work_uri), run_key) as held:
         yield held.check
 
 
-def load_job(layout: WorkLayout) -> JobSpec:
-    """``job.json`` of the work folder; InvalidJobError when it is missing, from another format, or unreadable."""
-    uri = layout.job_json
+def load_work(layout: WorkLayout) -> WorkSpec:
+    """``work.json`` of the work folder; InvalidWorkError when it is missing, from another format, or unreadable."""
+    uri = layout.work_json
     if not storage.exists(uri):
-        raise InvalidJobError(f"{uri}: no job.json; run prepare for this work first")
+        raise InvalidWorkError(f"{uri}: no work.json; run prepare for this work first")
     data = storage.read_json(uri)
-    if not isinstance(data, dict) or data.get("format_version") != JOB_FORMAT_VERSION:
+    if not isinstance(data, dict) or data.get("format_version") != WORK_FORMAT_VERSION:
         found = data.get("format_version") if isinstance(data, dict) else None
-        raise InvalidJobError(
-            f"{uri}: job format {found}, this worker reads format {JOB_FORMAT_VERSION}; prepare it again"
+        raise InvalidWorkError(
+            f"{uri}: work format {found}, this worker reads format {WORK_FORMAT_VERSION}; prepare it again"
         )
     try:
-        return JobSpec.model_validate(data)
+        return WorkSpec.model_validate(data)
     except ValueError as error:
-        raise InvalidJobError(f"{uri}: not a valid job.json ({error})") from None
+        raise InvalidWorkError(f"{uri}: not a valid work.json ({error})") from None
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Acceptance scenarios on a real multi-process Airflow (scheduler, dag-processor, API server and triggerer as separate
 processes, LocalExecutor, Postgres) with the shared work and the outputs on S3: moto's server behind a recording proxy,
-reached only through an Airflow AWS connection (the cluster has no AWS variables), so every exclusive create (job.json,
+reached only through an Airflow AWS connection (the cluster has no AWS variables), so every exclusive create (work.json,
 claims, segment markers) is a real conditional PUT (``If-None-Match: *``).
 
 One cluster for the module:

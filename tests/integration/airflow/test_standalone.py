@@ -16,7 +16,7 @@ import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow, conf, count_frames, make_clip, make_image
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.work.layout import WorkLayout
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def test_spans_failing_once_are_retried_and_the_output_is_published_on_a_fresh_a
     assert count_frames(output) == 24
     events = server.api("GET", "/api/v2/assets/events", params={"limit": 100})["asset_events"]
     assert any(event["extra"].get("output_uri") == output.as_uri() for event in events)
-    assert not storage.exists(WorkLayout(server.xcom(run_id, "validate", "work_uri")).job_json)  # cleanup removed it
+    assert not storage.exists(WorkLayout(server.xcom(run_id, "validate", "work_uri")).work_json)  # cleanup removed it
 
 
 def test_a_failed_span_is_cleared_alone_and_new_runs_reuse_committed_work(
@@ -116,7 +116,7 @@ def test_a_failed_span_is_cleared_alone_and_new_runs_reuse_committed_work(
     assert server.wait(failed_run) == "success", server.task_states(failed_run)
     assert _spans(server, failed_run) == {**before, 3: ("success", 2)}
     assert count_frames(first_output) == 32
-    assert not storage.exists(layout.job_json)  # both runs are done: the last cleanup removed the shared work
+    assert not storage.exists(layout.work_json)  # both runs are done: the last cleanup removed the shared work
 
     # A run after the successful one (and its cleanup) finds the output carrying its work id and does no work at all.
     repeat_run = server.trigger(second_conf)
@@ -132,7 +132,7 @@ def test_clearing_a_span_of_a_finished_run_keeps_it_a_success(server: Standalone
     run_id = server.trigger(conf([media / "face.png"], media / "cleared.mp4", output, segment_size=8, processors=[]))
     assert server.wait(run_id) == "success"
     work_uri = server.xcom(run_id, "validate", "work_uri")
-    assert not storage.exists(WorkLayout(work_uri).job_json)  # cleanup removed the shared work
+    assert not storage.exists(WorkLayout(work_uri).work_json)  # cleanup removed the shared work
 
     server.api(
         "POST",

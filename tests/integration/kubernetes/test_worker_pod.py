@@ -32,16 +32,16 @@ from moto.server import ThreadedMotoServer
 
 from facefusion_provider import storage
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.job import leases
-from facefusion_provider.job.ids import run_key
-from facefusion_provider.job.layout import RootLayout, WorkLayout, output_done, output_marker_uri
-from facefusion_provider.job.leases import live_standing_workers
-from facefusion_provider.job.records import Claim, JobSpec, RunHolder, RunLease, SegmentMarker
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.operators.plan import span_list
 from facefusion_provider.operators.validate import StorageChecks, validate_conf
 from facefusion_provider.settings import FaceFusionSettings
+from facefusion_provider.work import leases
+from facefusion_provider.work.ids import run_key
+from facefusion_provider.work.layout import RootLayout, WorkLayout, output_done, output_marker_uri
+from facefusion_provider.work.leases import live_standing_workers
+from facefusion_provider.work.records import Claim, RunHolder, RunLease, SegmentMarker, WorkSpec
 
 pytestmark = pytest.mark.slow
 
@@ -148,7 +148,7 @@ class PreparedWork:
     work_uri: str
     output_uri: str
     target_uri: str
-    job: JobSpec
+    spec: WorkSpec
 
 
 def _prepared_work(s3_endpoint: str) -> PreparedWork:
@@ -179,9 +179,9 @@ def _prepared_work(s3_endpoint: str) -> PreparedWork:
         output_uri=output_uri,
         worker_args=ticket["prepare_args"],
     ).execute(_context("prepare"))  # type: ignore[arg-type]
-    job = hook.read_job(work_uri)
-    assert len(job.segments) == 3 and job.options.processors == ["face_swapper"]  # a real swap, not a pass-through
-    return PreparedWork(work_uri, output_uri, target_uri, job)
+    spec = hook.read_work(work_uri)
+    assert len(spec.segments) == 3 and spec.options.processors == ["face_swapper"]  # a real swap, not a pass-through
+    return PreparedWork(work_uri, output_uri, target_uri, spec)
 
 
 @contextlib.contextmanager
@@ -227,7 +227,7 @@ def test_span_pod_commits_the_same_segment_as_the_local_backend(
     work = _prepared_work(s3_endpoint)
     work_uri, output_uri, target_uri = work.work_uri, work.output_uri, work.target_uri
     hook = FaceFusionStorageHook()
-    span = span_list(work.job, wave=3)[SPAN_INDEX]
+    span = span_list(work.spec, wave=3)[SPAN_INDEX]
     assert (span["first"], span["last"], span["start"], span["end"]) == (1, 2, 8, 16)
 
     secret_name = f"facefusion-storage-{uuid.uuid4().hex[:8]}"
@@ -384,7 +384,7 @@ def test_standing_worker_pod_from_the_deployment_commits_every_segment_like_the_
     _forget_commits(layout)
     storage.delete(output_marker_uri(work.output_uri))
     assert not hook.committed_segments(work.work_uri)
-    (span,) = span_list(work.job, wave=1)
+    (span,) = span_list(work.spec, wave=1)
     FaceFusionWorkerOperator(
         task_id="swap_span",
         command="swap-span",

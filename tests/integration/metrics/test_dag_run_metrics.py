@@ -25,10 +25,10 @@ from demo_clip import short_demo_clip
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.job.layout import output_marker_uri
-from facefusion_provider.job.records import OutputMarker
 from facefusion_provider.media.images import rgb_array
 from facefusion_provider.options import Options
+from facefusion_provider.work.layout import output_marker_uri
+from facefusion_provider.work.records import OutputMarker
 
 pytestmark = pytest.mark.slow
 

@@ -31,8 +31,8 @@ from helm_python import Chart
 from otlp_receiver import OtlpReceiver, Point, child_environment
 from test_prometheus_remote_write import prometheus, query  # noqa: F401  (prometheus: a fixture)
 
-from facefusion_provider.job.layout import output_marker_uri
 from facefusion_provider.metric_names import MetricKind, prometheus_name
+from facefusion_provider.work.layout import output_marker_uri
 from facefusion_provider.worker.remote_write import HEADERS, Sample, snappy_block, write_request
 
 pytestmark = pytest.mark.slow

@@ -137,11 +137,11 @@ def test_prometheus_answers_with_a_real_worker_runs_frame_total(prometheus: str,
     assert worker.returncode == 0, worker.stderr
     assert "remote write" not in worker.stderr  # no failed push
 
-    job = f'work_id="{json.loads(worker.stdout)["work_id"]}"'
+    selector = f'work_id="{json.loads(worker.stdout)["work_id"]}"'
     for stage in ("decode", "swap", "encode"):
-        (total,) = query(prometheus, f'sum({names.FRAMES.prometheus}{{stage="{stage}", {job}}})')
+        (total,) = query(prometheus, f'sum({names.FRAMES.prometheus}{{stage="{stage}", {selector}}})')
         assert total["value"][1] == str(frames) == "24", stage  # type: ignore[index]
-    (segments,) = query(prometheus, f"sum({names.SEGMENTS_COMMITTED.prometheus}{{{job}}})")
+    (segments,) = query(prometheus, f"sum({names.SEGMENTS_COMMITTED.prometheus}{{{selector}}})")
     assert segments["value"][1] == "3"  # type: ignore[index]
-    (swapped,) = query(prometheus, f'sum({names.FACES.prometheus}{{kind="swapped", {job}}})')
+    (swapped,) = query(prometheus, f'sum({names.FACES.prometheus}{{kind="swapped", {selector}}})')
     assert 0 < int(swapped["value"][1]) <= frames  # type: ignore[index]  # one face per frame at most

@@ -23,21 +23,21 @@ import asyncio, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import airflow.jobs.triggerer_job_runner  # what `airflow triggerer` imports before it forks its trigger runner
 from pathlib import Path
-from written import commit_segment, write_job
+from written import commit_segment, write_work
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
 
-job = write_job(Path(sys.argv[2]), Path(sys.argv[2]) / "out.mp4", frames=40, segment_size=8)
-commit_segment(job, 0)
+work = write_work(Path(sys.argv[2]), Path(sys.argv[2]) / "out.mp4", frames=40, segment_size=8)
+commit_segment(work, 0)
 pid = os.fork()
 if pid == 0:  # the trigger runner
-    trigger = SpanCommittedTrigger(job.work_uri, 0, 5, poll_seconds=0.1, dag_id="facefusion_swap", run_id="manual__k")
+    trigger = SpanCommittedTrigger(work.work_uri, 0, 5, poll_seconds=0.1, dag_id="facefusion_swap", run_id="manual__k")
 
     async def wait() -> None:
         events = trigger.run()
         first = asyncio.ensure_future(anext(events))
         await asyncio.sleep(float(sys.argv[3]))  # a few exports of the waiting count
         for index in range(1, 5):
-            commit_segment(job, index)
+            commit_segment(work, index)
         print((await asyncio.wait_for(first, 20)).payload, flush=True)
         await events.aclose()
         await asyncio.sleep(float(sys.argv[3]))  # the long-lived process exports the 0 on its schedule

@@ -19,8 +19,8 @@ from facefusion_provider.hooks.ledger import IngestLedgerHook
 
 
 def test_objects_round_trip(s3: S3Stack, tmp_path: Path) -> None:
-    storage.write_json_atomic("s3://work/t/round/job.json", {"a": 1})
-    assert storage.read_json("s3://work/t/round/job.json") == {"a": 1}
+    storage.write_json_atomic("s3://work/t/round/work.json", {"a": 1})
+    assert storage.read_json("s3://work/t/round/work.json") == {"a": 1}
     local = tmp_path / "blob.bin"
     local.write_bytes(os.urandom(3000))
     storage.put_file_atomic(local, "s3://work/t/round/blob.bin")
@@ -30,7 +30,7 @@ def test_objects_round_trip(s3: S3Stack, tmp_path: Path) -> None:
     assert storage.content_id("s3://work/t/round/blob.bin").startswith("etag:")
     assert [o.uri for o in storage.list_files("s3://work/t/round/")] == [
         "s3://work/t/round/blob.bin",
-        "s3://work/t/round/job.json",
+        "s3://work/t/round/work.json",
     ]
     storage.remove_tree("s3://work/t/round")
     assert storage.list_files("s3://work/t/round/") == []

@@ -24,8 +24,8 @@ from s3_servers import Fault
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
-from facefusion_provider.job.claims import SegmentClaims, scan_work
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.work.claims import SegmentClaims, scan_work
+from facefusion_provider.work.layout import WorkLayout
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 LOSSLESS = ["--processors", "--output-video-quality", "100"]

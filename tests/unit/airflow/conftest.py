@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from recorded_stats import RecordedStats, recorded_stats
-from written import Written, commit_output, commit_segment, write_job
+from written import Written, commit_output, commit_segment, write_work
 
 
 @pytest.fixture(autouse=True)
@@ -30,9 +30,9 @@ def _isolated_airflow(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     yield
 
 
-@pytest.fixture(name="write_job")
-def write_job_fixture() -> Callable[..., Written]:
-    return write_job
+@pytest.fixture(name="write_work")
+def write_work_fixture() -> Callable[..., Written]:
+    return write_work
 
 
 @pytest.fixture(name="commit_segment")

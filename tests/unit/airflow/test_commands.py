@@ -70,7 +70,7 @@ def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_whe
     assert worker_env(1, {})["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
 
 
-def test_a_tasks_env_adds_its_metric_labels_the_work_as_job_and_where_to_push() -> None:
+def test_a_tasks_env_adds_its_metric_labels_the_work_id_and_where_to_push() -> None:
     ti = SimpleNamespace(dag_id="facefusion_swap", run_id="manual__1", task_id="swap_span", map_index=2, try_number=3)
     airflow_side = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",
@@ -128,7 +128,7 @@ def test_without_exit_code_the_report_decides() -> None:
 
 def test_completed_work_from_markers_and_validates_finding(
     tmp_path: Path,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Path],
 ) -> None:
     hook = FaceFusionStorageHook()
@@ -139,14 +139,14 @@ def test_completed_work_from_markers_and_validates_finding(
     assert completed_work(hook, prepare) is None
     assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None  # no work yet: the worker runs
 
-    job = write_job(tmp_path, tmp_path / "out.mp4")
+    work = write_work(tmp_path, tmp_path / "out.mp4")
     assert completed_work(hook, prepare) == "work work0 is already prepared"
     assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None
     assert completed_work(hook, merge) is None
 
-    commit_segment(job, 0)
+    commit_segment(work, 0)
     assert completed_work(hook, swap, hook.committed_segments(work_uri)) is None  # one of two
-    commit_segment(job, 1)
+    commit_segment(work, 1)
     assert completed_work(hook, swap, hook.committed_segments(work_uri)) == (
         "every segment of span 0 (frames 0-15 (2 segments)) is committed"
     )
@@ -157,16 +157,16 @@ def test_completed_work_from_markers_and_validates_finding(
 
 
 def test_the_output_is_done_only_with_this_works_readable_marker(
-    tmp_path: Path, write_job: Callable[..., Any], commit_output: Callable[..., None]
+    tmp_path: Path, write_work: Callable[..., Any], commit_output: Callable[..., None]
 ) -> None:
     hook = FaceFusionStorageHook()
-    job = write_job(tmp_path, tmp_path / "out.mp4")
+    work = write_work(tmp_path, tmp_path / "out.mp4")
     (tmp_path / "out.mp4").write_bytes(b"video")
     (tmp_path / ".out.mp4.facefusion.json").write_text("{not json")
-    assert hook.output_done(job.output_uri, "work0") is None  # unreadable: redo
+    assert hook.output_done(work.output_uri, "work0") is None  # unreadable: redo
 
-    commit_output(job, work_id="another-work")
-    assert hook.output_done(job.output_uri, "work0") is None  # another work's output: this run's merge runs
-    commit_output(job)
-    assert hook.output_done(job.output_uri, "work0") is not None
+    commit_output(work, work_id="another-work")
+    assert hook.output_done(work.output_uri, "work0") is None  # another work's output: this run's merge runs
+    commit_output(work)
+    assert hook.output_done(work.output_uri, "work0") is not None
     assert hook.output_done((tmp_path / "elsewhere.mp4").as_uri(), "work0") is None

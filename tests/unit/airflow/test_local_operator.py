@@ -43,8 +43,8 @@ def _context(try_number: int = 1, store: _StateStore | None = None) -> Any:
     return {"ti": ti, "task_state_store": store or _StateStore()}
 
 
-def _span(job: Any, index: int, wave: int = 3) -> dict[str, Any]:
-    return span_list(job.spec, wave)[index]
+def _span(work: Any, index: int, wave: int = 3) -> dict[str, Any]:
+    return span_list(work.spec, wave)[index]
 
 
 def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
@@ -89,46 +89,46 @@ def test_prepare_runs_the_worker_with_the_contract_argv_and_environment(
 def test_a_span_whose_segments_are_all_committed_starts_no_process(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Path],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)  # 5 segments: spans 0-1, 2, 3-4
-    commit_segment(job, 4)
-    commit_segment(job, 2)  # span 1 is done; span 2 is half done
+    work = write_work(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)  # 5 segments: spans 0-1, 2, 3-4
+    commit_segment(work, 4)
+    commit_segment(work, 2)  # span 1 is done; span 2 is half done
 
     for index in (2, 1):
         FaceFusionWorkerOperator(
             task_id="swap_span",
             command="swap-span",
-            work_uri=job.work_uri,
-            output_uri=job.output_uri,
+            work_uri=work.work_uri,
+            output_uri=work.output_uri,
             target_uri="file:///in.mp4",
-            span=_span(job, index),
+            span=_span(work, index),
         ).execute(_context())
 
     assert [launch["argv"] for launch in fake_worker()] == [
-        ["swap-span", "--work-uri", job.work_uri, "--target", "file:///in.mp4", "--segments", "3:5", "--span", "2"]
+        ["swap-span", "--work-uri", work.work_uri, "--target", "file:///in.mp4", "--segments", "3:5", "--span", "2"]
     ]
 
 
 def test_an_output_validate_found_done_starts_no_process_even_after_cleanup(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    span = _span(job, 0)
-    (tmp_path / "work" / "work0" / "job.json").unlink()  # cleanup removed the shared work
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    span = _span(work, 0)
+    (tmp_path / "work" / "work0" / "work.json").unlink()  # cleanup removed the shared work
 
     for command in ("prepare", "merge"):
         FaceFusionWorkerOperator(
-            task_id=command, command=command, work_uri=job.work_uri, output_uri=job.output_uri, output_done=True
+            task_id=command, command=command, work_uri=work.work_uri, output_uri=work.output_uri, output_done=True
         ).execute(_context())
     FaceFusionWorkerOperator(
         task_id="swap_span",
         command="swap-span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         output_done=True,
         target_uri="file:///in.mp4",
         span=span,
@@ -140,22 +140,22 @@ def test_an_output_validate_found_done_starts_no_process_even_after_cleanup(
 def test_a_span_records_where_it_resumes_and_its_progress_in_the_task_state_store(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
-    commit_segment(job, 0)
+    work = write_work(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+    commit_segment(work, 0)
     progress = SpanProgress(span=0, segments_committed=2, segments_total=2, committed_here=1, frames_done=8)
     monkeypatch.setenv("FAKE_WORKER_LINES", f"2026-12-03 INFO worker: {progress.line()}")
     store = _StateStore()
     operator = FaceFusionWorkerOperator(
         task_id="swap_span",
         command="swap-span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         target_uri="file:///in.mp4",
-        span=_span(job, 0),
+        span=_span(work, 0),
     )
 
     operator.execute(_context(store=store))
@@ -200,9 +200,9 @@ def test_retryable_failure_is_an_ordinary_task_failure(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
     monkeypatch: pytest.MonkeyPatch,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
+    work = write_work(tmp_path, tmp_path / "out.mp4")
     monkeypatch.setenv("FAKE_WORKER_EXIT", str(EXIT_RETRYABLE))
     monkeypatch.setenv("FAKE_WORKER_CLASS", "retryable")
     monkeypatch.setenv("FAKE_WORKER_MESSAGE", "injected transient failure (swap-span span 1 try 1)")
@@ -210,10 +210,10 @@ def test_retryable_failure_is_an_ordinary_task_failure(
     operator = FaceFusionWorkerOperator(
         task_id="swap_span",
         command="swap-span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         target_uri="file:///in.mp4",
-        span=_span(job, 1),
+        span=_span(work, 1),
     )
 
     with pytest.raises(AirflowException, match="injected transient failure") as raised:

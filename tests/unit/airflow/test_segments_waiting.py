@@ -31,15 +31,15 @@ def waiting_values(stats_sent: RecordedStats) -> list[float]:
     return [item.value for item in sent]
 
 
-def deferred_span_wait(tmp_path: Path, write_job: Callable[..., Any], committed: Callable[[Any], object]) -> Any:
-    """A standing run's span task executed once: the trigger it defers on, the job and its context."""
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    span = span_list(job.spec, 1)[0]
-    committed(job)
+def deferred_span_wait(tmp_path: Path, write_work: Callable[..., Any], committed: Callable[[Any], object]) -> Any:
+    """A standing run's span task executed once: the trigger it defers on, the work and its context."""
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")
+    span = span_list(work.spec, 1)[0]
+    committed(work)
     operator = SpanCommittedOperator(
         task_id="swap_span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         target_uri="file:///in.mp4",
         run_key="facefusion_swap--r1",
         span=span,
@@ -47,16 +47,16 @@ def deferred_span_wait(tmp_path: Path, write_job: Callable[..., Any], committed:
     context: Any = {"ti": SimpleNamespace(try_number=1, task_id="swap_span", map_index=0, **RUN)}
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(context)
-    return SimpleNamespace(operator=operator, trigger=deferred.value.trigger, job=job, span=span, context=context)
+    return SimpleNamespace(operator=operator, trigger=deferred.value.trigger, work=work, span=span, context=context)
 
 
 def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
     tmp_path: Path,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Path],
     stats_sent: RecordedStats,
 ) -> None:
-    wait = deferred_span_wait(tmp_path, write_job, lambda job: commit_segment(job, 0))
+    wait = deferred_span_wait(tmp_path, write_work, lambda work: commit_segment(work, 0))
     total = wait.span["last"] - wait.span["first"]
     assert total >= 3, "the test needs a span of several segments"
     # As it defers: every segment but the one already committed waits for a standing worker.
@@ -71,7 +71,7 @@ def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
         first_event = asyncio.ensure_future(anext(events))
         await asyncio.sleep(0.3)  # the trigger has counted what waits
         for index in range(wait.span["first"] + 1, wait.span["last"]):
-            commit_segment(wait.job, index)
+            commit_segment(wait.work, index)
         event = await asyncio.wait_for(first_event, timeout=20)
         await events.aclose()  # what the triggerer does once it has the event
         return dict(event.payload)
@@ -87,9 +87,9 @@ def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
 
 
 def test_a_wait_cancelled_before_its_segments_are_committed_leaves_nothing_waiting(
-    tmp_path: Path, write_job: Callable[..., Any], stats_sent: RecordedStats
+    tmp_path: Path, write_work: Callable[..., Any], stats_sent: RecordedStats
 ) -> None:
-    wait = deferred_span_wait(tmp_path, write_job, lambda job: None)
+    wait = deferred_span_wait(tmp_path, write_work, lambda work: None)
     total = wait.span["last"] - wait.span["first"]
     trigger: SpanCommittedTrigger = wait.trigger
     trigger.poll_seconds = 0.05

@@ -32,15 +32,15 @@ def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
 def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committed(
     tmp_path: Path,
     fake_worker: Callable[[], list[dict[str, Any]]],
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Path],
 ) -> None:
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    span = span_list(job.spec, 2)[0]
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")
+    span = span_list(work.spec, 2)[0]
     operator = SpanCommittedOperator(
         task_id="swap_span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         target_uri="file:///in.mp4",
         run_key="facefusion_swap--r1",
         span=span,
@@ -56,7 +56,7 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
     assert deferred.value.method_name == "span_committed"
 
     for index in range(span["first"], span["last"]):
-        commit_segment(job, index)
+        commit_segment(work, index)
     (event,) = _events(trigger)
     operator.span_committed(context, event)  # succeeds
     with pytest.raises(AirflowException, match="no standing worker"):
@@ -65,17 +65,17 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
 
 
 def test_a_committed_span_or_an_output_validate_found_done_does_not_wait(
-    tmp_path: Path, write_job: Callable[..., Any]
+    tmp_path: Path, write_work: Callable[..., Any]
 ) -> None:
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")
     operator = SpanCommittedOperator(
         task_id="swap_span",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         output_done=True,
         target_uri="file:///in.mp4",
         run_key="facefusion_swap--r1",
-        span=span_list(job.spec, 2)[0],
+        span=span_list(work.spec, 2)[0],
     )
     ti = SimpleNamespace(try_number=1, dag_id="facefusion_swap", run_id="r1", task_id="swap_span", map_index=0)
 

@@ -15,10 +15,10 @@ from committed import hold_run_lease
 from fresh_loop import run_async
 
 from facefusion_provider import storage
-from facefusion_provider.job.layout import RootLayout, WorkLayout, work_root_of
-from facefusion_provider.job.leases import standing_worker_lease
-from facefusion_provider.job.records import StandingWorker
 from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.work.layout import RootLayout, WorkLayout, work_root_of
+from facefusion_provider.work.leases import standing_worker_lease
+from facefusion_provider.work.records import StandingWorker
 from facefusion_provider.worker.scheduler import live_works
 
 FAST = {"poll_seconds": 0.05, "no_worker_seconds": 0.5}
@@ -47,31 +47,31 @@ def _standing_worker() -> StandingWorker:
 
 
 def test_the_trigger_fires_once_every_segment_of_the_span_is_committed(
-    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Path]
+    tmp_path: Path, write_work: Callable[..., Any], commit_segment: Callable[..., Path]
 ) -> None:
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")  # 5 segments
-    root = work_root_of(job.layout)
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")  # 5 segments
+    root = work_root_of(work.layout)
 
     def commit_later() -> None:
         for index in (1, 2):
             time.sleep(0.2)
-            commit_segment(job, index)
+            commit_segment(work, index)
 
     with standing_worker_lease(
         RootLayout(root), _standing_worker()
     ):  # a standing worker is alive: the wait may be long
         writer = threading.Thread(target=commit_later)
         writer.start()
-        events = _events(SpanCommittedTrigger(job.work_uri, 1, 3, **FAST))
+        events = _events(SpanCommittedTrigger(work.work_uri, 1, 3, **FAST))
         writer.join()
     assert events == [{"status": "committed", "segments": 2}]
 
 
 def test_with_no_standing_worker_alive_the_trigger_says_what_to_start(
-    tmp_path: Path, write_job: Callable[..., Any]
+    tmp_path: Path, write_work: Callable[..., Any]
 ) -> None:
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    (event,) = _events(SpanCommittedTrigger(job.work_uri, 0, 5, **FAST))
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")
+    (event,) = _events(SpanCommittedTrigger(work.work_uri, 0, 5, **FAST))
     assert event["status"] == "no_standing_worker" and event["left"] == 5
     assert "facefusion-worker serve --work-root" in event["message"] and "span_workers = task" in event["message"]
 
@@ -84,15 +84,15 @@ def test_the_trigger_serializes_to_what_it_was_made_of() -> None:
 
 
 def test_a_waiting_run_renews_its_lease_so_standing_workers_keep_taking_it(
-    tmp_path: Path, write_job: Callable[..., Any]
+    tmp_path: Path, write_work: Callable[..., Any]
 ) -> None:
-    job = write_job(tmp_path / "root", tmp_path / "out.mp4")
-    layout = WorkLayout(job.work_uri)
+    work = write_work(tmp_path / "root", tmp_path / "out.mp4")
+    layout = WorkLayout(work.work_uri)
     queued_long = hold_run_lease(layout, "waiting-run", "/in/target.mp4", age=timedelta(hours=2))  # still waiting
     lease_file = Path(storage.local_path(layout.run_lease("waiting-run")) or "")
     assert live_works(work_root_of(layout), besides="") == []  # looks abandoned
 
-    trigger = SpanCommittedTrigger(job.work_uri, 0, 5, **FAST, run_key="waiting-run", renew_seconds=0.1)
+    trigger = SpanCommittedTrigger(work.work_uri, 0, 5, **FAST, run_key="waiting-run", renew_seconds=0.1)
     with standing_worker_lease(RootLayout(work_root_of(layout)), _standing_worker()):
         assert _events(trigger, for_seconds=0.5) == []  # a worker is alive: it waits, renewing the lease
 

@@ -15,12 +15,12 @@ from recorded_stats import RecordedStats, Sent
 from facefusion_provider import metric_names as names
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
-from facefusion_provider.job import leases
-from facefusion_provider.job.ids import work_id
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.operators.params import swap_params
 from facefusion_provider.operators.validate import StorageChecks, ValidateSwapConfOperator, validate_conf
 from facefusion_provider.options import Options
+from facefusion_provider.work import leases
+from facefusion_provider.work.ids import work_id
+from facefusion_provider.work.layout import WorkLayout
 
 CHECKS = StorageChecks(
     content_id=storage.content_id, check_writable=lambda uri: storage.check_writable(uri, field="output_uri")
@@ -259,5 +259,11 @@ def test_every_option_is_its_own_typed_field() -> None:
     assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
     assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)
-    assert params["face_enhancer_model"].schema["enum"] == ["gfpgan_1.4"]
+    assert params["face_enhancer_model"].schema["enum"] == [
+        "gfpgan_1.4",
+        "gpen_bfr_256",
+        "gpen_bfr_512",
+        "codeformer",
+        "restoreformer_plus_plus",
+    ]
     assert all(param.schema.get("title") for param in params.values())

@@ -1,4 +1,4 @@
-"""The engine's seam for the worker: prepare_identity (job.json's identity) and the frame processor it feeds."""
+"""The engine's seam for the worker: prepare_identity (work.json's identity) and the frame processor it feeds."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from facefusion_provider.engine.processors import build_frame_processor, prepare
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import (
     InputMissingError,
-    InvalidJobError,
     InvalidMediaError,
+    InvalidWorkError,
     ModelMissingError,
     NoFaceError,
 )
@@ -245,9 +245,9 @@ def test_processors_run_in_the_given_order(
 
 def test_an_identity_for_another_swapper_is_refused(image_files: dict[str, str]) -> None:
     identity = prepare_identity([image_files["astronaut"]], None, Options(), None)
-    with pytest.raises(InvalidJobError, match="inswapper_128"):
+    with pytest.raises(InvalidWorkError, match="inswapper_128"):
         build_frame_processor(Options(face_swapper_model="inswapper_128"), identity, None)
-    with pytest.raises(InvalidJobError, match="classic source"):
+    with pytest.raises(InvalidWorkError, match="classic source"):
         build_frame_processor(Options(), {"face_swapper_model": "classic"}, None)
 
 

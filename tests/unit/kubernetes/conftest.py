@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kube_pod_helpers import KUBE_CONN_ID, RecordingCoreV1Api
-from written import commit_output, commit_segment, write_job
+from written import commit_output, commit_segment, write_work
 
 SECRET_VALUES = {
     "AWS_ACCESS_KEY_ID": "AKIAUNITTESTSECRET01",
@@ -58,9 +58,9 @@ def recording_client() -> RecordingCoreV1Api:
     return RecordingCoreV1Api()
 
 
-@pytest.fixture(name="write_job")
-def write_job_fixture() -> Callable[..., Any]:
-    return write_job
+@pytest.fixture(name="write_work")
+def write_work_fixture() -> Callable[..., Any]:
+    return write_work
 
 
 @pytest.fixture(name="commit_segment")

@@ -11,8 +11,8 @@ from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.settings import FaceFusionSettings, KubernetesSettings
+from facefusion_provider.work.layout import WorkLayout
 
 KUBE_CONN_ID = "kubernetes_unit_test"
 # The Kubernetes schema version the rendered pods and deploy/ manifests are checked against.

@@ -309,13 +309,13 @@ def _use_client(operator: FaceFusionWorkerPodOperator, client: RecordingCoreV1Ap
     operator.__dict__["client"] = client  # the cached property the pod manager and cleanup use
 
 
-def _span_operator(job: Any, span: dict[str, Any], settings: KubernetesSettings) -> FaceFusionWorkerPodOperator:
+def _span_operator(work: Any, span: dict[str, Any], settings: KubernetesSettings) -> FaceFusionWorkerPodOperator:
     return FaceFusionWorkerPodOperator(
         task_id="swap_span",
         command="swap-span",
         run_key="facefusion_swap--r1",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         target_uri=TARGET,
         span=span,
         pod_settings=settings,
@@ -326,12 +326,12 @@ def _span_operator(job: Any, span: dict[str, Any], settings: KubernetesSettings)
 def test_a_committed_span_launches_no_pod(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Any],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_segment(job, 2)
-    operator = _span_operator(job, span_list(job.spec, 5)[2], make_pod_settings())
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    commit_segment(work, 2)
+    operator = _span_operator(work, span_list(work.spec, 5)[2], make_pod_settings())
     _use_client(operator, recording_client)
 
     assert operator.execute(task_context("swap_span", map_index=2)) is None  # type: ignore[arg-type]
@@ -342,14 +342,14 @@ def test_a_committed_span_launches_no_pod(
 def test_merge_of_an_output_validate_found_done_launches_no_pod(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
+    work = write_work(tmp_path, tmp_path / "out.mp4")
     operator = FaceFusionWorkerPodOperator(
         task_id="merge",
         command="merge",
-        work_uri=job.work_uri,
-        output_uri=job.output_uri,
+        work_uri=work.work_uri,
+        output_uri=work.output_uri,
         output_done=True,
         pod_settings=make_pod_settings(),
         kubernetes_conn_id=KUBE_CONN_ID,
@@ -364,14 +364,14 @@ def test_merge_of_an_output_validate_found_done_launches_no_pod(
 def test_an_unfinished_span_creates_its_pod_and_defers(
     tmp_path: Path,
     recording_client: RecordingCoreV1Api,
-    write_job: Callable[..., Any],
+    write_work: Callable[..., Any],
     commit_segment: Callable[..., Any],
     secrets_in_environment: dict[str, str],
 ) -> None:
-    job = write_job(tmp_path, tmp_path / "out.mp4")
-    commit_segment(job, 2)
-    span = span_list(job.spec, 5)[3]
-    operator = _span_operator(job, span, make_pod_settings(storage_secret="facefusion-storage"))
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    commit_segment(work, 2)
+    span = span_list(work.spec, 5)[3]
+    operator = _span_operator(work, span, make_pod_settings(storage_secret="facefusion-storage"))
     _use_client(operator, recording_client)
     context = task_context("swap_span", map_index=3, try_number=2)
 
@@ -381,7 +381,7 @@ def test_an_unfinished_span_creates_its_pod_and_defers(
     assert "create_namespaced_pod" in recording_client.names()
     (body,) = [call["body"] for name, call in recording_client.calls if name == "create_namespaced_pod"]
     validate_strictly(body)
-    assert container(body)["args"] == worker_argv("swap-span", job.work_uri, span_worker_args(TARGET, span))
+    assert container(body)["args"] == worker_argv("swap-span", work.work_uri, span_worker_args(TARGET, span))
     assert {"name": "FACEFUSION_TRY_NUMBER", "value": "2"} in container(body)["env"]
     assert {"name": "FACEFUSION_TASK_KEY", "value": f"facefusion_swap/{RUN_ID}/swap_span/3"} in container(body)["env"]
     assert {"name": "FACEFUSION_RUN_KEY", "value": "facefusion_swap--r1"} in container(body)["env"]
@@ -586,16 +586,16 @@ def test_the_pod_operator_overrides_only_public_methods_of_the_cncf_provider() -
 
 
 def test_a_span_pods_progress_reaches_the_task_state_store_as_on_the_local_backend(
-    tmp_path: Path, write_job: Callable[..., Any], commit_segment: Callable[..., Any]
+    tmp_path: Path, write_work: Callable[..., Any], commit_segment: Callable[..., Any]
 ) -> None:
     from airflow.sdk.execution_time.context import set_current_context
 
     from facefusion_provider.contract import SpanProgress
     from facefusion_provider.operators.kubernetes import WorkerPodCallbacks
 
-    job = write_job(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
-    span = span_list(job.spec, 2)[0]
-    operator = _span_operator(job, span, make_pod_settings())
+    work = write_work(tmp_path, tmp_path / "out.mp4", frames=40, segment_size=8)
+    span = span_list(work.spec, 2)[0]
+    operator = _span_operator(work, span, make_pod_settings())
     store: dict[str, Any] = {}
     context = {**task_context("swap_span"), "task_state_store": SimpleNamespace(get=store.get, set=store.__setitem__)}
     progress = SpanProgress(span=0, segments_committed=1, segments_total=3, committed_here=1, frames_done=8)
@@ -607,7 +607,7 @@ def test_a_span_pods_progress_reaches_the_task_state_store_as_on_the_local_backe
     assert store["progress"]["segments_committed"] == 1 and store["progress"]["committed_here"] == 1
 
     for index in range(span["first"], span["last"]):
-        commit_segment(job, index)
+        commit_segment(work, index)
     WorkerPodCallbacks.on_pod_completion(pod=k8s.V1Pod(), client=None, mode="sync", context=context, operator=operator)
     total = span["last"] - span["first"]
     assert {key: store["progress"][key] for key in ("segments_committed", "segments_total")} == {

@@ -14,7 +14,6 @@ import pytest
 
 from facefusion_provider.contract import GPU_MODEL_VARIABLE, WorkerSettings
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.job.records import JobSpec
 from facefusion_provider.media.decode import decode_frames, opened_decode_plan
 from facefusion_provider.media.encode import EncoderSettings, check_encoder
 from facefusion_provider.media.hardware import (
@@ -31,6 +30,7 @@ from facefusion_provider.media.hardware import (
 )
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.metric_names import MediaPath, MediaStage
+from facefusion_provider.work.records import WorkSpec
 from facefusion_provider.worker.metrics import WorkerMetrics
 from facefusion_provider.worker.segments import chosen_media_paths
 
@@ -233,9 +233,9 @@ class FakeHWAccel:
             raise PermissionError(1, "Operation not permitted")
 
 
-def h100_spec() -> JobSpec:
+def h100_spec() -> WorkSpec:
     return cast(
-        JobSpec,
+        WorkSpec,
         SimpleNamespace(
             probe=SimpleNamespace(codec="h264", pix_fmt="yuv420p"),
             options=SimpleNamespace(output_video_encoder="libx264"),

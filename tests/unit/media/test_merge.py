@@ -12,7 +12,7 @@ import pytest
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import worker
-from facefusion_provider.exceptions import InvalidJobError
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.probe import probe_video
 
@@ -78,11 +78,11 @@ def test_a_stream_the_output_format_cannot_hold_is_left_out_with_a_warning(
 def test_segments_must_be_contiguous(make_video: MakeVideo, tmp_path: Path) -> None:
     target = make_video(frames=6)
     probe = probe_video(target, target)
-    with pytest.raises(InvalidJobError, match="one ends at frame 3, the next starts at 4"):
+    with pytest.raises(InvalidWorkError, match="one ends at frame 3, the next starts at 4"):
         merge_segments(
             [SegmentFile(target, 0, 3), SegmentFile(target, 4, 6)], target, probe, str(tmp_path / "o.mp4"), name="t"
         )
-    with pytest.raises(InvalidJobError, match="no segments"):
+    with pytest.raises(InvalidWorkError, match="no segments"):
         merge_segments([], target, probe, str(tmp_path / "o.mp4"), name="t")
 
 
@@ -90,7 +90,7 @@ def test_a_segment_with_too_few_frames_is_refused(make_video: MakeVideo, tmp_pat
     target = make_video(frames=8)
     short = make_video(frames=3, name="short.mp4")
     probe = probe_video(target, target)
-    with pytest.raises(InvalidJobError, match=r"short\.mp4: holds 3 frames with other timestamps than frames 0-7"):
+    with pytest.raises(InvalidWorkError, match=r"short\.mp4: holds 3 frames with other timestamps than frames 0-7"):
         merge_segments([SegmentFile(short, 0, 8)], target, probe, str(tmp_path / "o.mp4"), name="t")
 
 

@@ -21,9 +21,9 @@ from synth import VideoSpec, pattern_frames, write_video
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import RetryableError
-from facefusion_provider.job.ids import work_id
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.options import Options
+from facefusion_provider.work.ids import work_id
+from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.worker.merge import _merge_original, copied_sample_ranges
 
 PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
@@ -184,7 +184,7 @@ def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
     monkeypatch.setattr(storage, "RANGE_BYTES_PER_GET", 1)  # a GET per gap: this file is small
     key, target_uri = upload(s3, media["long"])
     work = committed_job(target_uri, uuid.uuid4().hex)
-    spec = worker.load_job(WorkLayout(work.work_uri))
+    spec = worker.load_work(WorkLayout(work.work_uri))
     size = media["long"].stat().st_size
 
     s3.proxy.forget_exchanges()

@@ -20,16 +20,16 @@ from s3_servers import MotoServer
 from synth import VideoSpec, pattern_frames, write_video
 
 from facefusion_provider import storage, worker
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri
-from facefusion_provider.job.records import JobSpec
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.media.mp4index import top_level_boxes
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri
+from facefusion_provider.work.records import WorkSpec
 
 
 @dataclass(frozen=True)
 class S3Job:
     work_uri: str
-    spec: JobSpec
+    spec: WorkSpec
     target: str
     output_uri: str
     client: Any
@@ -93,7 +93,7 @@ def test_a_bad_segment_in_the_middle_fails_by_name_and_publishes_nothing(
         data = s3_job.client.get_object(Bucket="work", Key=key)["Body"].read()
         s3_job.client.put_object(Bucket="work", Key=key, Body=data[:-10] + b"0123456789")
         expected: tuple[type[Exception], str] = (
-            InvalidJobError,
+            InvalidWorkError,
             rf"^s3://work/{key}: checksum differs from its marker \(corrupt segment\); delete s3://work/{folder}/"
             r"00002\.json and rerun$",
         )

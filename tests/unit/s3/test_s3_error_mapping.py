@@ -8,7 +8,7 @@ from s3fs.errors import translate_boto_error
 from s3fs.utils import FileExpired
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError, RetryableError, StorageDeniedError
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError, RetryableError, StorageDeniedError
 
 URI = "s3://videos/in/a.mp4"
 
@@ -66,7 +66,7 @@ def test_what_is_still_failing_after_the_retries_is_retryable(error: BaseExcepti
 
 def test_an_object_replaced_while_read_fails_the_job_not_the_try() -> None:
     mapped = raised_through_mapping(FileExpired(filename="videos/in/a.mp4", e_tag="abc"))
-    assert isinstance(mapped, InvalidJobError) and "changed while it was being read" in str(mapped)
+    assert isinstance(mapped, InvalidWorkError) and "changed while it was being read" in str(mapped)
 
 
 def test_local_errors_keep_their_meaning() -> None:

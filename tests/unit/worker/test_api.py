@@ -1,4 +1,4 @@
-"""The Python API: prepare, swap_span, merge and run; shared work reused across outputs and runs; job-folder checks."""
+"""The Python API: prepare, swap_span, merge and run; shared work reused across outputs and runs; work-folder checks."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from readback import frame_digests
 from skimage import data
 
 from facefusion_provider import storage, worker
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri
-from facefusion_provider.job.records import OutputMarker, SegmentMarker
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.images import encode_image
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri
+from facefusion_provider.work.records import OutputMarker, SegmentMarker
 
 from .conftest import MakeVideo, work_folders
 
@@ -90,7 +90,8 @@ def test_step_by_step_matches_run(make_video: MakeVideo, tmp_path: Path, work_ro
     spec = worker.prepare(work_uri, [], target, **options)
     assert [(s.start, s.end) for s in spec.segments] == [(0, 8), (8, 16), (16, 25)]
     assert (
-        json.loads(Path(storage.local_path(WorkLayout(work_uri).job_json) or "").read_text())["work_id"] == spec.work_id
+        json.loads(Path(storage.local_path(WorkLayout(work_uri).work_json) or "").read_text())["work_id"]
+        == spec.work_id
     )
     last = worker.swap_span(work_uri, target, 2, 3, span=1)  # alone, it does its span, then helps the other
     assert (last.committed, last.stolen, last.frames) == (3, 2, 25)
@@ -107,11 +108,11 @@ def test_prepare_reuses_job_json_and_refuses_a_folder_of_other_inputs(
     target = make_video(frames=12)
     work_uri = work_uri_for(work_root, [], target, **PASSTHROUGH)
     first = worker.prepare(work_uri, [], target, **PASSTHROUGH)
-    job_json = Path(storage.local_path(WorkLayout(work_uri).job_json) or "")
-    written = job_json.stat().st_mtime_ns
+    work_json = Path(storage.local_path(WorkLayout(work_uri).work_json) or "")
+    written = work_json.stat().st_mtime_ns
     again = worker.prepare(work_uri, [], target, execution_thread_count=2, **PASSTHROUGH)  # not a pixel option
-    assert again.work_id == first.work_id and job_json.stat().st_mtime_ns == written
-    with pytest.raises(InvalidJobError, match=r"this folder is for other inputs or options .* start a new run"):
+    assert again.work_id == first.work_id and work_json.stat().st_mtime_ns == written
+    with pytest.raises(InvalidWorkError, match=r"this folder is for other inputs or options .* start a new run"):
         worker.prepare(work_uri, [], target, processors=[], output_video_quality=50)
 
 
@@ -141,12 +142,12 @@ def test_merge_refuses_missing_or_corrupt_segments_and_writes_nothing(
     marker = folder / "00001.json"
     kept = marker.read_bytes()
     marker.unlink()
-    with pytest.raises(InvalidJobError, match=r"segments 1 of 3 are not committed"):
+    with pytest.raises(InvalidWorkError, match=r"segments 1 of 3 are not committed"):
         worker.merge(work_uri, target, str(output))
     marker.write_bytes(kept)
     segment = folder / _markers(work_uri)[1].file
     segment.write_bytes(segment.read_bytes()[:-10] + b"0123456789")
-    with pytest.raises(InvalidJobError, match=r"00001\.\w+\.mp4: checksum differs"):
+    with pytest.raises(InvalidWorkError, match=r"00001\.\w+\.mp4: checksum differs"):
         worker.merge(work_uri, target, str(output))
     assert list(tmp_path.glob("out*")) == []
 
@@ -165,7 +166,7 @@ def test_merge_refuses_a_segment_file_with_other_frames(make_video: MakeVideo, t
     data = json.loads((folder / "00001.json").read_text())
     data["sha256"] = storage.file_sha256(folder / markers[1].file)
     (folder / "00001.json").write_text(json.dumps(data))
-    with pytest.raises(InvalidJobError, match=r"is labelled .*segment 0 frames 0-5.*expected .*segment 1 frames 6-11"):
+    with pytest.raises(InvalidWorkError, match=r"is labelled .*segment 0 frames 0-5.*expected .*segment 1 frames 6-11"):
         worker.merge(work_uri, target, str(output))
     assert not output.exists()
 
@@ -191,7 +192,7 @@ def test_option_and_argument_errors_name_the_field(make_video: MakeVideo, tmp_pa
     worker.prepare(work_uri, [], target, **PASSTHROUGH)
     with pytest.raises(InvalidOptionError, match=r"segments: 0:3 is not a range of the work's 1 segments"):
         worker.swap_span(work_uri, target, 0, 3)
-    with pytest.raises(InvalidJobError, match=r"no job.json; run prepare"):
+    with pytest.raises(InvalidWorkError, match=r"no work.json; run prepare"):
         worker.swap_span(str(tmp_path / "nojob"), target, 0, 1)
     assert not os.path.exists(output)
 
@@ -240,7 +241,7 @@ def test_a_merged_file_with_the_wrong_frames_is_never_published(
 
     monkeypatch.setattr(media_merge, "merge_segments", broken_merge)
     out = tmp_path / "out"
-    with pytest.raises(InvalidJobError, match=r"holds 4 frames, expected 9 .* not published"):
+    with pytest.raises(InvalidWorkError, match=r"holds 4 frames, expected 9 .* not published"):
         worker.run([], target, str(out / "result.mov"), str(tmp_path / "work"), **PASSTHROUGH)  # a .mov is remuxed
     assert list(out.iterdir()) == []  # no output, no staging file, no preview, no marker
 
@@ -258,8 +259,8 @@ def test_two_outputs_of_one_work_share_its_segments(make_video: MakeVideo, tmp_p
     assert worker.swap_span(work_uri, str(moved), 0, 2).skipped
     assert not worker.merge(work_uri, str(moved), str(tmp_path / "second.mp4")).skipped
     assert _digests(tmp_path / "second.mp4") == _digests(tmp_path / "first.mp4") == _digests(moved)
-    job_json = storage.read_bytes(WorkLayout(work_uri).job_json)
-    assert b"first.mp4" not in job_json and b"second.mp4" not in job_json  # no run's output in the shared record
+    work_json = storage.read_bytes(WorkLayout(work_uri).work_json)
+    assert b"first.mp4" not in work_json and b"second.mp4" not in work_json  # no run's output in the shared record
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this machine has CUDA")

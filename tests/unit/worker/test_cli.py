@@ -199,7 +199,7 @@ def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video:
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(work.glob("work/*/job.json")):  # prepared: the one segment of 400 frames is being encoded
+        while not list(work.glob("work/*/work.json")):  # prepared: the one segment of 400 frames is being encoded
             assert running.poll() is None and time.monotonic() < deadline, running.stderr and running.stderr.read()
             time.sleep(0.01)
         time.sleep(0.3)

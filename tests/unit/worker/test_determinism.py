@@ -23,8 +23,8 @@ from readback import frame_digests
 
 from facefusion_provider import storage, worker
 from facefusion_provider.contract import FAULTS_VARIABLE
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.media.images import encode_image
+from facefusion_provider.work.layout import WorkLayout
 
 SEGMENT = 8
 FRAMES = 3 * SEGMENT

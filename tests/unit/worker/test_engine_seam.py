@@ -116,7 +116,7 @@ def test_prepare_stores_the_identity_in_job_json(
     work_uri = work_uri_for(str(tmp_path / "root"), [str(source)], target)
     spec = worker.prepare(work_uri, [str(source)], target)
     assert spec.identity == {"who": "astronaut"}
-    assert json.loads(Path(storage.local_path(work_uri) or "", "job.json").read_text())["identity"] == {
+    assert json.loads(Path(storage.local_path(work_uri) or "", "work.json").read_text())["identity"] == {
         "who": "astronaut"
     }
 

@@ -15,9 +15,7 @@ from committed import committed_work
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job.layout import WorkLayout, output_marker_uri
-from facefusion_provider.job.records import OutputMarker
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import (
     TrackIndex,
@@ -29,9 +27,11 @@ from facefusion_provider.media.mp4index import (
 )
 from facefusion_provider.media.mp4join import MovieFile, join_movies
 from facefusion_provider.media.probe import probe_video
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri
+from facefusion_provider.work.records import OutputMarker
 from facefusion_provider.worker.merge import committed_markers
 from facefusion_provider.worker.sound import store_sound
-from facefusion_provider.worker.work import load_job
+from facefusion_provider.worker.work import load_work
 
 from .conftest import MakeVideo
 
@@ -47,7 +47,7 @@ def _marker(output: Path) -> OutputMarker:
 def _remuxed(work_uri: str, target: str, path: Path) -> Path:
     """The same committed segments remuxed (the merge's other method), for comparison."""
     layout = WorkLayout(work_uri)
-    spec = load_job(layout)
+    spec = load_work(layout)
     files = [
         SegmentFile(storage.local_path(layout.segment_file(m.file)) or "", m.start, m.end)
         for m in committed_markers(spec, layout)
@@ -140,7 +140,7 @@ def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_pu
     kept = middle.read_bytes()
     middle.write_bytes(kept[:100] + bytes([kept[100] ^ 0xFF]) + kept[101:])  # one bit flipped, same size
     output = tmp_path / "out" / "result.mp4"
-    with pytest.raises(InvalidJobError, match=r"00001\.\w+\.mp4: checksum differs from its marker"):
+    with pytest.raises(InvalidWorkError, match=r"00001\.\w+\.mp4: checksum differs from its marker"):
         worker.merge(work_uri, target, str(output))
     # Segment 0's file under segment 1's marker, its checksum and size updated to match: its label names frames 0-3.
     middle.write_bytes((folder / markers[0]["file"]).read_bytes())
@@ -148,7 +148,7 @@ def test_a_segment_damaged_in_place_or_swapped_for_another_fails_the_join_and_pu
     marker = json.loads(marker_path.read_text())
     marker.update(sha256=storage.file_sha256(middle), size=middle.stat().st_size)
     marker_path.write_text(json.dumps(marker))
-    with pytest.raises(InvalidJobError, match=r"is labelled .*segment 0 frames 0-3.*expected .*segment 1 frames 4-7"):
+    with pytest.raises(InvalidWorkError, match=r"is labelled .*segment 0 frames 0-3.*expected .*segment 1 frames 4-7"):
         worker.merge(work_uri, target, str(output))
     assert not output.parent.exists() or list(output.parent.iterdir()) == []
 

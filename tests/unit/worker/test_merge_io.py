@@ -22,12 +22,12 @@ from committed import committed_work, segment_file_uri
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
-from facefusion_provider.exceptions import InputMissingError, InvalidJobError, InvalidOptionError
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import JobSpec
+from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.merge import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import WorkSpec
 from facefusion_provider.worker.merge import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.worker.prefetch import Prefetch
 
@@ -47,7 +47,7 @@ MERGE_TIMINGS = {
 
 
 @pytest.fixture
-def remote_job(make_video: MakeVideo, tmp_path: Path) -> Iterator[tuple[str, JobSpec, str]]:
+def remote_work(make_video: MakeVideo, tmp_path: Path) -> Iterator[tuple[str, WorkSpec, str]]:
     """A work of 6 two-frame segments (with audio) on ``memory://``: remote storage, so the merge downloads each."""
     target = make_video(frames=12, audio_rate=8000)
     root = f"memory://merge-io/{uuid.uuid4().hex}"
@@ -100,7 +100,7 @@ def test_a_failed_task_is_raised_in_its_turn_and_no_task_outlives_close() -> Non
         try:
             time.sleep(0.02)
             if index == 2:
-                raise InvalidJobError("chunk 2 is corrupt")
+                raise InvalidWorkError("chunk 2 is corrupt")
             return index
         finally:
             with lock:
@@ -108,7 +108,7 @@ def test_a_failed_task_is_raised_in_its_turn_and_no_task_outlives_close() -> Non
 
     tasks = [functools.partial(make, index) for index in range(20)]
     taken: list[int] = []
-    with pytest.raises(InvalidJobError, match="chunk 2 is corrupt"), Prefetch(tasks, 2, released.append) as prefetch:
+    with pytest.raises(InvalidWorkError, match="chunk 2 is corrupt"), Prefetch(tasks, 2, released.append) as prefetch:
         taken.extend(prefetch.results())
     assert taken == [0, 1]
     assert running == 0  # close waited for the downloads in flight
@@ -164,10 +164,10 @@ def test_merge_segments_raises_what_the_paths_raise(make_video: MakeVideo, tmp_p
 
     def failing() -> Iterator[str]:
         yield target
-        raise InvalidJobError("segment 1: checksum differs")
+        raise InvalidWorkError("segment 1: checksum differs")
 
     pending = [PendingSegment(0, 6), PendingSegment(6, 12)]
-    with pytest.raises(InvalidJobError, match="segment 1: checksum differs"):
+    with pytest.raises(InvalidWorkError, match="segment 1: checksum differs"):
         merge_segments(pending, target, probe, str(tmp_path / "o.mp4"), name="t", paths=failing())
     with pytest.raises(TypeError, match="frames 0-5 has no file: pass paths"):
         merge_segments([PendingSegment(0, 6)], target, probe, str(tmp_path / "o.mp4"), name="t")
@@ -175,12 +175,12 @@ def test_merge_segments_raises_what_the_paths_raise(make_video: MakeVideo, tmp_p
 
 
 def test_a_remote_work_reads_each_segment_once_with_few_on_disk_and_the_remux_starts_early(
-    remote_job: tuple[str, JobSpec, str],
+    remote_work: tuple[str, WorkSpec, str],
     private_tmp: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    work_uri, spec, target = remote_job
+    work_uri, spec, target = remote_work
     monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "2")
     downloads: list[tuple[str, int, bool]] = []  # (segment, segment files on disk already, output being written)
     hashed: list[str] = []
@@ -217,19 +217,19 @@ def test_a_remote_work_reads_each_segment_once_with_few_on_disk_and_the_remux_st
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_a_bad_segment_in_the_middle_fails_the_merge_naming_it_and_leaves_nothing(
     damage: str,
-    remote_job: tuple[str, JobSpec, str],
+    remote_work: tuple[str, WorkSpec, str],
     private_tmp: Path,
     tmp_path: Path,
     worker_threads: Callable[[], list[Any]],
 ) -> None:
-    work_uri, spec, target = remote_job
+    work_uri, spec, target = remote_work
     layout = WorkLayout(work_uri)
     segment_uri = segment_file_uri(work_uri, 3)
     if damage == "corrupt":
         data = storage.read_bytes(segment_uri)
         storage.write_bytes_atomic(segment_uri, data[:-10] + b"0123456789")
         expected: tuple[type[Exception], str] = (
-            InvalidJobError,
+            InvalidWorkError,
             r"/segments/00003\.\w+\.mp4: checksum differs from its marker",
         )
     else:
@@ -264,8 +264,10 @@ def test_a_local_work_hashes_its_segments_in_place_and_keeps_them(
     assert not [path.name for path in tmp_path.iterdir() if ".partial-" in path.name]
 
 
-def test_the_prefetch_setting_is_checked(remote_job: tuple[str, JobSpec, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    work_uri, _, target = remote_job
+def test_the_prefetch_setting_is_checked(
+    remote_work: tuple[str, WorkSpec, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work_uri, _, target = remote_work
     monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "0")
     with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
         worker.merge(work_uri, target, "/tmp/never-written.mov")

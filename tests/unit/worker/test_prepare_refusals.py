@@ -12,10 +12,10 @@ from readback import frame_digests
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InvalidMediaError, InvalidOptionError
-from facefusion_provider.job.layout import WorkLayout
 from facefusion_provider.media import encode
 from facefusion_provider.media import probe as probe_module
 from facefusion_provider.types import VideoProbe
+from facefusion_provider.work.layout import WorkLayout
 
 from .conftest import MakeVideo
 
@@ -23,7 +23,7 @@ PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100, "s
 
 
 def _job_written(work_uri: str) -> bool:
-    return storage.exists(WorkLayout(work_uri).job_json)
+    return storage.exists(WorkLayout(work_uri).work_json)
 
 
 def test_an_encoder_this_machine_cannot_open_is_refused_at_prepare(make_video: MakeVideo, work_root: str) -> None:
@@ -33,7 +33,7 @@ def test_an_encoder_this_machine_cannot_open_is_refused_at_prepare(make_video: M
     with pytest.raises(InvalidOptionError, match=r"^output_video_encoder: h264_nvenc cannot be opened") as refused:
         worker.prepare(work_uri, [], target, **options)
     assert not refused.value.retryable
-    assert not _job_written(work_uri)  # no span can start: there is no job.json
+    assert not _job_written(work_uri)  # no span can start: there is no work.json
 
 
 def test_a_target_whose_seek_disagrees_with_its_probe_is_refused_at_prepare(

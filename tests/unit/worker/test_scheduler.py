@@ -7,7 +7,7 @@ from pathlib import Path
 
 from committed import hold_run_lease
 
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.worker.scheduler import live_works
 
 

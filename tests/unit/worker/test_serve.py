@@ -18,9 +18,9 @@ from committed import hold_run_lease, work_uri_for
 
 from facefusion_provider import storage, worker
 from facefusion_provider.contract import FAULTS_VARIABLE
-from facefusion_provider.job.claims import latest_claims, scan_work
-from facefusion_provider.job.layout import RootLayout, WorkLayout
-from facefusion_provider.job.leases import live_standing_workers
+from facefusion_provider.work.claims import latest_claims, scan_work
+from facefusion_provider.work.layout import RootLayout, WorkLayout
+from facefusion_provider.work.leases import live_standing_workers
 
 from .conftest import MakeVideo
 

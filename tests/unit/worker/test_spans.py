@@ -19,9 +19,9 @@ from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.contract import FAULTS_VARIABLE
-from facefusion_provider.job.claims import SegmentClaims, scan_work
-from facefusion_provider.job.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
-from facefusion_provider.job.leases import HELP_SECONDS_VARIABLE, live_standing_workers
+from facefusion_provider.work.claims import SegmentClaims, scan_work
+from facefusion_provider.work.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
+from facefusion_provider.work.leases import HELP_SECONDS_VARIABLE, live_standing_workers
 
 from .conftest import MakeVideo
 

@@ -2,7 +2,7 @@
 (docs/protocol.md: "A work", "A run lease", "The change signal").
 
 A run writes ``runs/KEY.json`` before it uses the work and renews it while it needs the work; a cleanup removes the
-work only when no other run's lease is live by the one liveness rule (``job/liveness.py``), whoever holds it. The two
+work only when no other run's lease is live by the one liveness rule (``work/liveness.py``), whoever holds it. The two
 race safely by writing first and looking second, on both sides: the sweep creates ``deleting.json`` (exclusively) and
 then lists the leases; a run writes its lease and then looks for ``deleting.json``. Either the sweep sees the lease and
 keeps the work, or the run sees the sweep, waits for it to end and writes its lease again (the sweep may have removed
@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, RetryableError
-from facefusion_provider.job import liveness
-from facefusion_provider.job.layout import RootLayout, WorkLayout, root_of
-from facefusion_provider.job.liveness import LeaseKind
-from facefusion_provider.job.records import RunHolder, RunLease, StandingWorker, Sweep
+from facefusion_provider.work import liveness
+from facefusion_provider.work.layout import RootLayout, WorkLayout, root_of
+from facefusion_provider.work.liveness import LeaseKind
+from facefusion_provider.work.records import RunHolder, RunLease, StandingWorker, Sweep
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from facefusion_provider import storage
-from facefusion_provider.job import leases
-from facefusion_provider.job.layout import WorkLayout
-from facefusion_provider.job.records import RunHolder, RunLease, Sweep
+from facefusion_provider.work import leases
+from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.records import RunHolder, RunLease, Sweep
 
 
 def _lease(run: str, *, kind: str = "airflow", ttl: float = 600.0) -> RunLease:
@@ -45,7 +45,7 @@ def _age(uri: str, seconds: float) -> None:
 @pytest.fixture
 def layout(tmp_path: Path) -> WorkLayout:
     layout = WorkLayout.under(str(tmp_path), "w1")
-    storage.write_bytes_atomic(layout.job_json, b"{}")
+    storage.write_bytes_atomic(layout.work_json, b"{}")
     storage.write_bytes_atomic(layout.segment_marker(0), b"{}")
     return layout
 
@@ -63,7 +63,7 @@ def test_work_is_kept_while_another_runs_lease_is_live_and_removed_once_it_lapse
     leases.hold(layout, "b", _lease("b", kind=kind, ttl=600))
     leases.release(layout, "a")
     assert leases.sweep_if_unused(layout, "a") == ["b"]
-    assert storage.exists(layout.job_json) and not storage.exists(layout.deleting)
+    assert storage.exists(layout.work_json) and not storage.exists(layout.deleting)
     _age(layout.run_lease("b"), 601)  # b stopped renewing a TTL ago
     assert leases.sweep_if_unused(layout, "a") == []
     assert not _folder(layout).exists()
@@ -116,10 +116,10 @@ def test_a_sweep_that_finds_another_deciding_waits_and_decides_again(layout: Wor
     finally:
         finished.join()
     assert not _folder(layout).exists()
-    storage.write_bytes_atomic(layout.job_json, b"{}")
+    storage.write_bytes_atomic(layout.work_json, b"{}")
     storage.write_bytes_atomic(layout.deleting, _sweep("a"))
     assert leases.sweep_if_unused(layout, "b", wait=0.2) == ["a"]  # a never ends: left to it
-    assert storage.exists(layout.job_json)
+    assert storage.exists(layout.work_json)
 
 
 RACE = textwrap.dedent(
@@ -127,9 +127,9 @@ RACE = textwrap.dedent(
     import sys, time
     from datetime import UTC, datetime
     from facefusion_provider import storage
-    from facefusion_provider.job import leases
-    from facefusion_provider.job.layout import WorkLayout
-    from facefusion_provider.job.records import RunHolder, RunLease
+    from facefusion_provider.work import leases
+    from facefusion_provider.work.layout import WorkLayout
+    from facefusion_provider.work.records import RunHolder, RunLease
 
     layout, role, rounds = WorkLayout(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     listed = leases.run_leases

@@ -2,7 +2,7 @@
 
 Before a worker works a segment (or prepares a work, or merges a run's output) it creates ``claims/NAME.GGGG.json``
 exclusively (S3 ``If-None-Match: *``, a hard link locally): of two workers, one gets generation ``G``. A claim is a
-lease (``job/liveness.py``): its holder rewrites it every quarter TTL; a lapsed one is taken over by whoever creates
+lease (``work/liveness.py``): its holder rewrites it every quarter TTL; a lapsed one is taken over by whoever creates
 generation ``G + 1``. A new try of the same task takes over its previous try's claims at once: Airflow starts a try
 only when the last one has ended.
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, StorageDeniedError
-from facefusion_provider.job import liveness
-from facefusion_provider.job.layout import WorkLayout, parse_claim_name, parse_segment_name, segment_claim_name
-from facefusion_provider.job.liveness import LeaseKind, repeating
-from facefusion_provider.job.records import Claim, SegmentMarker
+from facefusion_provider.work import liveness
+from facefusion_provider.work.layout import WorkLayout, parse_claim_name, parse_segment_name, segment_claim_name
+from facefusion_provider.work.liveness import LeaseKind, repeating
+from facefusion_provider.work.records import Claim, SegmentMarker
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 within its TTL, whoever the holder is. Claims, run leases, standing workers' leases and sweeps all use it.
 
 The clock is the module's ``clock`` object, so the deterministic simulation can run the real protocol code on its
-own time (``tests/unit/job/simulation.py``).
+own time (``tests/unit/work/simulation.py``).
 """
 
 from __future__ import annotations

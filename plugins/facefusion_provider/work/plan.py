@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from facefusion_provider.job.records import Segment, Span
+from facefusion_provider.work.records import Segment, Span
 
 DEFAULT_SEGMENT_FRAMES = 256  # a few seconds of GPU work: a killed pod loses at most that
 MAX_SPANS = 1024  # Airflow's [core] max_map_length default

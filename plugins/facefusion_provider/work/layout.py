@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
-from facefusion_provider.job.records import OutputMarker
+from facefusion_provider.work.records import OutputMarker
 
 WORK_FOLDER = "work"
 WORKERS_FOLDER = "workers"
@@ -17,7 +17,7 @@ ANALYSIS_FOLDER = "analysis"
 
 @dataclass(frozen=True)
 class WorkLayout:
-    """``{work_root}/work/{work_id}/``: job.json, segments and their markers, claims, run leases, merge claims."""
+    """``{work_root}/work/{work_id}/``: work.json, segments and their markers, claims, run leases, merge claims."""
 
     work_uri: str
 
@@ -30,8 +30,8 @@ class WorkLayout:
         return posixpath.basename(urlparse(self.work_uri).path.rstrip("/"))
 
     @property
-    def job_json(self) -> str:
-        return storage.join(self.work_uri, "job.json")
+    def work_json(self) -> str:
+        return storage.join(self.work_uri, "work.json")
 
     @property
     def segments_dir(self) -> str:

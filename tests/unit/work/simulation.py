@@ -1,6 +1,6 @@
 """A deterministic simulation of the coordination protocol (docs/protocol.md), FoundationDB-style.
 
-The real protocol code (``job/leases.py``, ``job/claims.py``, ``job/liveness.py``) runs against an in-memory store
+The real protocol code (``work/leases.py``, ``work/claims.py``, ``work/liveness.py``) runs against an in-memory store
 with the same create semantics (exclusive create, atomic replace, delete; the store's clock stamps every write). Every
 actor (an Airflow run's tasks, a CLI run, a standing worker, each holder's renewal thread) is a thread, but exactly one
 runs at a time: every store operation and every sleep hands control back to the scheduler, which picks the next actor
@@ -27,9 +27,10 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, RetryableError
-from facefusion_provider.job import leases, liveness
-from facefusion_provider.job.claims import SegmentClaims, commit_marker, latest_claims, scan_work
-from facefusion_provider.job.layout import (
+from facefusion_provider.storage import StoredObject
+from facefusion_provider.work import leases, liveness
+from facefusion_provider.work.claims import SegmentClaims, commit_marker, latest_claims, scan_work
+from facefusion_provider.work.layout import (
     PREPARE_CLAIM,
     RootLayout,
     WorkLayout,
@@ -37,9 +38,8 @@ from facefusion_provider.job.layout import (
     output_marker_uri,
     segment_file_name,
 )
-from facefusion_provider.job.leases import LeaseLostError
-from facefusion_provider.job.records import RunHolder, RunLease, SegmentMarker
-from facefusion_provider.storage import StoredObject
+from facefusion_provider.work.leases import LeaseLostError
+from facefusion_provider.work.records import RunHolder, RunLease, SegmentMarker
 
 ROOT = "s3://sim/root"
 CLAIM_TTL = 60.0
@@ -444,8 +444,8 @@ class World:
         self.scheduler.spawn(f"{process}/renew", body, group=f"{process}/renew")
 
     def prepare(self, layout: WorkLayout, segments: int) -> None:
-        if not storage.exists(layout.job_json):
-            storage.write_bytes_exclusive(layout.job_json, str(segments).encode())
+        if not storage.exists(layout.work_json):
+            storage.write_bytes_exclusive(layout.work_json, str(segments).encode())
 
     def work_segments(
         self, layout: WorkLayout, segments: int, claims: SegmentClaims, guard: Callable[[], None]
@@ -619,7 +619,7 @@ class World:
                     claims = SegmentClaims(
                         layout, owner=group, lease=CLAIM_TTL, holder=f"{group}-{self.scheduler.steps}"
                     )
-                    if not storage.exists(layout.job_json):
+                    if not storage.exists(layout.work_json):
                         if claims.take_name(PREPARE_CLAIM, _state(layout)):
                             self.prepare(layout, segments)
                         continue
@@ -707,6 +707,6 @@ class World:
 
 
 def _state(layout: WorkLayout) -> Any:
-    from facefusion_provider.job.claims import WorkState
+    from facefusion_provider.work.claims import WorkState
 
     return WorkState(frozenset(), latest_claims(layout))

@@ -14,15 +14,15 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import StorageDeniedError
-from facefusion_provider.job import claims as claims_module
-from facefusion_provider.job.claims import SegmentClaims, check_conditional_writes, longest_free_run, scan_work
-from facefusion_provider.job.layout import WorkLayout
+from facefusion_provider.work import claims as claims_module
+from facefusion_provider.work.claims import SegmentClaims, check_conditional_writes, longest_free_run, scan_work
+from facefusion_provider.work.layout import WorkLayout
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from facefusion_provider.job.claims import SegmentClaims, scan_work
-    from facefusion_provider.job.layout import WorkLayout
+    from facefusion_provider.work.claims import SegmentClaims, scan_work
+    from facefusion_provider.work.layout import WorkLayout
 
     layout = WorkLayout(sys.argv[1])
     claims = SegmentClaims(layout, owner=sys.argv[2], lease=float(sys.argv[3]))
@@ -54,8 +54,8 @@ def test_of_many_processes_racing_for_a_segment_exactly_one_gets_it(layout: Work
     script = textwrap.dedent(
         """
         import sys
-        from facefusion_provider.job.claims import SegmentClaims, scan_work
-        from facefusion_provider.job.layout import WorkLayout
+        from facefusion_provider.work.claims import SegmentClaims, scan_work
+        from facefusion_provider.work.layout import WorkLayout
         layout = WorkLayout(sys.argv[1])
         state = scan_work(layout)
         print(SegmentClaims(layout).take(0, state))

@@ -1,5 +1,5 @@
-"""The records the job folder holds (pydantic, JSON on storage): job.json, segment and output markers, claims and
-run leases. A record's shape is part of ``JOB_FORMAT_VERSION``, and so of every work id."""
+"""The records a work folder holds (pydantic, JSON on storage): work.json, segment and output markers, claims and
+run leases. A record's shape is part of ``WORK_FORMAT_VERSION``, and so of every work id."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 
-# Bump when job.json, the segment files or the markers change shape: the version is part of the work id.
-JOB_FORMAT_VERSION = 3  # 3: chunk_size left the options (and so every work id's hash)
+# Bump when work.json, the segment files or the markers change shape: the version is part of the work id.
+WORK_FORMAT_VERSION = 4  # 4: work.json (was job.json); 3: chunk_size left the options (and so every work id's hash)
 
 
 class _Record(BaseModel):
@@ -54,14 +54,14 @@ class Span(_Record):
         return f"frames {self.start}-{self.end - 1} ({self.segment_count} segment{plural})"
 
 
-class JobSpec(_Record):
-    """``job.json``: everything a segment needs, written once (exclusively) by the first ``prepare`` of this work.
+class WorkSpec(_Record):
+    """``work.json``: everything a segment needs, written once (exclusively) by the first ``prepare`` of this work.
 
     It names inputs by content, not by place: two runs over the same bytes under other keys share it, and each passes
     its own target URI to the worker.
     """
 
-    format_version: int = JOB_FORMAT_VERSION
+    format_version: int = WORK_FORMAT_VERSION
     work_id: str
     target_content_id: str
     source_content_ids: list[str]
@@ -155,7 +155,7 @@ class RunLease(_Record):
     created_at: datetime
     target_uri: str = ""  # this run's path to the target: a worker with nothing left of its own run helps this one
     priority: int = 0  # standing and helping workers take a run of higher priority first
-    # The run's sources and options (as validated): a worker prepares the work from them when job.json is missing.
+    # The run's sources and options (as validated): a worker prepares the work from them when work.json is missing.
     source_uris: list[str] = Field(default_factory=list)
     options: dict[str, Any] | None = None
 

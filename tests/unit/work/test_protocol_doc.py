@@ -8,7 +8,7 @@ import inspect
 import re
 from pathlib import Path
 
-from facefusion_provider.job.layout import (
+from facefusion_provider.work.layout import (
     PREPARE_CLAIM,
     AnalysisLayout,
     RootLayout,
@@ -46,7 +46,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
     work = WorkLayout.under("s3://bucket/root", "w1")
     root = RootLayout.of("s3://bucket/root")
     produced = {
-        "job_json": work.job_json,
+        "work_json": work.work_json,
         "segment_marker": work.segment_marker(7),
         "segment_file": work.segment_file(segment_file_name(7, "writer1")),
         "frame_preview": work.frame_preview(1234),
@@ -68,7 +68,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
     # A new path in the layout must be added above (and to the document).
     members = {name for name, _ in inspect.getmembers(WorkLayout) if not name.startswith("_")}
     members |= {name for name, _ in inspect.getmembers(RootLayout) if not name.startswith("_")}
-    known = {"job_json", "segment_marker", "segment_file", "frame_preview", "claim", "run_lease", "sound_file"}
+    known = {"work_json", "segment_marker", "segment_file", "frame_preview", "claim", "run_lease", "sound_file"}
     known |= {"deleting", "worker", "signal", "under", "of", "work_id", "work_uri", "root_uri"}
     folders = {"segments_dir", "claims_dir", "runs_dir", "works_dir", "workers_dir"}
     assert members - known - folders == set(), "a new path in the layout: name it in docs/protocol.md and here"

@@ -8,8 +8,8 @@ import json
 import re
 from typing import Any
 
-from facefusion_provider.job.records import JOB_FORMAT_VERSION
 from facefusion_provider.options import ANALYSIS_OPTIONS, Options
+from facefusion_provider.work.records import WORK_FORMAT_VERSION
 
 
 def _digest(value: dict[str, Any]) -> str:
@@ -21,7 +21,7 @@ def work_id(target_content_id: str, source_content_ids: list[str], options: Opti
     writes its output plays no part."""
     return _digest(
         {
-            "format": JOB_FORMAT_VERSION,
+            "format": WORK_FORMAT_VERSION,
             "target": target_content_id,
             "sources": source_content_ids,
             "options": options.pixel_options(),
@@ -35,7 +35,7 @@ def analysis_id(target_content_id: str, options: Options) -> str:
     values = options.model_dump(mode="json")
     return _digest(
         {
-            "format": JOB_FORMAT_VERSION,
+            "format": WORK_FORMAT_VERSION,
             "target": target_content_id,
             "options": {name: values[name] for name in sorted(ANALYSIS_OPTIONS)},
             "landmarks": options.analysis_landmarks(),

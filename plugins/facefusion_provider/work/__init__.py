@@ -1,4 +1,4 @@
-"""The job's vocabulary, shared by the Airflow side and the worker: ids, the storage layout, the records in it (job.json,
+"""The work's vocabulary, shared by the Airflow side and the worker: ids, the storage layout, the records in it (work.json,
 markers, claims, run leases), the plan of segments and spans, and the storage protocols of claims and leases.
 
 Shared work is content-addressed (``work_id``): the identity, the segments and their markers, reusable by any run over

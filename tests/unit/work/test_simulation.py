@@ -1,7 +1,7 @@
 """The coordination protocol under deterministic simulation (``simulation.py``, docs/protocol.md "Invariants"): many
 seeded schedules of Airflow runs, CLI runs and standing workers sharing works, with kills, pauses past every TTL and
 clock jumps; every invariant is checked at every step. A failing seed is named and reproduces alone:
-``FACEFUSION_SIM_SEEDS=1234 pytest tests/unit/job/test_simulation.py``."""
+``FACEFUSION_SIM_SEEDS=1234 pytest tests/unit/work/test_simulation.py``."""
 
 from __future__ import annotations
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from facefusion_provider.exceptions import InvalidJobError
-from facefusion_provider.job import ids
-from facefusion_provider.job.ids import analysis_id, run_key, work_id
-from facefusion_provider.job.layout import (
+from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.options import Options
+from facefusion_provider.work import ids
+from facefusion_provider.work.ids import analysis_id, run_key, work_id
+from facefusion_provider.work.layout import (
     AnalysisLayout,
     WorkLayout,
     output_marker_uri,
@@ -20,9 +21,8 @@ from facefusion_provider.job.layout import (
     segment_claim_name,
     segment_file_name,
 )
-from facefusion_provider.job.records import JOB_FORMAT_VERSION
-from facefusion_provider.options import Options
-from facefusion_provider.worker.work import load_job
+from facefusion_provider.work.records import WORK_FORMAT_VERSION
+from facefusion_provider.worker.work import load_work
 
 
 def test_work_id_depends_on_content_and_pixel_options_only() -> None:
@@ -39,14 +39,14 @@ def test_a_work_of_an_older_format_gets_another_id_and_is_refused_by_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     current = work_id("t", ["s"], Options())
-    monkeypatch.setattr(ids, "JOB_FORMAT_VERSION", JOB_FORMAT_VERSION - 1)
+    monkeypatch.setattr(ids, "WORK_FORMAT_VERSION", WORK_FORMAT_VERSION - 1)
     assert work_id("t", ["s"], Options()) != current  # a new format never finds an old work under its id
     monkeypatch.undo()
     layout = WorkLayout((tmp_path / "work").as_uri())
     (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "job.json").write_text(json.dumps({"format_version": JOB_FORMAT_VERSION - 1}))
-    with pytest.raises(InvalidJobError, match=f"job format {JOB_FORMAT_VERSION - 1}, this worker reads format"):
-        load_job(layout)
+    (tmp_path / "work" / "work.json").write_text(json.dumps({"format_version": WORK_FORMAT_VERSION - 1}))
+    with pytest.raises(InvalidWorkError, match=f"work format {WORK_FORMAT_VERSION - 1}, this worker reads format"):
+        load_work(layout)
 
 
 def test_analysis_id_ignores_the_source_and_the_swap_but_not_detection() -> None:
@@ -69,7 +69,7 @@ def test_layout(tmp_path: Path) -> None:
     layout = WorkLayout.under(str(tmp_path / "root"), "abc")
     assert layout.work_uri == (tmp_path / "root" / "work" / "abc").as_uri()
     assert layout.work_id == "abc"
-    assert layout.job_json.endswith("/work/abc/job.json")
+    assert layout.work_json.endswith("/work/abc/work.json")
     assert layout.segment_marker(7).endswith("/work/abc/segments/00007.json")
     assert layout.segment_file(segment_file_name(7, "w1")).endswith("/work/abc/segments/00007.w1.mp4")
     assert layout.claim(segment_claim_name(7), 2).endswith("/work/abc/claims/00007.0002.json")
