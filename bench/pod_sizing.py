@@ -4,8 +4,9 @@ Reads the measured CPU milliseconds per 1080p frame (bench/results/cpu-stages.js
 inference, its decode, libx264 per preset), takes NVDEC and NVENC from the GPU table (media/hardware.py) and each GPU
 type's inference rate (stated, not measured here: the table below says where each figure comes from), and computes
 the cores a pod needs to feed its GPU, capped by what the GPU's usual cloud node has per GPU. Writes the table into
-deploy/README.md and deploy/chart/README.md and the CPU requests into deploy/chart/values.yaml (and the Airflow side's
-``worker_cpu`` in deploy/airflow-values.yaml, which equals the chart's default GPU type's row).
+deploy/README.md and deploy/chart/README.md, the CPU requests into deploy/chart/values.yaml and the Airflow side's
+``settings.GPU_POD_CPU`` (the cores span pods ask for by ``[facefusion] gpu_type``; deploy/airflow-values.yaml's
+``gpu_type`` is the chart's default GPU type).
 
     python bench/pod_sizing.py            # rewrite the table and the requests from the current measurements
     python bench/pod_sizing.py --check    # exit 1 when a file differs from what the measurements give
@@ -33,6 +34,7 @@ from facefusion_provider.media.hardware import gpu_model  # noqa: E402
 CPU_STAGES = BENCH_DIR / "results" / "cpu-stages.json"
 VALUES = REPO / "deploy" / "chart" / "values.yaml"
 AIRFLOW_VALUES = REPO / "deploy" / "airflow-values.yaml"
+SETTINGS = REPO / "plugins" / "facefusion_provider" / "settings.py"
 READMES = (REPO / "deploy" / "README.md", REPO / "deploy" / "chart" / "README.md")
 START, END = "<!-- pod-sizing:start (bench/pod_sizing.py) -->", "<!-- pod-sizing:end -->"
 
@@ -220,18 +222,26 @@ def default_gpu_type(values: str) -> str:
     return found.group(1)
 
 
-def with_worker_cpu(airflow_values: str, cpu: int) -> str:
-    return re.sub(r'^(\s+worker_cpu: )"[^"]*"$', rf'\g<1>"{cpu}"', airflow_values, count=1, flags=re.MULTILINE)
+def with_gpu_type(airflow_values: str, gpu_type: str) -> str:
+    return re.sub(r"^(\s+gpu_type: )\S+$", rf"\g<1>{gpu_type}", airflow_values, count=1, flags=re.MULTILINE)
+
+
+def with_settings_table(settings: str, rows: list[Sizing]) -> str:
+    """The Airflow side's cores per GPU type (``settings.GPU_POD_CPU``, read for ``[facefusion] gpu_type``)."""
+    table = "".join(f'    "{row.gpu.key}": "{row.cpu_request}",\n' for row in rows)
+    head, rest = settings.split("# pod-sizing:start\n", 1)
+    _, tail = rest.split("# pod-sizing:end\n", 1)
+    return f"{head}# pod-sizing:start\nGPU_POD_CPU: Mapping[str, str] = {{\n{table}}}\n# pod-sizing:end\n{tail}"
 
 
 def expected_files(costs: CpuCosts) -> dict[Path, str]:
     rows = sizings(costs)
     table = markdown(rows, costs)
     values = with_requests(VALUES.read_text(), rows)
-    default = next(row for row in rows if row.gpu.key == default_gpu_type(values))
     files = {path: with_table(path.read_text(), table, path) for path in READMES}
     files[VALUES] = values
-    files[AIRFLOW_VALUES] = with_worker_cpu(AIRFLOW_VALUES.read_text(), default.cpu_request)
+    files[AIRFLOW_VALUES] = with_gpu_type(AIRFLOW_VALUES.read_text(), default_gpu_type(values))
+    files[SETTINGS] = with_settings_table(SETTINGS.read_text(), rows)
     return files
 
 

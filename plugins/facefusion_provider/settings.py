@@ -43,6 +43,19 @@ class SettingSpec:
     example: str | None = None
 
 
+DEFAULT_POD_CPU = "4"
+# The cores a GPU pod needs so that its GPU stays the bottleneck, by GPU model: written by bench/pod_sizing.py.
+# pod-sizing:start
+GPU_POD_CPU: Mapping[str, str] = {
+    "l4": "10",
+    "a10g": "11",
+    "l40s": "23",
+    "a100": "11",
+    "h100": "23",
+    "h200": "23",
+}
+# pod-sizing:end
+
 KUBERNETES_SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "kubernetes_namespace", "string", "facefusion", "Namespace of the worker pods (backend kubernetes).", "video"
@@ -117,11 +130,21 @@ KUBERNETES_SETTINGS: tuple[SettingSpec, ...] = (
         "1200",
     ),
     SettingSpec(
+        "gpu_type",
+        "string",
+        "",
+        "GPU model of the GPU pool (" + ", ".join(f"`{key}`" for key in GPU_POD_CPU) + "): GPU pods ask for the "
+        "cores that keep that GPU busy (deploy/README.md's table by GPU type) unless `worker_cpu` is set. Empty: "
+        f"{DEFAULT_POD_CPU} cores.",
+        "l4",
+    ),
+    SettingSpec(
         "worker_cpu",
         "string",
-        "4",
-        "CPU request of a worker pod (a Kubernetes quantity); a GPU worker decodes, encodes and pastes "
-        "execution_thread_count frames side by side on these cores.",
+        "",
+        "CPU request of every worker pod (a Kubernetes quantity); a GPU worker decodes, encodes and pastes "
+        f"execution_thread_count frames side by side on these cores. Empty: {DEFAULT_POD_CPU}, and GPU pods "
+        "`gpu_type`'s cores.",
         "8",
     ),
     SettingSpec("worker_memory", "string", "8Gi", "Memory request and limit of a worker pod.", "16Gi"),
@@ -308,7 +331,8 @@ class KubernetesSettings:
     tolerations: tuple[Mapping[str, Any], ...]
     affinity: Mapping[str, Any]
     startup_timeout_seconds: int
-    cpu: str
+    cpu: str  # pods off the GPU pool
+    gpu_cpu: str  # GPU pods
     memory: str
     ephemeral_storage: str
     models_uri: str | None
@@ -341,7 +365,8 @@ class KubernetesSettings:
             tolerations=tuple(tolerations),
             affinity=_json(raw, "affinity", dict),
             startup_timeout_seconds=_number(raw, "startup_timeout_seconds", int, minimum=1),
-            cpu=_quantity(raw, "worker_cpu"),
+            cpu=(raw["worker_cpu"] and _quantity(raw, "worker_cpu")) or DEFAULT_POD_CPU,
+            gpu_cpu=(raw["worker_cpu"] and _quantity(raw, "worker_cpu")) or _gpu_type_cpu(raw["gpu_type"]),
             memory=_quantity(raw, "worker_memory"),
             ephemeral_storage=_quantity(raw, "worker_ephemeral_storage"),
             models_uri=raw["models_uri"] or None,
@@ -360,6 +385,12 @@ def _json(raw: Mapping[str, str], name: str, kind: type[Json]) -> Json:
             f"[{SECTION}] {name}: expected a JSON {'object' if kind is dict else 'list'}, got {raw[name]!r}"
         )
     return value
+
+
+def _gpu_type_cpu(gpu_type: str) -> str:
+    if gpu_type and gpu_type not in GPU_POD_CPU:
+        raise ValueError(f"[{SECTION}] gpu_type: {gpu_type!r} is not among {', '.join(GPU_POD_CPU)}")
+    return GPU_POD_CPU.get(gpu_type, DEFAULT_POD_CPU)
 
 
 def _quantity(raw: Mapping[str, str], name: str) -> str:

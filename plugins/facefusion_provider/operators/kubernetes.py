@@ -274,7 +274,8 @@ def node_name_variable() -> k8s.V1EnvVar:
 
 def pod_resources(settings: KubernetesSettings, *, gpu: bool) -> k8s.V1ResourceRequirements:
     """Requests for scheduling, and limits equal to them for memory, ephemeral storage and GPUs."""
-    requests = {"cpu": settings.cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
+    cpu = settings.gpu_cpu if gpu else settings.cpu
+    requests = {"cpu": cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
     limits = {"memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
     if gpu:
         requests[settings.gpu_resource] = str(settings.gpu_count)

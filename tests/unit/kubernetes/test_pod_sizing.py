@@ -1,4 +1,4 @@
-"""Pods sized by GPU type: the chart's CPU requests, the Airflow side's worker_cpu and the READMEs' tables are what
+"""Pods sized by GPU type: the chart's CPU requests, the Airflow side's cores per gpu_type and the READMEs' tables are what
 bench/pod_sizing.py computes from the measured CPU per frame; a change of the measurements without a rerun fails here."""
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import pod_sizing  # noqa: E402
 
+from facefusion_provider.operators.kubernetes import pod_resources  # noqa: E402
+from facefusion_provider.settings import SETTINGS, KubernetesSettings  # noqa: E402
+
 
 def chart_rows() -> dict[str, dict[str, str]]:
     rows: dict[str, dict[str, str]] = yaml.safe_load(pod_sizing.VALUES.read_text())["gpu"]["resourcesByType"]
@@ -27,13 +30,23 @@ def test_the_charts_cpu_per_gpu_type_is_the_sizing_scripts() -> None:
     assert {key: row["cpu"] for key, row in chart_rows().items()} == sized, "run python bench/pod_sizing.py"
 
 
-def test_the_airflow_sides_worker_cpu_is_the_default_gpu_types_row() -> None:
+def test_span_pods_of_the_airflow_side_ask_for_the_charts_row_of_their_gpu_type() -> None:
     values = yaml.safe_load(pod_sizing.VALUES.read_text())
-    airflow = yaml.safe_load(pod_sizing.AIRFLOW_VALUES.read_text())
+    airflow = yaml.safe_load(pod_sizing.AIRFLOW_VALUES.read_text())["config"]["facefusion"]
+    assert airflow["gpu_type"] == values["gpu"]["type"] and "worker_cpu" not in airflow
 
-    assert (
-        airflow["config"]["facefusion"]["worker_cpu"] == values["gpu"]["resourcesByType"][values["gpu"]["type"]]["cpu"]
-    )
+    for key, row in chart_rows().items():
+        pod = pod_resources(KubernetesSettings.from_raw(raw_settings(gpu_type=key)), gpu=True)
+        assert pod.requests["cpu"] == row["cpu"], key
+        assert pod_resources(KubernetesSettings.from_raw(raw_settings(gpu_type=key)), gpu=False).requests["cpu"] == "4"
+    explicit = KubernetesSettings.from_raw(raw_settings(gpu_type="h100", worker_cpu="6"))
+    assert pod_resources(explicit, gpu=True).requests["cpu"] == "6"  # a user's worker_cpu wins
+    with pytest.raises(ValueError, match=r"gpu_type: 'v100' is not among l4"):
+        KubernetesSettings.from_raw(raw_settings(gpu_type="v100"))
+
+
+def raw_settings(**values: str) -> dict[str, str]:
+    return {spec.name: values.get(spec.name, spec.default) for spec in SETTINGS}
 
 
 def test_the_readmes_carry_the_current_table() -> None:
