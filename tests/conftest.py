@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,14 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def worker_threads() -> Callable[[], list[threading.Thread]]:
     """The worker's own threads still alive (fetching ahead, uploading parts): none may outlive a merge, failed or not."""
     return lambda: [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-")]
+
+
+@pytest.fixture(autouse=True)
+def normal_scheduling() -> Iterator[None]:
+    """A test must not leave this process's thread on a real-time policy (SVT-AV1 sets SCHED_FIFO when run as root):
+    the servers, browsers and containers started after it would inherit it, and one busy loop would starve CI."""
+    yield
+    policy = os.sched_getscheduler(0)
+    if policy != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        pytest.fail(f"the test left this thread on scheduling policy {policy} (SCHED_OTHER is {os.SCHED_OTHER})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -64,6 +65,16 @@ def frame_pts(spec: VideoSpec) -> Iterator[int]:
 
 def write_video(path: str, spec: VideoSpec, frames: Iterable[RgbImage]) -> int:
     """Encode ``frames`` into ``path`` (plus a tone track when ``spec.audio_rate`` is set); returns the frame count."""
+    try:
+        return _write_video(path, spec, frames)
+    finally:
+        # SVT-AV1, run as root, leaves the calling thread on SCHED_FIFO 99: every thread and child process started
+        # after it would inherit a real-time policy, and one busy loop among them starves the machine.
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def _write_video(path: str, spec: VideoSpec, frames: Iterable[RgbImage]) -> int:
     with av.open(path, mode="w", format=spec.container_format) as container:
         video = container.add_stream(spec.codec, rate=spec.frame_rate, options=dict(spec.codec_options))
         assert isinstance(video, av.video.stream.VideoStream)

@@ -169,10 +169,10 @@ def completed_work(
     hook: FaceFusionStorageHook, call: WorkerCall, committed: frozenset[int] = frozenset()
 ) -> str | None:
     """Why ``call`` has nothing left to do for this run, or None when it must run. Checked before launching anything:
-    an output validate found done (even after cleanup removed the work), a prepared work, or a span whose every
+    an output found done (by validate, or again on a later try; even after cleanup removed the work), a prepared work, or a span whose every
     segment is in ``committed`` (listed once by the caller) needs no process and no pod."""
     if call.output_done:
-        return f"{call.output_uri} already holds the output of work {call.work_id} (found by validate)"
+        return f"{call.output_uri} already holds the output of work {call.work_id}"
     if call.command == "prepare" and hook.is_prepared(call.work_uri):
         return f"work {call.work_id} is already prepared"
     if call.span is not None and all(index in committed for index in span_segments(call.span)):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ def nothing_to_do(
     committed segments when the caller has listed them already (a span's are listed once otherwise). Bad input or a
     broken work found here fails the task at once."""
     with fail_on_bad_input(context):
+        call = decided_for_this_try(hook, call, context)
         if committed is None:
             committed = span_committed_segments(hook, call)
         reason = completed_work(hook, call, committed)
@@ -50,6 +52,16 @@ def nothing_to_do(
         if reason is None and call.span is not None:
             log_span_start(committed, call.span, context)
     return reason
+
+
+def decided_for_this_try(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> WorkerCall:
+    """``call`` with validate's "output done" for the first try of prepare, plan and the spans. The merge and every
+    later try (a retry, or a task cleared after the run published) ask storage again: standing workers publish a run's
+    output as they commit its last segment, and a cleared task runs after the run published."""
+    first_try = getattr(context.get("ti"), "try_number", 1) <= 1
+    if call.output_done or (first_try and call.command != "merge"):
+        return call
+    return replace(call, output_done=hook.output_done(call.output_uri, call.work_id) is not None)
 
 
 def span_committed_segments(hook: FaceFusionStorageHook, call: WorkerCall) -> frozenset[int]:
@@ -162,6 +174,7 @@ class SpanCommittedOperator(BaseOperator):
             span=self.span,
         )
         hook = FaceFusionStorageHook()
+        call = decided_for_this_try(hook, call, context)
         committed = span_committed_segments(hook, call)
         reason = nothing_to_do(hook, call, context, committed)
         if reason:

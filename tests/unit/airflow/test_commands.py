@@ -24,6 +24,7 @@ from facefusion_provider.operators.commands import (
     worker_call,
     worker_env,
 )
+from facefusion_provider.operators.spans import decided_for_this_try, nothing_to_do
 from facefusion_provider.options import Options
 
 
@@ -153,7 +154,7 @@ def test_completed_work_from_markers_and_validates_finding(
 
     # validate's finding travels with the call: no second look at the output
     done = worker_call("merge", work_uri, output, output_done=True)
-    assert "already holds the output of work work0 (found by validate)" in (completed_work(hook, done) or "")
+    assert "already holds the output of work work0" in (completed_work(hook, done) or "")
 
 
 def test_the_output_is_done_only_with_this_works_readable_marker(
@@ -170,3 +171,24 @@ def test_the_output_is_done_only_with_this_works_readable_marker(
     commit_output(work)
     assert hook.output_done(work.output_uri, "work0") is not None
     assert hook.output_done((tmp_path / "elsewhere.mp4").as_uri(), "work0") is None
+
+
+def test_a_later_try_asks_again_whether_the_output_is_done(
+    tmp_path: Path, write_work: Callable[..., Any], commit_output: Callable[..., None]
+) -> None:
+    """validate decided "not done" at the run's start; a span cleared after the run published finds it done, and so
+    does the merge task of a run a standing worker merged."""
+    hook = FaceFusionStorageHook()
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    span = {"index": 0, "first": 0, "last": 2, "label": "frames 0-15 (2 segments)"}
+    swap = worker_call("swap-span", work.work_uri, work.output_uri, target_uri=work.output_uri, span=span)
+    commit_output(work)
+
+    def context(try_number: int) -> dict[str, Any]:
+        return {"ti": SimpleNamespace(try_number=try_number, xcom_pull=lambda **_: None)}
+
+    assert not decided_for_this_try(hook, swap, context(1)).output_done, "a first try trusts validate"
+    assert decided_for_this_try(hook, swap, context(2)).output_done
+    assert "already holds the output of work work0" in (nothing_to_do(hook, swap, context(2)) or "")
+    merge = worker_call("merge", work.work_uri, work.output_uri)  # a standing worker may have merged it meanwhile
+    assert decided_for_this_try(hook, merge, context(1)).output_done
