@@ -43,7 +43,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_engine import carphone_frames, machine, write_source_image  # noqa: E402
+from bench_engine import carphone_frames, machine, write_results, write_source_image  # noqa: E402
 from cpu_path_before import before_path, encoder_input_after, encoder_input_before  # noqa: E402
 
 SIZES = {"1080p": (1920, 1080), "4K": (3840, 2160)}
@@ -663,11 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({size: report["sizes"][size]["totals"]}), flush=True)  # today's
     report["cpu_seconds"] = round(time.process_time() - started, 1)
     report["machine"] = machine()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    write_results(Path(args.out), report, markdown(report))
     return 0
 
 

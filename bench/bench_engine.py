@@ -189,6 +189,14 @@ def machine() -> dict[str, Any]:
     }
 
 
+def write_results(out: Path, report: dict[str, Any], text: str) -> None:
+    """``out``.json (the report) and ``out``.md (``text``, its table), folders made as needed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(text)
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Engine benchmark",
@@ -261,11 +269,7 @@ def main() -> None:
             paths.append(json.loads(Path(result_file.name).read_text()))
         print(json.dumps(paths[-1]), flush=True)
     report = {"command": command, "machine": machine(), "paths": paths}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    write_results(Path(args.out), report, markdown(report))
 
 
 if __name__ == "__main__":

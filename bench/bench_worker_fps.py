@@ -32,7 +32,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_engine import carphone_frames, machine, write_source_image  # noqa: E402
+from bench_engine import carphone_frames, machine, write_results, write_source_image  # noqa: E402
 from cpu_path_before import before_path  # noqa: E402
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
@@ -217,11 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(source, folder / "warm-up.mp4", warm_out, warm_root, swapper=swapper, models_dir=models_dir)
             report["swappers"][swapper] = measure_swapper(args, folder, source, swapper, models_dir)
     report["machine"] = machine()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    write_results(Path(args.out), report, markdown(report))
     return 0
 
 

@@ -481,11 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"engine": report["engine"]}), flush=True)
         report["worker_run"] = guarded(lambda: worker_run(clip, args.models_cache, folder, max(30.0, budget.left())))
     report["seconds"] = round(time.monotonic() - started, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    from bench_engine import write_results
+
+    write_results(Path(args.out), report, markdown(report))
     return 0
 
 
