@@ -14,6 +14,7 @@ the time in question.
 
     python bench/bench_scaling.py                       # measures (a few minutes), models, writes bench/results/scaling.*
     python bench/bench_scaling.py --measured bench/results/scaling.json --gpu-inference-fps 60   # model only
+    python bench/bench_scaling.py --measured bench/results/scaling.json --cpu-stages bench/results/cpu-stages.json
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from scaling_measure import Measured, join_costs, measure, switch_seconds, write_clip_1080p
+from scaling_measure import Measured, WorkerCosts, join_costs, measure, switch_seconds, write_clip_1080p
 from scaling_model import Hops, PodRate, SegmentModel, Stated, pool_of, run_plan, single_process_s, switch_s
 from scaling_sim import Kill, Result, Simulation
 
@@ -463,6 +464,15 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "",
         f"Command: `{result['command']}` ({result['machine']}).",
         "",
+        *(
+            [
+                f"The worker's CPU parts are the measured ones scaled by issue 24's cuts: each part's after/before "
+                f"ratio from one run of `{result['cpu_stages']}` (bench/results/cpu-stages.md).",
+                "",
+            ]
+            if result.get("cpu_stages")
+            else []
+        ),
         f"## Summary (recommended plan: standing workers, one per GPU; {size}-frame segments; the pool on S3)",
         "",
         "| measure | goal | modelled | |",
@@ -743,6 +753,33 @@ def machine() -> str:
     )
 
 
+# The worker's measured parts, and the bench_cpu_stages.py stage (1080p) whose after/before ratio scales each.
+CUT_STAGES = {
+    "detector": "detect: pre/post-processing",
+    "align": "swap: align (warp to arcface_128)",
+    "tiling": "swap: pixel-boost tiling",
+    "swapper_tensors": "swap: model input/output conversion",
+    "crop_mask": "swap: mask",
+    "color_correction": "swap: colour correction",
+    "paste_back": "swap: paste back",
+}
+WRITE_BACK_STAGE = "convert: processed frame -> encoder's yuv420p"
+
+
+def with_cuts(worker: WorkerCosts, cpu_stages: dict[str, Any]) -> WorkerCosts:
+    """``worker`` with each part the CPU cuts changed scaled by its after/before ratio, both measured in one run of
+    bench_cpu_stages.py (this machine's absolute figures differ between runs; the ratios hold). Decode, the encoder
+    and the parts the cuts left alone keep their measured costs."""
+    sizes = cpu_stages["sizes"]["1080p"]
+    before, after = sizes["inswapper"]["before"]["stages_ms"], sizes["inswapper"]["after"]["stages_ms"]
+    parts = {
+        part: round(ms * after[CUT_STAGES[part]] / before[CUT_STAGES[part]], 3) if part in CUT_STAGES else ms
+        for part, ms in worker.swap_cpu_parts_ms.items()
+    }
+    write_back = sizes["write_back"]["after"][WRITE_BACK_STAGE] / sizes["write_back"]["before"][WRITE_BACK_STAGE]
+    return replace(worker, swap_cpu_parts_ms=parts, encoder_rgb_s_per_frame=worker.encoder_rgb_s_per_frame * write_back)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     defaults = Stated()
@@ -750,11 +787,21 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(defaults, item.name)
         parser.add_argument("--" + item.name.replace("_", "-"), type=type(value), default=value)
     parser.add_argument("--measured", type=Path, help="reuse the `measured` block of an earlier scaling.json")
+    parser.add_argument(
+        "--cpu-stages",
+        type=Path,
+        help="scale the measured worker costs by the after/before ratios of a bench_cpu_stages.py run (issue 24's cuts)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     stated = Stated(**{item.name: getattr(args, item.name) for item in fields(Stated)})
+    scaled_by = None  # the cuts already in the measured costs (a rerun of a scaled result keeps saying so)
     if args.measured:
-        measured = Measured.from_dict(json.loads(args.measured.read_text())["measured"])
+        earlier = json.loads(args.measured.read_text())
+        scaled_by = earlier.get("cpu_stages")
+        if args.cpu_stages and earlier.get("cpu_stages"):
+            parser.error(f"{args.measured} is scaled by {earlier['cpu_stages']} already; give the unscaled one")
+        measured = Measured.from_dict(earlier["measured"])
         if not measured.seek.switch_s:  # measured before standing workers: measure that one cost now
             with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
                 clip = Path(scratch) / "short.mp4"
@@ -767,8 +814,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
             measured = measure(Path(scratch))
+    if args.cpu_stages:
+        measured = replace(measured, worker=with_cuts(measured.worker, json.loads(args.cpu_stages.read_text())))
     result: dict[str, Any] = {
         "command": "python bench/bench_scaling.py" + ("" if not argv else " " + " ".join(argv)),
+        "cpu_stages": json.loads(args.cpu_stages.read_text())["command"] if args.cpu_stages else scaled_by,
         "machine": machine(),
         "measured": measured.as_dict(),
         "stated": asdict(stated),
