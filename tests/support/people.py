@@ -52,3 +52,9 @@ def carphone(path: Path, frames: int = 120) -> Path:
         ]
     write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate), decoded)
     return path
+
+
+def carphone_face_contrast(frame: Frame) -> float:
+    """The spread of colours in the middle of the driver's face in ``carphone``'s frames (his face box is about x
+    130-220, y 70-200): high on his face, near 0 where a paint stand-in turned it one flat colour."""
+    return float(frame[100:150, 150:200].reshape(-1, 3).std(axis=0).max())

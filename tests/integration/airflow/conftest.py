@@ -22,7 +22,7 @@ from multiprocess_harness import AirflowCluster, PostgresCluster, postgres_bin
 
 @pytest.fixture(scope="session")
 def dags_test_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """An Airflow home with its SQLite DB migrated and the chunk pool created, for ``airflow dags test``."""
+    """An Airflow home with its SQLite DB migrated, for ``airflow dags test``."""
     home = tmp_path_factory.mktemp("airflow_dags_test")
     env = airflow_env(home, settings={**TEST_SETTINGS, "work_root": (home / "work").as_uri()})
     env.pop("FACEFUSION_TEST_FAULTS", None)

@@ -202,7 +202,7 @@ def test_the_node_cache_downloads_once_per_etag(s3: S3Stack, tmp_path: Path, mon
         assert isinstance(third, str) and third != first and Path(third).read_bytes() == b"version two!"
 
 
-def test_chunks_side_by_side_on_a_node_share_one_download(
+def test_spans_side_by_side_on_a_node_share_one_download(
     s3: S3Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FACEFUSION_INPUT_CACHE_DIR", str(tmp_path / "cache"))

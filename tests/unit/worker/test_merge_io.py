@@ -100,7 +100,7 @@ def test_a_failed_task_is_raised_in_its_turn_and_no_task_outlives_close() -> Non
         try:
             time.sleep(0.02)
             if index == 2:
-                raise InvalidWorkError("chunk 2 is corrupt")
+                raise InvalidWorkError("segment 2 is corrupt")
             return index
         finally:
             with lock:
@@ -108,11 +108,11 @@ def test_a_failed_task_is_raised_in_its_turn_and_no_task_outlives_close() -> Non
 
     tasks = [functools.partial(make, index) for index in range(20)]
     taken: list[int] = []
-    with pytest.raises(InvalidWorkError, match="chunk 2 is corrupt"), Prefetch(tasks, 2, released.append) as prefetch:
+    with pytest.raises(InvalidWorkError, match="segment 2 is corrupt"), Prefetch(tasks, 2, released.append) as prefetch:
         taken.extend(prefetch.results())
     assert taken == [0, 1]
     assert running == 0  # close waited for the downloads in flight
-    assert max(started) <= 4  # nothing far ahead of the failure was started (chunks 3 and 4 came into the window)
+    assert max(started) <= 4  # nothing far ahead of the failure was started (segments 3 and 4 came into the window)
     assert sorted(released) == sorted(set(started) - {2})  # every finished result was released, used or not
     time.sleep(0.05)
     assert running == 0 and max(started) <= 4  # and nothing starts later

@@ -37,7 +37,7 @@ class Darken:
         return [frame // 2 for frame in frames]
 
 
-def test_frames_in_flight_stay_bounded_however_long_the_chunk() -> None:
+def test_frames_in_flight_stay_bounded_however_long_the_segment() -> None:
     produced: list[int] = []
     encoded: list[int] = []
     in_flight: list[int] = []
@@ -94,7 +94,7 @@ def test_an_error_in_any_stage_stops_the_pipeline_and_is_raised(stage: str) -> N
     frames = _frames(10_000, produced, fail_at=7 if stage == "decode" else None)
     with pytest.raises(expected):
         run_pipeline(frames, encode, Darken(batch_size=2, fail=stage == "process"))
-    assert len(produced) < 100  # the decoder stopped instead of running to the end of the chunk
+    assert len(produced) < 100  # the decoder stopped instead of running to the end of the segment
 
 
 def test_a_processor_that_loses_frames_is_an_error() -> None:

@@ -10,7 +10,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from people import carphone, people
+from people import carphone, carphone_face_contrast, people
 from standins import write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
@@ -50,11 +50,6 @@ def frames_of(path: Path) -> list[np.ndarray]:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
 
 
-def face_contrast(frame: np.ndarray) -> float:
-    """The spread of colours in the middle of the driver's face (his face box is about x 130-220, y 70-200 at 2x)."""
-    return float(frame[100:150, 150:200].reshape(-1, 3).std(axis=0).max())
-
-
 @pytest.mark.parametrize("model", FAMILIES)
 def test_worker_run_swaps_with_each_family(model: str, inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
     models, source, target = inputs
@@ -68,7 +63,9 @@ def test_worker_run_swaps_with_each_family(model: str, inputs: tuple[Path, Path,
     original, swapped = frames_of(target), frames_of(output)
     assert len(swapped) == len(original) == FRAMES
     for before, after in zip(original, swapped, strict=True):
-        assert face_contrast(before) > 15 and face_contrast(after) < 3, "the face became the stand-in's flat colour"
+        assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, (
+            "the face became the stand-in's flat colour"
+        )
         np.testing.assert_allclose(after[:, :20].mean(), before[:, :20].mean(), atol=3)  # far from the face: kept
 
 
