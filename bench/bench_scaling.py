@@ -795,13 +795,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     stated = Stated(**{item.name: getattr(args, item.name) for item in fields(Stated)})
-    scaled_by = None  # the cuts already in the measured costs (a rerun of a scaled result keeps saying so)
+    scaled_by, unscaled = None, None  # the cuts already in the measured costs, and the costs before them
     if args.measured:
         earlier = json.loads(args.measured.read_text())
-        scaled_by = earlier.get("cpu_stages")
-        if args.cpu_stages and earlier.get("cpu_stages"):
-            parser.error(f"{args.measured} is scaled by {earlier['cpu_stages']} already; give the unscaled one")
-        measured = Measured.from_dict(earlier["measured"])
+        scaled_by, unscaled = earlier.get("cpu_stages"), earlier.get("measured_before_cuts")
+        # Scaling again starts from the costs as measured, never from a scaled copy.
+        measured = Measured.from_dict(unscaled if args.cpu_stages and unscaled else earlier["measured"])
         if not measured.seek.switch_s:  # measured before standing workers: measure that one cost now
             with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
                 clip = Path(scratch) / "short.mp4"
@@ -815,12 +814,14 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
             measured = measure(Path(scratch))
     if args.cpu_stages:
+        unscaled = measured.as_dict()
         measured = replace(measured, worker=with_cuts(measured.worker, json.loads(args.cpu_stages.read_text())))
     result: dict[str, Any] = {
         "command": "python bench/bench_scaling.py" + ("" if not argv else " " + " ".join(argv)),
         "cpu_stages": json.loads(args.cpu_stages.read_text())["command"] if args.cpu_stages else scaled_by,
         "machine": machine(),
         "measured": measured.as_dict(),
+        "measured_before_cuts": unscaled,
         "stated": asdict(stated),
         "model": model(measured, stated),
     }

@@ -2,7 +2,8 @@
 today's in one process: ``with before_path(): ...`` puts the old functions back, and takes them out again after.
 
 Old, in order of the frame's path: the worker converts every processed frame back whole (RGB array -> frame ->
-the encoder's yuv420p), even one without a face; the detector's input tensor is built by numpy (a float copy, a
+the encoder's yuv420p), even one without a face; the detector's input is shrunk with INTER_AREA (7x the cost of
+FaceFusion's bilinear resize at 1080p); its tensor is built by numpy (a float copy, a
 mean subtraction, then a transposed view that onnxruntime copies again); colour correction sums in float64; paste back
 warps the crop and the mask in float and blends in numpy.
 """
@@ -35,6 +36,20 @@ def lab_statistics_before(lab: FloatArray, weight: FloatArray) -> tuple[FloatArr
 def bgr_tensor_before(rgb: Frame, scale: float, mean_bgr: FloatArray) -> FloatArray:
     pixels = (rgb[:, :, ::-1].astype(np.float32) - mean_bgr) * np.float32(scale)
     return pixels.transpose(2, 0, 1)[np.newaxis]  # not contiguous: onnxruntime copies it
+
+
+def letterbox_before(frame: Frame, size: tuple[int, int]) -> Any:
+    from facefusion_provider.engine.detect import Letterbox
+
+    width, height = size
+    scale = min(1.0, width / frame.shape[1], height / frame.shape[0])
+    resized = frame
+    if scale < 1.0:
+        target = (max(1, round(frame.shape[1] * scale)), max(1, round(frame.shape[0] * scale)))
+        resized = np.asarray(cv2.resize(frame, target, interpolation=cv2.INTER_AREA), np.uint8)
+    canvas = np.zeros((height, width, 3), np.uint8)
+    canvas[: resized.shape[0], : resized.shape[1]] = resized
+    return Letterbox(canvas, scale, (resized.shape[1], resized.shape[0]))
 
 
 def paste_back_before(
@@ -96,6 +111,7 @@ def _replacements() -> list[tuple[ModuleType, str, Any]]:
     return [
         (paste, "lab_statistics", lab_statistics_before),
         (detect, "_bgr_tensor", bgr_tensor_before),
+        (detect, "letterbox", letterbox_before),
         (swap_models, "paste_back", paste_back_before),
         (pipeline, "write_back", write_back_before),
     ]
