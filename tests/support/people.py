@@ -18,6 +18,7 @@ from skimage import data
 from synth import VideoSpec, write_video
 
 from facefusion_provider.engine.face import Frame
+from facefusion_provider.media.images import encode_image
 
 LFW_PEOPLE = (10, 40, 70)  # indexes of three different people among the subset's first 100 crops (faces)
 CARPHONE_SCALE = 2
@@ -35,6 +36,12 @@ def people() -> dict[str, Frame]:
         canvas[75:325, 75:325] = grey
         faces[f"lfw{index}"] = np.ascontiguousarray(np.stack([canvas] * 3, axis=-1))
     return faces
+
+
+def person_file(path: Path, name: str = "astronaut") -> Path:
+    """One of ``people()`` written at ``path``: PNG for a ``.png`` path, else JPEG."""
+    path.write_bytes(encode_image(people()[name], "png" if path.suffix == ".png" else "mjpeg"))
+    return path
 
 
 def carphone(path: Path, frames: int = 120) -> Path:

@@ -169,8 +169,8 @@ def completed_work(
     hook: FaceFusionStorageHook, call: WorkerCall, committed: frozenset[int] = frozenset()
 ) -> str | None:
     """Why ``call`` has nothing left to do for this run, or None when it must run. Checked before launching anything:
-    an output found done (by validate, or again on a later try; even after cleanup removed the work), a prepared work, or a span whose every
-    segment is in ``committed`` (listed once by the caller) needs no process and no pod."""
+    an output found done (by validate, or by ``decided_for_this_try``; even after cleanup removed the work), a prepared
+    work, or a span whose every segment is in ``committed`` (listed once by the caller) needs no process and no pod."""
     if call.output_done:
         return f"{call.output_uri} already holds the output of work {call.work_id}"
     if call.command == "prepare" and hook.is_prepared(call.work_uri):

@@ -40,11 +40,11 @@ def nothing_to_do(
     committed: frozenset[int] | None = None,
 ) -> str | None:
     """Why the call has nothing to do, or None; a span about to start says where it resumes. ``committed``: the work's
-    committed segments when the caller has listed them already (a span's are listed once otherwise). Bad input or a
-    broken work found here fails the task at once."""
+    committed segments when the caller has listed them already, for a call it passed through ``decided_for_this_try``
+    (otherwise both happen here, once). Bad input or a broken work found here fails the task at once."""
     with fail_on_bad_input(context):
-        call = decided_for_this_try(hook, call, context)
         if committed is None:
+            call = decided_for_this_try(hook, call, context)
             committed = span_committed_segments(hook, call)
         reason = completed_work(hook, call, committed)
         if reason is None:

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 from committed import work_uri_for
-from people import carphone, people
+from people import carphone, person_file
 from readback import frame_digests
 
 from facefusion_provider import storage, worker
 from facefusion_provider.contract import FAULTS_VARIABLE
-from facefusion_provider.media.images import encode_image
 from facefusion_provider.work.layout import WorkLayout
 
 SEGMENT = 8
@@ -48,8 +47,7 @@ def _digests(path: str | Path) -> list[str]:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     folder = tmp_path_factory.mktemp("determinism")
     target = str(carphone(folder / "carphone.mp4", frames=FRAMES))
-    source = folder / "astronaut.jpg"
-    source.write_bytes(encode_image(people()["astronaut"]))
+    source = person_file(folder / "astronaut.jpg")
     output = folder / "reference.mp4"
     worker.run([str(source)], target, str(output), str(folder / "work"), execution_thread_count=4, **OPTIONS)
     frames = _digests(output)

@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import av
-import cv2
 import numpy as np
 import pytest
-from people import carphone, carphone_face_contrast, people
+from people import carphone, carphone_face_contrast, person_file
 from standins import write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
@@ -40,8 +39,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip)."""
     folder = tmp_path_factory.mktemp("families")
     models = write_standins(folder / "models")
-    source = folder / "astronaut.png"
-    cv2.imwrite(str(source), np.ascontiguousarray(people()["astronaut"][:, :, ::-1]))
+    source = person_file(folder / "astronaut.png")
     return models, source, carphone(folder / "carphone.mp4", frames=FRAMES)
 
 

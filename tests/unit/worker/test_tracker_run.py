@@ -14,13 +14,12 @@ import cv2
 import numpy as np
 import pytest
 from committed import work_uri_for
-from people import carphone, people
+from people import carphone, person_file
 from readback import frame_digests
 
 from facefusion_provider import worker
 from facefusion_provider.engine import processors
 from facefusion_provider.engine.face import Face, Frame
-from facefusion_provider.media.images import encode_image
 
 SEGMENT = 8
 FRAMES = 3 * SEGMENT
@@ -45,8 +44,7 @@ def _rgb_frames(path: str) -> list[Frame]:
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Clip:
     folder = tmp_path_factory.mktemp("tracker")
     target = str(carphone(folder / "carphone.mp4", frames=FRAMES))
-    source = folder / "astronaut.jpg"
-    source.write_bytes(encode_image(people()["astronaut"]))
+    source = person_file(folder / "astronaut.jpg")
     return Clip(target, str(source), _rgb_frames(target))
 
 
