@@ -89,12 +89,8 @@ def keyframes(path: Path) -> list[int]:
 
 
 def conf(sources: Sequence[Path | str], target: Path | str, output: Path | str, **options: Any) -> dict[str, Any]:
-    return {
-        "source_uris": [str(s) for s in sources],
-        "target_uri": str(target),
-        "output_uri": str(output),
-        "options": options,
-    }
+    """A swap run's conf, flat as the trigger form and ingestion send it: the options beside the three inputs."""
+    return {"source_uris": [str(s) for s in sources], "target_uri": str(target), "output_uri": str(output), **options}
 
 
 def free_port() -> int:

@@ -24,10 +24,10 @@ import av
 import numpy as np
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
-from conftest import S3Stack
 from judge import identity_judge
 from people import carphone, people
 from readback import frame_digests
+from s3_stack import S3Stack
 
 from facefusion_provider.media.images import encode_image
 
@@ -237,12 +237,11 @@ def test_a_manifest_starts_its_good_lines_and_names_the_bad_one(
     upload(s3, media / "face.png", "faces/face.png")
     upload(s3, media / "clip3.mp4", "library/clip3.mp4")
     line = {"source_uris": ["s3://videos/faces/face.png"], "target_uri": "s3://videos/library/clip3.mp4"}
-    options = {"processors": []}
     lines = [
-        {**line, "output_uri": f"s3://videos/manifested/{name}.mp4", "options": options}
+        {**line, "output_uri": f"s3://videos/manifested/{name}.mp4", "processors": []}
         for name in ("one", "two", "three")
     ]
-    lines.insert(2, {**line, "output_uri": "s3://videos/manifested/bad.mp4", "options": {"face_swapper_blend": 150}})
+    lines.insert(2, {**line, "output_uri": "s3://videos/manifested/bad.mp4", "face_swapper_blend": 150})
     body = "\n".join(json.dumps(entry) for entry in lines)
     s3.client().put_object(Bucket="videos", Key="manifests/batch.jsonl", Body=body.encode())
     before = set(ingestion.swap_runs())

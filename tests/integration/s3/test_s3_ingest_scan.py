@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import s3fs
 from airflow.sdk.exceptions import AirflowFailException
-from conftest import S3Stack
+from s3_stack import S3Stack
 
 from facefusion_provider.operators.ingest import ScanForNewJobsOperator, ingest_params
 

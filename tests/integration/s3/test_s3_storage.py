@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import s3fs
-from conftest import S3Stack
 from s3_servers import Fault
+from s3_stack import S3Stack
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, RetryableError, StorageDeniedError

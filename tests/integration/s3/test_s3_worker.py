@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from committed import work_uri_for
-from conftest import S3Stack, make_clip
 from readback import frame_digests, packet_payloads
 from s3_servers import Fault
+from s3_stack import S3Stack, make_clip
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED

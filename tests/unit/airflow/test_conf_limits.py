@@ -64,12 +64,12 @@ def test_a_trigger_of_our_dags_with_such_a_number_is_answered_400_in_one_line(
     api: tuple[TestClient, list[dict[str, Any]]],
 ) -> None:
     client, received = api
-    body = '{"conf": {"options": {"segment_size": ' + str(10**30) + "}}}"
+    body = '{"conf": {"segment_size": ' + str(10**30) + "}}"
     response = client.post(
         "/api/v2/dags/facefusion_swap/dagRuns", content=body, headers={"content-type": "application/json"}
     )
     assert response.status_code == 400
-    assert response.json()["detail"].startswith("options.segment_size: a 31-digit number is out of range")
+    assert response.json()["detail"].startswith("segment_size: a 31-digit number is out of range")
     assert received == []
 
 
