@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 UV := $(PYTHON) -m uv
 EXTRAS := --extra airflow --extra worker --extra samples --extra dev
 
-.PHONY: venv demo test lint typecheck layers unit bench clean
+.PHONY: venv demo test lint typecheck layers unit bench gpu-wheels clean
 
 venv: $(VENV)/.synced
 
@@ -38,6 +38,12 @@ test: lint typecheck layers unit
 
 bench: venv
 	$(BIN)/python bench/bench_media.py
+
+# The wheels bench/gpu_check.sh installs on a GPU machine without the venv or a network (carry .whl there).
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl -r bench/gpu-wheels.txt
 
 clean:
 	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache

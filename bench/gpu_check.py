@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import shlex
@@ -134,6 +135,95 @@ def _engine_run(provider: str, precision: str, timeout: float, models_cache: str
             return {"error": f"exit {completed.returncode}: {_tail(completed.stderr)}"}
         (path,) = json.loads(out.with_suffix(".json").read_text())["paths"]
         return {"providers_used": path["providers_used"], "runs": path["runs"], "peak_rss_mib": path["peak_rss_mib"]}
+
+
+TORCH_PRECISIONS = {"fp32": "float32", "fp16": "float16"}
+TORCH_MIN_SECONDS = 1.0  # each figure times at least this long on the GPU
+TORCH_TOLERANCE = 1e-3  # of the largest output value: the interpreter's fp32 against onnxruntime's
+
+
+def torch_models(models_cache: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The graphs the torch rows time, with one input each (batch 1): the inswapper stand-in, and the packaged
+    RetinaFace at what it sees of a letterboxed 1080p frame (640x360, rounded up to its stride: 640x384)."""
+    import numpy as np
+
+    from facefusion_provider.engine.store import store_from_environment
+
+    rng = np.random.default_rng(0)
+    swapper_feeds = {
+        "target": rng.uniform(0.0, 1.0, (1, 3, 128, 128)).astype(np.float32),
+        "source": rng.standard_normal((1, 512)).astype(np.float32),
+    }
+    detector_feeds = {"input": rng.uniform(-120.0, 130.0, (1, 3, 384, 640)).astype(np.float32)}
+    return {
+        "inswapper stand-in (128 px)": (str(Path(models_cache) / "inswapper_128.onnx"), swapper_feeds),
+        "RetinaFace detector (640x384)": (store_from_environment(None).resolve("retinaface_mnet"), detector_feeds),
+    }
+
+
+def torch_engine_runs(budget: Budget, models_cache: str, reserve: float) -> dict[str, Any]:
+    """Where onnxruntime has no CUDA provider: the same graphs through PyTorch's CUDA operators (bench/onnx_on_torch.py),
+    fp32 and fp16, batch 1/4/16, inference alone (inputs already on the GPU); each graph first checked against
+    onnxruntime's CPU output, and refused when it differs."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"error": f"PyTorch {torch.__version__} sees no CUDA device"}
+    torch.backends.cudnn.benchmark = True  # cuDNN picks each convolution's fastest algorithm, as onnxruntime's does
+    report: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "device": torch.cuda.get_device_name(0),
+        "models": {},
+    }
+    for label, (path, feeds) in torch_models(models_cache).items():
+        if not budget.allows(reserve + 30):
+            report["models"][label] = {"error": "skipped: the check's time budget is spent"}
+            continue
+        report["models"][label] = guarded(
+            functools.partial(_torch_model_runs, path, feeds, "cuda", torch.cuda.synchronize)
+        )
+    return report
+
+
+def _torch_model_runs(path: str, feeds: dict[str, Any], device: str, synchronize: Callable[[], None]) -> dict[str, Any]:
+    import torch
+    from onnx_on_torch import TorchGraph, batch_of, compare_with_onnxruntime, time_graph
+
+    agreement = compare_with_onnxruntime(path, feeds, device)
+    result: dict[str, Any] = {"fp32_vs_onnxruntime_cpu": agreement, "runs": []}
+    if agreement["max_relative_difference"] > TORCH_TOLERANCE:
+        result["error"] = f"the interpreter's output differs from onnxruntime's ({agreement}): no figures"
+        return result
+    reference: list[Any] = []
+    for precision, dtype_name in TORCH_PRECISIONS.items():
+        graph = TorchGraph.load(path, device, getattr(torch, dtype_name))
+        with torch.inference_mode():
+            outputs = [output.float().cpu() for output in graph.run({k: graph.input(v) for k, v in feeds.items()})]
+        if not reference:
+            reference = outputs
+        else:  # a reduced precision that overflows would time garbage: say how far it is from fp32
+            result[f"{precision}_vs_fp32"] = max(
+                float((got - want).abs().max() / want.abs().max().clamp_min(1e-12))
+                for got, want in zip(outputs, reference, strict=True)
+            )
+        for batch in BATCH_SIZES:
+            inputs = {name: graph.input(batch_of(value, batch)) for name, value in feeds.items()}
+            once = time_graph(graph, inputs, 1, synchronize)
+            repeats = max(3, min(200, int(TORCH_MIN_SECONDS / max(once, 1e-4))))
+            seconds = time_graph(graph, inputs, repeats, synchronize)
+            result["runs"].append(
+                {
+                    "precision": precision,
+                    "batch_size": batch,
+                    "ms_per_batch": round(1000 * seconds, 3),
+                    "ms_per_item": round(1000 * seconds / batch, 3),
+                    "items_per_second": round(batch / seconds, 1),
+                    "repeats": repeats,
+                }
+            )
+        del graph
+    return result
 
 
 def _tail(text: str, lines: int = 6) -> str:
@@ -318,14 +408,26 @@ def encode_figures(clip: Path, gpu_name: str, folder: Path) -> dict[str, Any]:
     return results
 
 
-def worker_run(clip: Path, models_dir: str, folder: Path, timeout: float) -> dict[str, Any]:
-    """One whole ``facefusion-worker run`` at 1080p on the GPU; its JSON summary holds the per-stage timings."""
+CPU_WORKER_FRAMES = 48  # a worker run whose inference falls back to the CPU decodes and encodes this many frames
+
+
+def worker_command() -> list[str]:
+    """The worker's console script beside this Python, else its module (a machine with the project on PYTHONPATH)."""
+    script = Path(sys.executable).with_name("facefusion-worker")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "facefusion_provider.worker"]
+
+
+def worker_run(clip: Path, models_dir: str, folder: Path, timeout: float, on_cuda: bool) -> dict[str, Any]:
+    """One whole ``facefusion-worker run`` at 1080p on the GPU; its JSON summary holds the per-stage timings. Where
+    onnxruntime has no CUDA provider, inference runs on the CPU over the first CPU_WORKER_FRAMES frames, so the run
+    still shows the worker's decode and encode paths on this machine."""
     from bench_engine import write_source_image
 
     source = write_source_image(folder)
-    worker = Path(sys.executable).with_name("facefusion-worker")
+    inference = ["cuda"] if on_cuda else ["cpu", "--execution-thread-count", str(os.cpu_count() or 1)]
+    trim = [] if on_cuda else ["--trim-frame-end", str(CPU_WORKER_FRAMES)]
     command = [
-        str(worker) if worker.exists() else "facefusion-worker",
+        *worker_command(),
         "run",
         "--source",
         source,
@@ -340,13 +442,15 @@ def worker_run(clip: Path, models_dir: str, folder: Path, timeout: float) -> dic
         "--face-swapper-model",
         "inswapper_128",
         "--execution-providers",
-        "cuda",
+        *inference,
+        *trim,
     ]
     began = time.perf_counter()
     completed = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - began
     result: dict[str, Any] = {
-        "command": shlex.join(["facefusion-worker", *command[1:]]),
+        "command": shlex.join(["facefusion-worker", *command[command.index("run") :]]),
+        "inference": "CUDA" if on_cuda else "CPU (onnxruntime has no CUDA provider here)",
         "exit_code": completed.returncode,
         "wall_s": round(wall, 2),
         "log": [
@@ -392,6 +496,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {run['provider']} ({', '.join(run['providers_used'])}) | {run['precision']} | {batch['batch_size']} "
                 f"| {batch['fps']} | {batch['ms_per_frame']} | {stages} |"
             )
+    lines += torch_markdown(report.get("engine_torch"))
     clip = f"{SIZE[0]}x{SIZE[1]}, {CLIP_SECONDS * 30} frames"
     choices = report.get("media_paths") or {}
     if "error" in choices:
@@ -422,7 +527,7 @@ def markdown(report: dict[str, Any]) -> str:
                 note = ", ".join(figure.get("frame_formats", [])) or f"{figure.get('bytes', 0):,} bytes"
                 lines.append(f"| {group}: {name} | {figure['fps']} | {figure['cpu_ms_per_frame']} | {note} |")
     run = report["worker_run"]
-    lines += ["", f"## One whole worker run, {clip}, `--execution-providers cuda`", ""]
+    lines += ["", f"## One whole worker run at {SIZE[0]}x{SIZE[1]}, inference on {run.get('inference', 'CUDA')}", ""]
     if "error" in run:
         lines.append(f"Failed: {run['error']}")
     else:
@@ -436,6 +541,39 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def torch_markdown(engine_torch: dict[str, Any] | None) -> list[str]:
+    """The PyTorch rows: per graph, its agreement with onnxruntime and its speed per precision and batch."""
+    if not engine_torch:
+        return []
+    if "error" in engine_torch:
+        return ["", f"## The same graphs through PyTorch's CUDA operators: failed: {engine_torch['error']}"]
+    lines = [
+        "",
+        f"## The same graphs through PyTorch's CUDA operators (bench/onnx_on_torch.py; PyTorch {engine_torch['torch']}, "
+        f"cuDNN {engine_torch['cudnn']}, {engine_torch['device']})",
+        "",
+        "Inference alone, inputs already on the GPU; each graph's fp32 output first compared with onnxruntime's on the "
+        "CPU. This is PyTorch's speed for the graph, which onnxruntime's CUDA provider (cuDNN too) should approach.",
+        "",
+        "| graph | precision | batch | ms per batch | ms per item | items/s | vs onnxruntime (max relative difference) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, model in engine_torch["models"].items():
+        agreement = model.get("fp32_vs_onnxruntime_cpu", {}).get("max_relative_difference")
+        agreed = "-" if agreement is None else f"{agreement:.1e}"
+        if model.get("fp16_vs_fp32") is not None:
+            agreed += f" (fp16 vs fp32: {model['fp16_vs_fp32']:.1e})"
+        if "error" in model:
+            lines.append(f"| {label} | - | - | - | - | - | {agreed}; {model['error']} |")
+            continue
+        for run in model["runs"]:
+            lines.append(
+                f"| {label} | {run['precision']} | {run['batch_size']} | {run['ms_per_batch']} | {run['ms_per_item']} "
+                f"| {run['items_per_second']} | {agreed} |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -456,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_seconds)
     started = time.monotonic()
     command = shlex.join(["bash", "bench/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])])
-    for fp16 in (False, True):  # both stand-ins first: the engine runs and the worker run share them
+    # The stand-ins first: the engine runs and the worker run share them (fp16 only for onnxruntime's CUDA rows).
+    for fp16 in (False, True) if ORT_PROVIDER["cuda"] in onnxruntime.get_available_providers() else (False,):
         standin = [sys.executable, str(BENCH_DIR / "make_inswapper_standin.py"), "--out", args.models_cache]
         subprocess.run(standin + (["--fp16"] if fp16 else []), check=True)
     report: dict[str, Any] = {
@@ -479,7 +618,15 @@ def main(argv: list[str] | None = None) -> int:
         worker_reserve = 120.0
         report["engine"] = engine_runs(budget, args.models_cache, reserve=worker_reserve)
         print(json.dumps({"engine": report["engine"]}), flush=True)
-        report["worker_run"] = guarded(lambda: worker_run(clip, args.models_cache, folder, max(30.0, budget.left())))
+        if importlib.util.find_spec("torch") is not None:
+            report["engine_torch"] = guarded(
+                lambda: torch_engine_runs(budget, args.models_cache, reserve=worker_reserve)
+            )
+            print(json.dumps({"engine_torch": report["engine_torch"]}), flush=True)
+        on_cuda = ORT_PROVIDER["cuda"] in report["onnxruntime_providers"]
+        report["worker_run"] = guarded(
+            lambda: worker_run(clip, args.models_cache, folder, max(30.0, budget.left()), on_cuda)
+        )
     report["seconds"] = round(time.monotonic() - started, 1)
     from bench_engine import write_results
 

@@ -17,6 +17,12 @@
 # (the lock's onnxruntime version first, else the newest onnxruntime-gpu: 1.31.1 in late 2026, behind the CPU 1.32.0).
 # TensorRT's provider also needs TensorRT's libraries (`uv pip install tensorrt-cu12-libs`); without them its rows
 # say so. Set GPU_CHECK_INSTALL=0 to measure with whatever is installed.
+#
+# A machine without the project's venv (this workplace's GPU machines: Python 3.12 with PyTorch, onnxruntime for the
+# CPU, no network) runs the check with its python3 and the wheels of bench/gpu-wheels.txt, made here with
+# `make gpu-wheels` and carried in .whl/ (or $GPU_CHECK_WHEELS); onnxruntime is left as it is, and the inference rows
+# come from PyTorch running the same graphs (bench/onnx_on_torch.py). On this workplace's device tool:
+#   run(command="bash bench/gpu_check.sh --out $OUT/engine-gpu", carry=[".whl"], timeout_s=540)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,6 +32,23 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1 || ! "$NVIDIA_SMI" -L 2>/dev/null | grep -q '^GPU'; then
     echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi missing or lists none): nothing measured, nothing written"
     exit 0
+fi
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    wheels="${GPU_CHECK_WHEELS:-.whl}"
+    PYTHON="${GPU_CHECK_SYSTEM_PYTHON:-python3}"
+    site="$(mktemp -d)"
+    echo "gpu_check: no venv at .venv: $PYTHON with the wheels in $wheels, installed in $site" >&2
+    shopt -s nullglob
+    carried=("$wheels"/*.whl)
+    shopt -u nullglob
+    if ((${#carried[@]})); then
+        "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" "${carried[@]}" >&2
+    else
+        echo "gpu_check: no wheels in $wheels (run \`make gpu-wheels\` and carry .whl): steps that need them will say so" >&2
+    fi
+    export PYTHONPATH="$site:$PWD/plugins${PYTHONPATH:+:$PYTHONPATH}"
+    GPU_CHECK_INSTALL=0  # never swap the machine's own onnxruntime: without a network it could not be put back
 fi
 
 has_cuda_provider() {

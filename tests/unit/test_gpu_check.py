@@ -166,3 +166,85 @@ def test_the_workers_own_decode_path_is_timed_on_the_clip(tmp_path: Path, monkey
 
     chosen = next(value for name, value in figures.items() if "chosen plan: software" in name)
     assert chosen["frames"] == 10 and "error" not in chosen
+
+
+def test_without_a_venv_it_installs_the_carried_wheels_and_runs_with_the_system_python(tmp_path: Path) -> None:
+    """This workplace's GPU machines: no .venv, no network. The check installs .whl's wheels into a folder of its own
+    with the machine's python3 (never touching its onnxruntime) and runs with that folder and plugins/ on the path."""
+    nvidia_smi = tmp_path / "nvidia-smi"
+    nvidia_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    nvidia_smi.chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl", "pydantic-2.14.4-py3-none-any.whl"):
+        (wheels / name).write_bytes(b"")
+    recorded = tmp_path / "calls"
+    python = tmp_path / "python3"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = -c ] && {{ echo {tmp_path}/site-packages; exit 0; }}\n'
+        f'[ "$1" = -m ] && {{ echo "$@" >> {recorded}; exit 0; }}\n'
+        f'echo "PYTHONPATH=$PYTHONPATH $@" >> {recorded}\n'
+    )
+    python.chmod(0o755)
+    environment = {
+        **os.environ,
+        "NVIDIA_SMI": str(nvidia_smi),
+        "PYTHON": str(tmp_path / "no-venv" / "python"),
+        "GPU_CHECK_SYSTEM_PYTHON": str(python),
+        "GPU_CHECK_WHEELS": str(wheels),
+    }
+    environment.pop("PYTHONPATH", None)
+    completed = subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(tmp_path / "engine-gpu")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    install, run = recorded.read_text().splitlines()
+    arguments = install.split()
+    assert (
+        arguments[:4] == ["-m", "pip", "install", "--quiet"]
+        and "--no-index" in arguments
+        and "uninstall" not in install
+    )
+    target = arguments[arguments.index("--target") + 1]
+    assert sorted(Path(path).name for path in arguments if path.endswith(".whl")) == sorted(
+        path.name for path in wheels.iterdir()
+    )
+    path, *argv = run.split()
+    assert path == f"PYTHONPATH={target}:{REPO / 'plugins'}"
+    assert argv == ["bench/gpu_check.py", "--nvidia-smi", str(nvidia_smi), "--out", str(tmp_path / "engine-gpu")]
+
+
+def test_the_pytorch_rows_say_what_ran_and_how_it_agreed_with_onnxruntime() -> None:
+    gpu_check = _gpu_check_module()
+    runs = [
+        {"precision": "fp16", "batch_size": 16, "ms_per_batch": 8.0, "ms_per_item": 0.5, "items_per_second": 2000.0}
+    ]
+    text = "\n".join(
+        gpu_check.torch_markdown(
+            {
+                "torch": "2.11.0",
+                "cudnn": 91900,
+                "device": "NVIDIA H200",
+                "models": {
+                    "inswapper stand-in (128 px)": {
+                        "fp32_vs_onnxruntime_cpu": {"max_relative_difference": 2e-5},
+                        "runs": runs,
+                    },
+                    "RetinaFace detector (640x384)": {
+                        "fp32_vs_onnxruntime_cpu": {"max_relative_difference": 0.5},
+                        "error": "the interpreter's output differs from onnxruntime's: no figures",
+                    },
+                },
+            }
+        )
+    )
+    assert "| inswapper stand-in (128 px) | fp16 | 16 | 8.0 | 0.5 | 2000.0 | 2.0e-05 |" in text
+    assert "| RetinaFace detector (640x384) | - | - | - | - | - | 5.0e-01; the interpreter's output differs" in text
+    assert gpu_check.torch_markdown(None) == []

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import numpy.typing as npt
-from ai_edge_litert.interpreter import Interpreter
 
 from facefusion_provider.engine.align import Matrix, invert_affine, transform_points
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.runtime import run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
+
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Interpreter
 
 MESH_SIZE = 192
 MESH_ROI_SCALE = 1.5  # MediaPipe's face ROI: 1.5 x the long side of the face box
@@ -35,7 +38,10 @@ FAN_MIN_SCORE = 0.5  # FaceFusion's default face_landmarker_score: below it the 
 
 @functools.lru_cache(maxsize=4)
 def tflite_interpreter(path: str) -> Interpreter:
-    """A LiteRT interpreter with its tensors allocated, once per process (one thread: the mesh takes about 1 ms)."""
+    """A LiteRT interpreter with its tensors allocated, once per process (one thread: the mesh takes about 1 ms).
+    LiteRT is imported here: a worker whose options need no face mesh runs without it installed."""
+    from ai_edge_litert.interpreter import Interpreter
+
     interpreter = Interpreter(model_path=path, num_threads=1)
     interpreter.allocate_tensors()
     return interpreter

@@ -125,3 +125,22 @@ def test_default_landmarker_is_the_mesh(astronaut: Frame, options: Options, stor
     (face,) = detect_faces(astronaut, options, store)
     result = detect_landmarks(astronaut, face, options, store)
     assert result.landmark_dense is not None and result.landmark_dense.shape == (468, 2)
+
+
+def test_a_worker_without_litert_builds_a_processor_that_needs_no_face_mesh() -> None:
+    """LiteRT is imported where the face mesh is loaded, so a machine without it (a GPU machine carrying only the
+    wheels it needs) runs the model swappers; asking for the mesh there names the missing module."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['ai_edge_litert'] = None\n"
+        "from facefusion_provider.engine import processors, landmarks\n"
+        "try:\n"
+        "    landmarks.tflite_interpreter('face_landmark.tflite')\n"
+        "except ImportError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert "refused:" in completed.stdout and "ai_edge_litert" in completed.stdout
