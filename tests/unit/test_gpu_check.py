@@ -30,6 +30,24 @@ def _fake_nvidia_smi(folder: Path) -> Path:
     return path
 
 
+def _nvidia_smi_with_a_gpu(folder: Path) -> Path:
+    path = folder / "nvidia-smi"
+    path.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    path.chmod(0o755)
+    return path
+
+
+def _run_script(out: Path, environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--out", str(out)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("nvidia_smi", ["missing", "lists no GPU"])
 def test_without_gpu_says_so_and_writes_nothing(tmp_path: Path, nvidia_smi: str) -> None:
     tools = tmp_path / "tools"
@@ -73,22 +91,13 @@ def test_python_entry_without_gpu_says_so_and_writes_nothing(tmp_path: Path) -> 
 
 def test_with_a_gpu_hands_the_check_to_python_with_its_arguments(tmp_path: Path) -> None:
     """With a GPU listed, the script runs bench/gpu_check.py (here a stand-in interpreter that records its argv)."""
-    nvidia_smi = tmp_path / "nvidia-smi"
-    nvidia_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
-    nvidia_smi.chmod(0o755)
+    nvidia_smi = _nvidia_smi_with_a_gpu(tmp_path)
     recorded = tmp_path / "argv"
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\n[ "$1" = -c ] && {{ echo {tmp_path}; exit 0; }}\necho "$@" >> {recorded}\n')
     python.chmod(0o755)
     environment = {**os.environ, "NVIDIA_SMI": str(nvidia_smi), "PYTHON": str(python), "GPU_CHECK_INSTALL": "0"}
-    completed = subprocess.run(
-        ["bash", str(SCRIPT), "--out", str(tmp_path / "engine-gpu")],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    completed = _run_script(tmp_path / "engine-gpu", environment)
     assert completed.returncode == 0, completed.stderr
     assert NO_GPU not in completed.stdout
     assert recorded.read_text().split() == [
@@ -171,9 +180,7 @@ def test_the_workers_own_decode_path_is_timed_on_the_clip(tmp_path: Path, monkey
 def test_without_a_venv_it_installs_the_carried_wheels_and_runs_with_the_system_python(tmp_path: Path) -> None:
     """This workplace's GPU machines: no .venv, no network. The check installs .whl's wheels into a folder of its own
     with the machine's python3 (never touching its onnxruntime) and runs with that folder and plugins/ on the path."""
-    nvidia_smi = tmp_path / "nvidia-smi"
-    nvidia_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
-    nvidia_smi.chmod(0o755)
+    nvidia_smi = _nvidia_smi_with_a_gpu(tmp_path)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for name in ("av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl", "pydantic-2.14.4-py3-none-any.whl"):
@@ -195,14 +202,7 @@ def test_without_a_venv_it_installs_the_carried_wheels_and_runs_with_the_system_
         "GPU_CHECK_WHEELS": str(wheels),
     }
     environment.pop("PYTHONPATH", None)
-    completed = subprocess.run(
-        ["bash", str(SCRIPT), "--out", str(tmp_path / "engine-gpu")],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    completed = _run_script(tmp_path / "engine-gpu", environment)
 
     assert completed.returncode == 0, completed.stderr
     install, run = recorded.read_text().splitlines()
