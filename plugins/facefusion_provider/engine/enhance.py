@@ -36,11 +36,13 @@ def enhancer_feeds(crop: Frame, input_names: set[str], weight: float = CODEFORME
     return feeds
 
 
-def enhance_face(frame: Frame, face: Face, options: Options, store: ModelStore) -> Frame:
-    """``frame`` with ``face`` restored by the enhancer, blended in by ``face_enhancer_blend`` (0-100)."""
+def enhance_face(frame: Frame, face: Face, options: Options, store: ModelStore, *, in_place: bool = False) -> Frame:
+    """``frame`` with ``face`` restored by the enhancer, blended in by ``face_enhancer_blend`` (0-100); a new array, or
+    ``frame`` itself changed when ``in_place``."""
     facts = enhance_facts(options.face_enhancer_model)
     session = store.session_for(options.face_enhancer_model, options)
     crop, matrix = warp_face(frame, face.landmark_5, facts.template, facts.size)
     (output, *_) = run_session(session, enhancer_feeds(crop, set(input_shapes(session))))
     mask = create_box_mask(facts.size, options.face_mask_blur, NO_PADDING)
-    return paste_back(frame, normalize_enhancer_output(output), mask, matrix, options.face_enhancer_blend / 100.0)
+    blend = options.face_enhancer_blend / 100.0
+    return paste_back(frame, normalize_enhancer_output(output), mask, matrix, blend, in_place=in_place)

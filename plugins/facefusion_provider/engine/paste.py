@@ -115,17 +115,24 @@ def paste_region(frame_shape: tuple[int, ...], inverse: Matrix, crop_size: int) 
 
 
 def paste_back(
-    frame: Frame, crop: npt.NDArray[np.floating] | Frame, crop_mask: FloatArray, matrix: Matrix, blend: float = 1.0
+    frame: Frame,
+    crop: npt.NDArray[np.floating] | Frame,
+    crop_mask: FloatArray,
+    matrix: Matrix,
+    blend: float = 1.0,
+    *,
+    in_place: bool = False,
 ) -> Frame:
     """``frame`` with ``crop`` (aligned by ``matrix``) pasted over it: frame x (1 - mask x blend) + crop x mask x blend.
 
     Only the rectangle the crop lands on is computed: the crop is warped as 8-bit colour (its float values rounded
     once), the mask as float, and OpenCV blends them there; the result is within 1 level of an all-float blend.
+    A new array, or ``frame`` itself changed when ``in_place`` (a frame's further faces: no whole-frame copy each).
     """
     crop_size = crop_mask.shape[0]
     inverse = invert_affine(matrix)
     region = paste_region(frame.shape, inverse, crop_size)
-    result = frame.copy()
+    result = frame if in_place else frame.copy()
     if region is None or blend <= 0:
         return result
     x1, y1, x2, y2 = region

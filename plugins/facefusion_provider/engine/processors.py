@@ -302,8 +302,11 @@ class FaceProcessor:
         return frame
 
     def enhance(self, frame: Frame, faces: list[Face]) -> Frame:
+        if not faces:
+            return frame
+        frame = frame.copy()  # one copy a frame; its faces are enhanced into it in turn
         for face in faces:
-            frame = enhance_face(frame, face, self.options, self.store)
+            enhance_face(frame, face, self.options, self.store, in_place=True)
         return frame
 
 

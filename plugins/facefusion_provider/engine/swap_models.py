@@ -312,7 +312,7 @@ def swap_faces(
         numbered.setdefault(index, []).append(number)
 
     def paste_frame(index: int) -> Frame:
-        frame = frames[index]
+        frame = frames[index].copy()  # one copy a frame; its faces are pasted into it in turn
         for number in numbered[index]:
             _, crop, matrix = crops[number]
             face = crop_faces[number]
@@ -320,7 +320,7 @@ def swap_faces(
             mask = with_model_masks(create_crop_mask(boost, face, matrix, options), crop, swapped, store, options)
             if options.face_swapper_color_correction:
                 swapped = match_color_statistics(swapped, crop, color_weight(boost, face, matrix, mask))
-            frame = paste_back(frame, swapped, mask, matrix, blend)
+            paste_back(frame, swapped, mask, matrix, blend, in_place=True)
         return frame
 
     results = list(frames)

@@ -228,6 +228,7 @@ def test_processors_run_in_the_given_order(
 ) -> None:
     (face,) = detect_faces(astronaut, Options(), store)
     nose = tuple(np.round(face.landmark_5[2]).astype(int)[::-1])
+    original = astronaut.copy()
     flat = {
         "face_swapper_model": "inswapper_128",
         "face_swapper_blend": 100,
@@ -241,6 +242,7 @@ def test_processors_run_in_the_given_order(
     enhance_then_swap = Options(processors=["face_enhancer", "face_swapper"], **flat)
     (result,) = build_frame_processor(enhance_then_swap, identity, user_models).process_batch([astronaut])
     assert result[nose].tolist() == pytest.approx([255, 0, 255], abs=2), "the swapper (magenta) ran last"
+    np.testing.assert_array_equal(astronaut, original)  # each processor works on its own copy, never the caller's
 
 
 def test_an_identity_for_another_swapper_is_refused(image_files: dict[str, str]) -> None:

@@ -253,3 +253,24 @@ def test_batched_colour_correction_matches_each_face_to_its_own_frame(tmp_path: 
         inside = painted_region(face)
         assert inside.sum() > 2000
         assert np.abs(result[inside].astype(np.float32) - frame[0, 0]).max() <= 1.0
+
+
+def test_a_frames_faces_are_pasted_in_turn_into_one_copy_and_the_input_frame_is_left_alone(
+    textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory
+) -> None:
+    """Two overlapping faces: the second is pasted over the first as two separate swaps would do it, into one copy of
+    the frame (no whole-frame copy per face), and the caller's frame keeps every pixel."""
+    inswapper_model(models_dir / "inswapper_128.onnx", kind="flat", colour=COLOUR)
+    store = store_for(models_dir)
+    first, second = face_at((130.0, 120.0), 90.0), face_at((185.0, 125.0), 80.0, 10.0)
+    options = swap_options(face_swapper_blend=70, face_swapper_color_correction=False)
+    original = textured_frame.copy()
+
+    (together,) = swap_faces([textured_frame], [[first, second]], np.ones(512), options, store)
+    one_then_other = swap_face(
+        swap_face(textured_frame, first, np.ones(512), options, store), second, np.ones(512), options, store
+    )
+
+    np.testing.assert_array_equal(together, one_then_other)
+    np.testing.assert_array_equal(textured_frame, original)
+    assert together is not textured_frame and not np.array_equal(together, original)
