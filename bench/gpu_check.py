@@ -138,6 +138,8 @@ def _engine_run(provider: str, precision: str, timeout: float, models_cache: str
 
 
 TORCH_PRECISIONS = {"fp32": "float32", "fp16": "float16"}
+SWAPPER_GRAPH = "inswapper stand-in (128 px)"
+DETECTOR_GRAPH = "RetinaFace detector (640x384)"
 TORCH_MIN_SECONDS = 1.0  # each figure times at least this long on the GPU
 TORCH_TOLERANCE = 1e-3  # of the largest output value: the interpreter's fp32 against onnxruntime's
 
@@ -156,8 +158,8 @@ def torch_models(models_cache: str) -> dict[str, tuple[str, dict[str, Any]]]:
     }
     detector_feeds = {"input": rng.uniform(-120.0, 130.0, (1, 3, 384, 640)).astype(np.float32)}
     return {
-        "inswapper stand-in (128 px)": (str(Path(models_cache) / "inswapper_128.onnx"), swapper_feeds),
-        "RetinaFace detector (640x384)": (store_from_environment(None).resolve("retinaface_mnet"), detector_feeds),
+        SWAPPER_GRAPH: (str(Path(models_cache) / "inswapper_128.onnx"), swapper_feeds),
+        DETECTOR_GRAPH: (store_from_environment(None).resolve("retinaface_mnet"), detector_feeds),
     }
 
 

@@ -2,7 +2,8 @@
 
 Reads the measured CPU milliseconds per 1080p frame (bench/results/cpu-stages.json: the inswapper path's work beside
 inference, its decode, libx264 per preset), takes NVDEC and NVENC from the GPU table (media/hardware.py) and each GPU
-type's inference rate (stated, not measured here: the table below says where each figure comes from), and computes
+type's inference rate (from a GPU check's results, bench/results/engine-gpu.json, when one has run; else stated: the
+table says which), and computes
 the cores a pod needs to feed its GPU, capped by what the GPU's usual cloud node has per GPU. Writes the table into
 deploy/README.md and deploy/chart/README.md, the CPU requests into deploy/chart/values.yaml and the Airflow side's
 ``settings.GPU_POD_CPU`` (the cores span pods ask for by ``[facefusion] gpu_type``; deploy/airflow-values.yaml's
@@ -11,7 +12,8 @@ deploy/README.md and deploy/chart/README.md, the CPU requests into deploy/chart/
     python bench/pod_sizing.py            # rewrite the table and the requests from the current measurements
     python bench/pod_sizing.py --check    # exit 1 when a file differs from what the measurements give
 
-Rerun it after bench/bench_cpu_stages.py changes the CPU costs; tests/unit/kubernetes/test_pod_sizing.py fails until then.
+Rerun it after bench/bench_cpu_stages.py changes the CPU costs or bench/gpu_check.sh measures a GPU;
+tests/unit/kubernetes/test_pod_sizing.py fails until then.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 from facefusion_provider.media.hardware import gpu_model  # noqa: E402
 
 CPU_STAGES = BENCH_DIR / "results" / "cpu-stages.json"
+ENGINE_GPU = BENCH_DIR / "results" / "engine-gpu.json"  # bench/gpu_check.sh's results, once a GPU has run it
 VALUES = REPO / "deploy" / "chart" / "values.yaml"
 AIRFLOW_VALUES = REPO / "deploy" / "airflow-values.yaml"
 SETTINGS = REPO / "plugins" / "facefusion_provider" / "settings.py"
@@ -92,6 +95,60 @@ GPU_TYPES: tuple[GpuType, ...] = (
 
 
 @dataclass(frozen=True)
+class GpuRate:
+    """Frames a second one GPU infers (one detection and one face swapped a frame), and the fp16 peak of the GPU that
+    rate belongs to: every GPU type's rate is this scaled by its own peak."""
+
+    fps: float
+    fp16_tflops: float
+    source: str
+    measured: bool
+
+
+STATED_RATE = GpuRate(
+    ANCHOR_FPS,
+    ANCHOR_TFLOPS,
+    f"**stated, not measured here**: {ANCHOR_FPS:.0f} fps (bench/scaling_model.py's stated rate of detect + landmarks "
+    "+ inswapper_128, taken as an L4's)",
+    measured=False,
+)
+
+
+def measured_rate(report: dict[str, Any]) -> GpuRate | None:
+    """The rate a GPU check measured: the detector's and the inswapper stand-in's fastest fp16 time per item (PyTorch
+    running their ONNX graphs), one of each a frame; None when it measured neither or ran on a GPU not in GPU_TYPES."""
+    from gpu_check import DETECTOR_GRAPH, SWAPPER_GRAPH
+
+    name = str((report.get("gpu") or {}).get("name", ""))
+    model = gpu_model(name)
+    gpu = next((gpu for gpu in GPU_TYPES if model is not None and gpu.key == model.key), None)
+    if gpu is None:
+        return None
+    graphs = ((report.get("engine_torch") or {}).get("models")) or {}
+    ms_per_frame = 0.0
+    for label in (DETECTOR_GRAPH, SWAPPER_GRAPH):
+        runs = [run for run in (graphs.get(label) or {}).get("runs", []) if run.get("precision") == "fp16"]
+        if not runs:
+            return None
+        ms_per_frame += min(float(run["ms_per_item"]) for run in runs)
+    fps = 1000.0 / ms_per_frame
+    source = (
+        f"**measured** on {name} by bench/gpu_check.sh: {fps:.0f} fps (the detector and the inswapper stand-in, "
+        "fp16, their fastest batch, through PyTorch running their ONNX graphs; landmarks not included)"
+    )
+    return GpuRate(fps, gpu.fp16_tflops, source, measured=True)
+
+
+def gpu_rate(path: Path = ENGINE_GPU) -> GpuRate:
+    """The measured rate when a GPU check's results are here, else the stated one."""
+    if path.exists():
+        rate = measured_rate(json.loads(path.read_text()))
+        if rate is not None:
+            return rate
+    return STATED_RATE
+
+
+@dataclass(frozen=True)
 class CpuCosts:
     """Measured CPU ms per frame on one core (bench/results/cpu-stages.json)."""
 
@@ -131,13 +188,13 @@ def read_costs(path: Path = CPU_STAGES) -> CpuCosts:
         raise SystemExit(f"{path}: no {missing} in sizes.{SIZE}.totals; rerun bench/bench_cpu_stages.py") from None
 
 
-def size(gpu: GpuType, costs: CpuCosts) -> Sizing:
+def size(gpu: GpuType, costs: CpuCosts, rate: GpuRate = STATED_RATE) -> Sizing:
     model = gpu_model(gpu.name)
     nvdec, nvenc = (model.nvdec, model.nvenc) if model else (0, 0)
     decode_ms = costs.decode_ms * (OFFLOAD_CPU_SHARE if nvdec else 1.0)
     beside_ms = costs.beside_inference_ms - costs.decode_ms + decode_ms
     cpu_ms = beside_ms + costs.encoder_ms
-    gpu_fps = ANCHOR_FPS * gpu.fp16_tflops / ANCHOR_TFLOPS
+    gpu_fps = rate.fps * gpu.fp16_tflops / rate.fp16_tflops
     needed = math.ceil(BUSY_TARGET * gpu_fps * cpu_ms / 1000 / CORE_EFFICIENCY)
     request = max(1, min(needed, gpu.node_vcpus_per_gpu - 1))  # a core of the node's share stays with its daemons
 
@@ -160,23 +217,25 @@ def size(gpu: GpuType, costs: CpuCosts) -> Sizing:
     )
 
 
-def sizings(costs: CpuCosts) -> list[Sizing]:
-    return [size(gpu, costs) for gpu in GPU_TYPES]
+def sizings(costs: CpuCosts, rate: GpuRate | None = None) -> list[Sizing]:
+    chosen = rate if rate is not None else gpu_rate()
+    return [size(gpu, costs, chosen) for gpu in GPU_TYPES]
 
 
-def markdown(rows: list[Sizing], costs: CpuCosts) -> str:
+def markdown(rows: list[Sizing], costs: CpuCosts, rate: GpuRate | None = None) -> str:
+    chosen = rate if rate is not None else gpu_rate()
     lines = [
         f"Cores per GPU worker pod, by GPU type (`python bench/pod_sizing.py`, from `bench/results/cpu-stages.json`: "
         f"`{costs.command}`). CPU per {SIZE} frame on one core, measured: {costs.beside_inference_ms:.1f} ms beside "
         f"inference (decode {costs.decode_ms:.1f}), libx264 {PRESET} {costs.encoder_ms:.1f} ms. NVDEC and NVENC leave "
         f"{OFFLOAD_CPU_SHARE:.0%} of their stage on the CPU (assumed until bench/gpu_check.py measures them). GPU frames "
-        f"per second: **stated, not measured here**: {ANCHOR_FPS:.0f} fps (bench/scaling_model.py's stated rate of "
-        f"detect + landmarks + inswapper_128, taken as an L4's) scaled by each GPU's fp16 dense tensor peak. Cores "
+        f"per second: {chosen.source} scaled by each GPU's fp16 dense tensor peak. Cores "
         f"count {CORE_EFFICIENCY:.0%} of one each; a pod asks for what keeps its GPU {BUSY_TARGET:.0%} busy, at most "
         "its node's vCPUs per GPU less one. The default encoder (libx264) is what the request is sized for: NVENC "
         "runs only when the options name `h264_nvenc` or `hevc_nvenc`.",
         "",
-        "| `gpu.type` | NVDEC | NVENC | GPU fps (stated) | CPU ms/frame (libx264) | with NVENC | cores needed "
+        f"| `gpu.type` | NVDEC | NVENC | GPU fps ({'measured' if chosen.measured else 'stated'}) | CPU ms/frame (libx264) "
+        "| with NVENC | cores needed "
         "| cpu request | GPU busy | frames per GPU-hour | on 4 cores | node (vCPU per GPU) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -234,9 +293,10 @@ def with_settings_table(settings: str, rows: list[Sizing]) -> str:
     return f"{head}# pod-sizing:start\nGPU_POD_CPU: Mapping[str, str] = {{\n{table}}}\n# pod-sizing:end\n{tail}"
 
 
-def expected_files(costs: CpuCosts) -> dict[Path, str]:
-    rows = sizings(costs)
-    table = markdown(rows, costs)
+def expected_files(costs: CpuCosts, rate: GpuRate | None = None) -> dict[Path, str]:
+    chosen = rate if rate is not None else gpu_rate()
+    rows = sizings(costs, chosen)
+    table = markdown(rows, costs, chosen)
     values = with_requests(VALUES.read_text(), rows)
     files = {path: with_table(path.read_text(), table, path) for path in READMES}
     files[VALUES] = values

@@ -3,6 +3,7 @@ bench/pod_sizing.py computes from the measured CPU per frame; a change of the me
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -100,3 +101,58 @@ def test_gpus_without_nvenc_are_sized_for_the_cpu_encoder() -> None:
     assert {key for key, row in rows.items() if not row.nvenc} == {"a100", "h100", "h200"}
     table = pod_sizing.markdown(list(rows.values()), pod_sizing.read_costs())
     assert "stated, not measured here" in table
+
+
+def _gpu_check_report(gpu_name: str, detector_ms: float, swapper_ms: float) -> dict[str, object]:
+    """What bench/gpu_check.sh writes, cut to what the sizing reads: each graph's PyTorch rows."""
+
+    def runs(best_ms: float) -> list[dict[str, object]]:
+        return [
+            {"precision": "fp32", "batch_size": 16, "ms_per_item": best_ms / 3},  # fp32 is not what the pods run
+            {"precision": "fp16", "batch_size": 1, "ms_per_item": best_ms * 2},
+            {"precision": "fp16", "batch_size": 16, "ms_per_item": best_ms},
+        ]
+
+    return {
+        "gpu": {"name": gpu_name},
+        "engine_torch": {
+            "models": {
+                "RetinaFace detector (640x384)": {"runs": runs(detector_ms)},
+                "inswapper stand-in (128 px)": {"runs": runs(swapper_ms)},
+            }
+        },
+    }
+
+
+def test_a_gpu_checks_measured_rate_replaces_the_stated_one_for_every_gpu_type(tmp_path: Path) -> None:
+    """Once bench/gpu_check.sh has run on one GPU, its detector + swapper time sets that GPU's rate (the fastest fp16
+    batch, one of each a frame) and every other type's by its fp16 peak; the table says measured, and where from."""
+    report = _gpu_check_report("NVIDIA H100 80GB HBM3", detector_ms=0.5, swapper_ms=2.0)
+    path = tmp_path / "engine-gpu.json"
+    path.write_text(json.dumps(report))
+
+    rate = pod_sizing.gpu_rate(path)
+
+    assert rate.measured and rate.fps == pytest.approx(400.0)
+    rows = {row.gpu.key: row for row in pod_sizing.sizings(pod_sizing.read_costs(), rate)}
+    assert rows["h100"].gpu_fps == pytest.approx(400.0)
+    assert rows["l4"].gpu_fps == pytest.approx(400.0 * 121.0 / 989.0)
+    stated = {row.gpu.key: row for row in pod_sizing.sizings(pod_sizing.read_costs(), pod_sizing.STATED_RATE)}
+    assert rows["l4"].cores_needed < stated["l4"].cores_needed  # 48.9 fps measured-and-scaled against 120 stated
+    table = pod_sizing.markdown(list(rows.values()), pod_sizing.read_costs(), rate)
+    assert "GPU fps (measured)" in table and "**measured** on NVIDIA H100 80GB HBM3" in table
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"gpu": {"name": "NVIDIA H100 80GB HBM3"}, "engine_torch": {"error": "PyTorch sees no CUDA device"}},
+        _gpu_check_report("NVIDIA GeForce RTX 4090", detector_ms=0.5, swapper_ms=2.0),  # no row of the chart
+    ],
+)
+def test_without_a_usable_measurement_the_stated_rate_stays(tmp_path: Path, report: dict[str, object]) -> None:
+    path = tmp_path / "engine-gpu.json"
+    path.write_text(json.dumps(report))
+
+    assert pod_sizing.gpu_rate(path) == pod_sizing.STATED_RATE
+    assert pod_sizing.gpu_rate(tmp_path / "absent.json") == pod_sizing.STATED_RATE
