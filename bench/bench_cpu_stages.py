@@ -127,13 +127,21 @@ def encoder_settings_for(preset: str, width: int, height: int) -> Any:
     )
 
 
-def measure_media(images: list[Any], width: int, height: int, folder: Path) -> tuple[dict[str, Any], list[Any]]:
-    """The encoder per preset on ``images``, decode of the default preset's file, and the decoded frames to RGB arrays.
-    Returns the per-frame CPU ms and the decoded frames (the worker's input) with their RGB arrays (the engine's)."""
+def bitrate_options(mbit: float) -> dict[str, str]:
+    """libx264 at an average of ``mbit`` Mbit/s, as cameras and streaming services encode (not a constant quality)."""
+    return {"b": f"{mbit:g}M", "maxrate": f"{mbit:g}M", "bufsize": f"{2 * mbit:g}M"}
+
+
+def measure_media(
+    images: list[Any], width: int, height: int, folder: Path, input_mbit: float | None = None
+) -> tuple[dict[str, Any], list[Any]]:
+    """The encoder per preset on ``images``, decode of the default preset's file (or, with ``input_mbit``, of the
+    frames encoded at that bitrate), and the decoded frames to RGB arrays. Returns the per-frame CPU ms and the
+    decoded frames (the worker's input) with their RGB arrays (the engine's)."""
     import av
 
     from facefusion_provider.media.decode import decode_frames
-    from facefusion_provider.media.encode import VideoEncoder
+    from facefusion_provider.media.encode import EncoderSettings, VideoEncoder
     from facefusion_provider.media.images import rgb_array, rgb_frame
     from facefusion_provider.media.probe import probe_video
 
@@ -142,20 +150,24 @@ def measure_media(images: list[Any], width: int, height: int, folder: Path) -> t
     rate = Fraction(30)
     yuv_frames = [rgb_frame(image).reformat(format="yuv420p") for image in images]
     encoded: dict[str, Path] = {}
-    for preset in PRESETS:
-        path = folder / f"{width}x{height}-{preset}.mp4"
-        settings = encoder_settings_for(preset, width, height)
-        with (
-            cpu_clock(meter, f"encode libx264 {preset}"),
-            VideoEncoder(
-                str(path), settings, width=width, height=height, frame_rate=rate, time_base=1 / rate
-            ) as encoder,
-        ):
+
+    def write(path: Path, settings: Any) -> None:
+        with VideoEncoder(str(path), settings, width=width, height=height, frame_rate=rate, time_base=1 / rate) as out:
             for number, frame in enumerate(yuv_frames):
-                encoder.encode(frame, number)
-            encoder.close()
-        encoded[preset] = path
+                out.encode(frame, number)
+            out.close()
+
+    for preset in PRESETS:
+        encoded[preset] = folder / f"{width}x{height}-{preset}.mp4"
+        with cpu_clock(meter, f"encode libx264 {preset}"):
+            write(encoded[preset], encoder_settings_for(preset, width, height))
     target = str(encoded[DEFAULT_PRESET])
+    if input_mbit is not None:
+        target = str(folder / f"{width}x{height}-{input_mbit:g}mbit.mp4")
+        write(
+            Path(target),
+            EncoderSettings("libx264", "yuv420p", {"preset": DEFAULT_PRESET, **bitrate_options(input_mbit)}),
+        )
     probe = probe_video(target, target)
     decoded: list[av.VideoFrame] = []
     with cpu_clock(meter, "decode (PyAV, decode_frames)"):
@@ -166,9 +178,14 @@ def measure_media(images: list[Any], width: int, height: int, folder: Path) -> t
             rgb.append(rgb_array(frame))
     stages = meter.per_frame_ms(count)
     sizes = {preset: path.stat().st_size for preset, path in encoded.items()}
-    return {"stages_ms": stages, "encoded_bytes": sizes, "decoded_frames": len(decoded)}, list(
-        zip(decoded, rgb, strict=True)
-    )
+    input_mbit_per_s = round(Path(target).stat().st_size * 8 * float(rate) / count / 1e6, 1)
+    summary = {
+        "stages_ms": stages,
+        "encoded_bytes": sizes,
+        "decoded_frames": len(decoded),
+        "input_mbit": input_mbit_per_s,
+    }
+    return summary, list(zip(decoded, rgb, strict=True))
 
 
 WRITE_BACK_STAGE = "convert: processed frame -> encoder's yuv420p"
@@ -566,8 +583,15 @@ def markdown(report: dict[str, Any]) -> str:
         "threads), inference on the GPU. The encoder's frame threads share the core here, as they would share a pod's.",
         "",
         "Decode is the worker's `decode_frames` over the whole clip (libx264 "
-        f"{DEFAULT_PRESET} at the work's quality), opening the file and its one seek included: a 256-frame segment "
-        "spreads that cost thinner. The encoder rows include opening and flushing it once per clip, likewise.",
+        f"{DEFAULT_PRESET}, "
+        + ", ".join(f"{size} {entry['media'].get('input_mbit', '?')} Mbit/s" for size, entry in report["sizes"].items())
+        + (
+            f": encoded at {report['input_mbit']:g} Mbit/s, as inputs are"
+            if report.get("input_mbit")
+            else ": the work's quality, as the worker writes it; an ordinary input decodes cheaper, see decode-rates.md"
+        )
+        + "), opening the file and its one seek included: a 256-frame segment spreads that cost thinner. The encoder "
+        "rows include opening and flushing it once per clip, likewise.",
         "",
     ]
     return "\n".join(lines)
@@ -589,16 +613,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inference-faces", type=int, default=1, help="faces through the real stand-in (0: skip)")
     parser.add_argument("--core", type=int, default=None, help="the core to pin to (default: the last allowed)")
     parser.add_argument("--models-cache", default=str(cache), help="where the inswapper stand-in is written")
+    parser.add_argument(
+        "--input-mbit",
+        type=float,
+        default=None,
+        help="decode the frames encoded at this bitrate (default: at the work's quality, as the worker writes them)",
+    )
     parser.add_argument("--out", default=str(BENCH_DIR / "results" / "cpu-stages"), help="writes OUT.json, OUT.md")
     return parser.parse_args(argv)
 
 
 def measure_size(
-    size: str, frames: int, models_dir: Path, replayed: Any, folder: Path, *, classic: bool
+    size: str, frames: int, models_dir: Path, replayed: Any, folder: Path, *, classic: bool, input_mbit: float | None
 ) -> dict[str, Any]:
     """Every stage at one frame size: media once, then the engine and the write-back before and after."""
     width, height = SIZES[size]
-    media, decoded = measure_media(carphone_frames(frames, width, height), width, height, folder)
+    media, decoded = measure_media(carphone_frames(frames, width, height), width, height, folder, input_mbit)
     images = [image for _, image in decoded]
     pix_fmt = encoder_settings_for(DEFAULT_PRESET, width, height).pix_fmt
     inswapper, swapped = measure_inswapper(images, models_dir, replayed)
@@ -649,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         "core": core,
         "encoder_threads": ENCODER_THREADS,
         "default_quality": defaults.output_video_quality,
+        "input_mbit": args.input_mbit,
         "frames": {size: args.frames_4k if size == "4K" else args.frames for size in args.sizes},
         "swapper_inference_ms_per_face": round(inference_ms, 1),
         "sizes": {},
@@ -658,7 +689,13 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.sizes:
             frames = args.frames_4k if size == "4K" else args.frames
             report["sizes"][size] = measure_size(
-                size, frames, models_dir, replayed, Path(temp), classic=size in args.classic_sizes
+                size,
+                frames,
+                models_dir,
+                replayed,
+                Path(temp),
+                classic=size in args.classic_sizes,
+                input_mbit=args.input_mbit,
             )
             print(json.dumps({size: report["sizes"][size]["totals"]}), flush=True)  # today's
     report["cpu_seconds"] = round(time.process_time() - started, 1)

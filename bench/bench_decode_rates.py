@@ -24,7 +24,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_cpu_stages import encoder_settings_for, pin_to_one_core  # noqa: E402
+from bench_cpu_stages import bitrate_options, encoder_settings_for, pin_to_one_core  # noqa: E402
 from bench_engine import carphone_frames, machine, write_results  # noqa: E402
 
 SIZE = (1920, 1080)
@@ -64,9 +64,7 @@ def decode_ms_per_frame(path: Path) -> tuple[float, int]:
 def measure(frames: int) -> list[dict[str, Any]]:
     images = carphone_frames(frames, *SIZE)
     inputs: list[tuple[str, dict[str, str] | None]] = [("the worker's default output (quality 80, crf 10)", None)]
-    for mbit in BITRATES_MBIT:
-        rate = f"{mbit}M"
-        inputs.append((f"{mbit} Mbit/s", {"b": rate, "maxrate": rate, "bufsize": f"{2 * mbit}M"}))
+    inputs += [(f"{mbit} Mbit/s", bitrate_options(mbit)) for mbit in BITRATES_MBIT]
     rows = []
     with tempfile.TemporaryDirectory(prefix="decode-rates-") as folder:
         for number, (label, options) in enumerate(inputs):

@@ -53,15 +53,23 @@ def letterbox_before(frame: Frame, size: tuple[int, int]) -> Any:
 
 
 def paste_back_before(
-    frame: Frame, crop: npt.NDArray[np.floating] | Frame, crop_mask: FloatArray, matrix: Any, blend: float = 1.0
+    frame: Frame,
+    crop: npt.NDArray[np.floating] | Frame,
+    crop_mask: FloatArray,
+    matrix: Any,
+    blend: float = 1.0,
+    *,
+    in_place: bool = False,
 ) -> Frame:
+    """The old blend (float, whole region), called as today's paste_back is: ``in_place`` writes into ``frame``, as
+    today's swap_faces asks once it has copied the frame (one copy a frame, as before for one face)."""
     from facefusion_provider.engine.align import invert_affine
     from facefusion_provider.engine.paste import paste_region
 
     crop_size = crop_mask.shape[0]
     inverse = invert_affine(matrix)
     region = paste_region(frame.shape, inverse, crop_size)
-    result = frame.copy()
+    result = frame if in_place else frame.copy()
     if region is None or blend <= 0:
         return result
     x1, y1, x2, y2 = region

@@ -164,9 +164,10 @@ def torch_models(models_cache: str) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 def torch_engine_runs(budget: Budget, models_cache: str, reserve: float) -> dict[str, Any]:
-    """Where onnxruntime has no CUDA provider: the same graphs through PyTorch's CUDA operators (bench/onnx_on_torch.py),
-    fp32 and fp16, batch 1/4/16, inference alone (inputs already on the GPU); each graph first checked against
-    onnxruntime's CPU output, and refused when it differs."""
+    """Wherever PyTorch is installed (this workplace's GPU machines, whose onnxruntime has no CUDA provider): the same
+    graphs through PyTorch's CUDA operators (bench/onnx_on_torch.py), fp32 and fp16, batch 1/4/16, inference alone
+    (inputs already on the GPU); each graph first checked against onnxruntime's CPU output, and refused when it
+    differs."""
     import torch
 
     if not torch.cuda.is_available():
@@ -182,13 +183,11 @@ def torch_engine_runs(budget: Budget, models_cache: str, reserve: float) -> dict
         if not budget.allows(reserve + 30):
             report["models"][label] = {"error": "skipped: the check's time budget is spent"}
             continue
-        report["models"][label] = guarded(
-            functools.partial(_torch_model_runs, path, feeds, "cuda", torch.cuda.synchronize)
-        )
+        report["models"][label] = guarded(functools.partial(_torch_model_runs, path, feeds, "cuda"))
     return report
 
 
-def _torch_model_runs(path: str, feeds: dict[str, Any], device: str, synchronize: Callable[[], None]) -> dict[str, Any]:
+def _torch_model_runs(path: str, feeds: dict[str, Any], device: str) -> dict[str, Any]:
     import torch
     from onnx_on_torch import TorchGraph, batch_of, compare_with_onnxruntime, time_graph
 
@@ -211,9 +210,9 @@ def _torch_model_runs(path: str, feeds: dict[str, Any], device: str, synchronize
             )
         for batch in BATCH_SIZES:
             inputs = {name: graph.input(batch_of(value, batch)) for name, value in feeds.items()}
-            once = time_graph(graph, inputs, 1, synchronize)
+            once = time_graph(graph, inputs, 1)
             repeats = max(3, min(200, int(TORCH_MIN_SECONDS / max(once, 1e-4))))
-            seconds = time_graph(graph, inputs, repeats, synchronize)
+            seconds = time_graph(graph, inputs, repeats)
             result["runs"].append(
                 {
                     "precision": precision,

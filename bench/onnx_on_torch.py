@@ -17,7 +17,7 @@ dtype: the fp16 run is fp16 throughout); integer tensors (shapes, indices) stay 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,18 @@ def _reshape(x: Tensor, shape: list[int]) -> Tensor:
     return x.reshape([x.shape[axis] if value == 0 else value for axis, value in enumerate(shape)])
 
 
+# Inputs that are arguments, not data (Resize's scales, Pad's amounts, ...): kept on the CPU, so reading their values
+# never waits for the GPU.
+ARGUMENT_INPUTS: dict[str, tuple[int, ...]] = {
+    "Resize": (1, 2, 3),
+    "Pad": (1, 2),
+    "Reshape": (1,),
+    "Split": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Unsqueeze": (1,),
+}
+
+
 @dataclass
 class TorchGraph:
     """An ONNX graph's nodes, its initializers as tensors on ``device``, and the operator table they run with."""
@@ -201,13 +213,26 @@ class TorchGraph:
 
     @classmethod
     def load(cls, path: str | Path, device: str, dtype: Any) -> TorchGraph:
+        """The graph with its initializers and Constant nodes made tensors once (data on ``device`` in ``dtype``,
+        arguments on the CPU)."""
         model = onnx.load(str(path))
         operators = _operators(dtype)
         missing = sorted({node.op_type for node in model.graph.node} - operators.keys() - {"Constant"})
         if missing:
             raise ValueError(f"{Path(path).name}: operators this interpreter does not run: {', '.join(missing)}")
+        arguments = {
+            node.input[position]
+            for node in model.graph.node
+            for position in ARGUMENT_INPUTS.get(node.op_type, ())
+            if position < len(node.input)
+        }
+        arrays = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
+        for node in model.graph.node:
+            if node.op_type == "Constant":
+                arrays[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
         values = {
-            tensor.name: _tensor(numpy_helper.to_array(tensor), device, dtype) for tensor in model.graph.initializer
+            name: _tensor(array, "cpu", torch.float32) if name in arguments else _tensor(array, device, dtype)
+            for name, array in arrays.items()
         }
         return cls(model.graph, values, device, dtype, operators)
 
@@ -218,11 +243,10 @@ class TorchGraph:
     def run(self, feeds: dict[str, Tensor]) -> list[Tensor]:
         values = {**self.values, **feeds, "": None}
         for node in self.graph.node:
+            if node.op_type == "Constant":  # made once, in load
+                continue
             attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in node.attribute}
-            if node.op_type == "Constant":
-                outputs = [_tensor(numpy_helper.to_array(attributes["value"]), self.device, self.dtype)]
-            else:
-                outputs = self.operators[node.op_type]([values[name] for name in node.input], attributes)
+            outputs = self.operators[node.op_type]([values[name] for name in node.input], attributes)
             values.update(zip(node.output, outputs, strict=False))
         return [values[output.name] for output in self.graph.output]
 
@@ -242,8 +266,14 @@ def compare_with_onnxruntime(path: str | Path, feeds: dict[str, npt.NDArray[Any]
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = session.run(None, feeds)
     graph = TorchGraph.load(path, device, torch.float32)
-    with torch.inference_mode():
-        actual = graph.run({name: graph.input(value) for name, value in feeds.items()})
+    # Full fp32 for the comparison: cuDNN would otherwise run fp32 convolutions in TF32 (10-bit mantissas).
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            actual = graph.run({name: graph.input(value) for name, value in feeds.items()})
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     worst = {"max_abs_difference": 0.0, "max_relative_difference": 0.0}
     for want, got in zip(expected, actual, strict=True):
         difference = float(np.abs(got.float().cpu().numpy() - want).max())
@@ -253,10 +283,14 @@ def compare_with_onnxruntime(path: str | Path, feeds: dict[str, npt.NDArray[Any]
     return worst
 
 
-def time_graph(
-    graph: TorchGraph, feeds: dict[str, Tensor], repeats: int, synchronize: Callable[[], None], warmup: int = 3
-) -> float:
-    """Seconds per ``run`` of the graph on ``feeds`` (already on the device), after ``warmup`` runs."""
+def time_graph(graph: TorchGraph, feeds: dict[str, Tensor], repeats: int, warmup: int = 3) -> float:
+    """Seconds per ``run`` of the graph on ``feeds`` (already on the device), after ``warmup`` runs; on a GPU each
+    timing waits for the device to finish."""
+
+    def synchronize() -> None:
+        if graph.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
     with torch.inference_mode():
         for _ in range(warmup):
             graph.run(feeds)
@@ -271,9 +305,3 @@ def time_graph(
 def batch_of(array: npt.NDArray[Any], batch: int) -> npt.NDArray[Any]:
     """``array`` (batch 1) repeated to ``batch`` along its first axis."""
     return np.repeat(array, batch, axis=0)
-
-
-def input_names(path: str | Path) -> Sequence[str]:
-    graph = onnx.load(str(path), load_external_data=False).graph
-    initializers = {tensor.name for tensor in graph.initializer}
-    return [value.name for value in graph.input if value.name not in initializers]

@@ -30,6 +30,9 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
+sys.path.insert(0, str(BENCH_DIR))
+
+from gpu_check import DETECTOR_GRAPH, SWAPPER_GRAPH  # noqa: E402
 
 from facefusion_provider.media.hardware import gpu_model  # noqa: E402
 
@@ -117,8 +120,6 @@ STATED_RATE = GpuRate(
 def measured_rate(report: dict[str, Any]) -> GpuRate | None:
     """The rate a GPU check measured: the detector's and the inswapper stand-in's fastest fp16 time per item (PyTorch
     running their ONNX graphs), one of each a frame; None when it measured neither or ran on a GPU not in GPU_TYPES."""
-    from gpu_check import DETECTOR_GRAPH, SWAPPER_GRAPH
-
     name = str((report.get("gpu") or {}).get("name", ""))
     model = gpu_model(name)
     gpu = next((gpu for gpu in GPU_TYPES if model is not None and gpu.key == model.key), None)
@@ -188,7 +189,7 @@ def read_costs(path: Path = CPU_STAGES) -> CpuCosts:
         raise SystemExit(f"{path}: no {missing} in sizes.{SIZE}.totals; rerun bench/bench_cpu_stages.py") from None
 
 
-def size(gpu: GpuType, costs: CpuCosts, rate: GpuRate = STATED_RATE) -> Sizing:
+def size(gpu: GpuType, costs: CpuCosts, rate: GpuRate) -> Sizing:
     model = gpu_model(gpu.name)
     nvdec, nvenc = (model.nvdec, model.nvenc) if model else (0, 0)
     decode_ms = costs.decode_ms * (OFFLOAD_CPU_SHARE if nvdec else 1.0)
@@ -217,24 +218,22 @@ def size(gpu: GpuType, costs: CpuCosts, rate: GpuRate = STATED_RATE) -> Sizing:
     )
 
 
-def sizings(costs: CpuCosts, rate: GpuRate | None = None) -> list[Sizing]:
-    chosen = rate if rate is not None else gpu_rate()
-    return [size(gpu, costs, chosen) for gpu in GPU_TYPES]
+def sizings(costs: CpuCosts, rate: GpuRate) -> list[Sizing]:
+    return [size(gpu, costs, rate) for gpu in GPU_TYPES]
 
 
-def markdown(rows: list[Sizing], costs: CpuCosts, rate: GpuRate | None = None) -> str:
-    chosen = rate if rate is not None else gpu_rate()
+def markdown(rows: list[Sizing], costs: CpuCosts, rate: GpuRate) -> str:
     lines = [
         f"Cores per GPU worker pod, by GPU type (`python bench/pod_sizing.py`, from `bench/results/cpu-stages.json`: "
         f"`{costs.command}`). CPU per {SIZE} frame on one core, measured: {costs.beside_inference_ms:.1f} ms beside "
         f"inference (decode {costs.decode_ms:.1f}), libx264 {PRESET} {costs.encoder_ms:.1f} ms. NVDEC and NVENC leave "
         f"{OFFLOAD_CPU_SHARE:.0%} of their stage on the CPU (assumed until bench/gpu_check.py measures them). GPU frames "
-        f"per second: {chosen.source} scaled by each GPU's fp16 dense tensor peak. Cores "
+        f"per second: {rate.source} scaled by each GPU's fp16 dense tensor peak. Cores "
         f"count {CORE_EFFICIENCY:.0%} of one each; a pod asks for what keeps its GPU {BUSY_TARGET:.0%} busy, at most "
         "its node's vCPUs per GPU less one. The default encoder (libx264) is what the request is sized for: NVENC "
         "runs only when the options name `h264_nvenc` or `hevc_nvenc`.",
         "",
-        f"| `gpu.type` | NVDEC | NVENC | GPU fps ({'measured' if chosen.measured else 'stated'}) | CPU ms/frame (libx264) "
+        f"| `gpu.type` | NVDEC | NVENC | GPU fps ({'measured' if rate.measured else 'stated'}) | CPU ms/frame (libx264) "
         "| with NVENC | cores needed "
         "| cpu request | GPU busy | frames per GPU-hour | on 4 cores | node (vCPU per GPU) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -293,10 +292,9 @@ def with_settings_table(settings: str, rows: list[Sizing]) -> str:
     return f"{head}# pod-sizing:start\nGPU_POD_CPU: Mapping[str, str] = {{\n{table}}}\n# pod-sizing:end\n{tail}"
 
 
-def expected_files(costs: CpuCosts, rate: GpuRate | None = None) -> dict[Path, str]:
-    chosen = rate if rate is not None else gpu_rate()
-    rows = sizings(costs, chosen)
-    table = markdown(rows, costs, chosen)
+def expected_files(costs: CpuCosts, rate: GpuRate) -> dict[Path, str]:
+    rows = sizings(costs, rate)
+    table = markdown(rows, costs, rate)
     values = with_requests(VALUES.read_text(), rows)
     files = {path: with_table(path.read_text(), table, path) for path in READMES}
     files[VALUES] = values
@@ -309,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a file differs; write nothing")
     args = parser.parse_args(argv)
-    files = expected_files(read_costs())
+    costs, rate = read_costs(), gpu_rate()
+    files = expected_files(costs, rate)
     stale = [path for path, text in files.items() if path.read_text() != text]
     if args.check:
         for path in stale:
@@ -322,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "the chart's values changed: regenerate deploy/standing-workers.yaml (python tests/unit/kubernetes/chart_helpers.py)"
         )
-    print(markdown(sizings(read_costs()), read_costs()))
+    print(markdown(sizings(costs, rate), costs, rate))
     return 0
 
 

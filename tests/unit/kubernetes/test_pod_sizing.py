@@ -26,7 +26,9 @@ def chart_rows() -> dict[str, dict[str, str]]:
 
 
 def test_the_charts_cpu_per_gpu_type_is_the_sizing_scripts() -> None:
-    sized = {row.gpu.key: str(row.cpu_request) for row in pod_sizing.sizings(pod_sizing.read_costs())}
+    sized = {
+        row.gpu.key: str(row.cpu_request) for row in pod_sizing.sizings(pod_sizing.read_costs(), pod_sizing.gpu_rate())
+    }
 
     assert {key: row["cpu"] for key, row in chart_rows().items()} == sized, "run python bench/pod_sizing.py"
 
@@ -51,7 +53,7 @@ def raw_settings(**values: str) -> dict[str, str]:
 
 
 def test_the_readmes_carry_the_current_table() -> None:
-    expected = pod_sizing.expected_files(pod_sizing.read_costs())
+    expected = pod_sizing.expected_files(pod_sizing.read_costs(), pod_sizing.gpu_rate())
 
     for path in pod_sizing.READMES:
         assert path.read_text() == expected[path], f"{path}: run python bench/pod_sizing.py"
@@ -59,7 +61,7 @@ def test_the_readmes_carry_the_current_table() -> None:
 
 
 def test_a_pod_asks_for_the_cores_that_keep_its_gpu_busy_within_its_nodes_share() -> None:
-    for row in pod_sizing.sizings(pod_sizing.read_costs()):
+    for row in pod_sizing.sizings(pod_sizing.read_costs(), pod_sizing.gpu_rate()):
         assert row.cpu_request <= row.gpu.node_vcpus_per_gpu - 1
         if row.cpu_request == row.cores_needed:
             assert row.busy_share >= pod_sizing.BUSY_TARGET, row
@@ -79,8 +81,8 @@ def test_new_cpu_costs_move_the_requests_written_into_the_values(factor: float) 
         decode_ms=costs.decode_ms * factor,
         encoder_ms=costs.encoder_ms * factor,
     )
-    before = {row.gpu.key: row for row in pod_sizing.sizings(costs)}
-    after = {row.gpu.key: row for row in pod_sizing.sizings(changed)}
+    before = {row.gpu.key: row for row in pod_sizing.sizings(costs, pod_sizing.gpu_rate())}
+    after = {row.gpu.key: row for row in pod_sizing.sizings(changed, pod_sizing.gpu_rate())}
 
     written = yaml.safe_load(pod_sizing.with_requests(pod_sizing.VALUES.read_text(), list(after.values())))
     rows = written["gpu"]["resourcesByType"]
@@ -96,10 +98,10 @@ def test_new_cpu_costs_move_the_requests_written_into_the_values(factor: float) 
 
 
 def test_gpus_without_nvenc_are_sized_for_the_cpu_encoder() -> None:
-    rows = {row.gpu.key: row for row in pod_sizing.sizings(pod_sizing.read_costs())}
+    rows = {row.gpu.key: row for row in pod_sizing.sizings(pod_sizing.read_costs(), pod_sizing.gpu_rate())}
 
     assert {key for key, row in rows.items() if not row.nvenc} == {"a100", "h100", "h200"}
-    table = pod_sizing.markdown(list(rows.values()), pod_sizing.read_costs())
+    table = pod_sizing.markdown(list(rows.values()), pod_sizing.read_costs(), pod_sizing.gpu_rate())
     assert "stated, not measured here" in table
 
 
