@@ -184,6 +184,7 @@ def measure_media(
         "encoded_bytes": sizes,
         "decoded_frames": len(decoded),
         "input_mbit": input_mbit_per_s,
+        "target": target,
     }
     return summary, list(zip(decoded, rgb, strict=True))
 
@@ -198,6 +199,7 @@ def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_f
     box, PSNR inside it."""
     import numpy as np
 
+    from facefusion_provider.engine.processors import as_rgb
     from facefusion_provider.media.images import rgb_array
     from facefusion_provider.worker.pipeline import changed_box
 
@@ -205,9 +207,11 @@ def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_f
     outputs: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
     converters = {"before": encoder_input_before, "after": encoder_input_after}
     for (frame, image), result_image in zip(decoded, swapped, strict=True):
+        # Before got RGB frames (its paste was timed in the swap); today, crops left to paste are pasted here.
+        given = {"before": as_rgb(result_image), "after": result_image}
         for variant in VARIANTS:
             with cpu_clock(meters[variant], WRITE_BACK_STAGE):
-                outputs[variant].append(converters[variant](result_image, image, frame, pix_fmt))
+                outputs[variant].append(converters[variant](given[variant], image, frame, pix_fmt))
         with cpu_clock(meters["after"], WRITE_BACK_STAGE + " (frame without a face)"):
             encoder_input_after(image, image, frame, pix_fmt)  # the processor hands back the same array
     result: dict[str, Any] = {variant: meter.per_frame_ms(len(decoded)) for variant, meter in meters.items()}
@@ -215,7 +219,7 @@ def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_f
     for (frame, image), result_image, before, after in zip(
         decoded, swapped, outputs["before"], outputs["after"], strict=True
     ):
-        box = changed_box(image, result_image)
+        box = changed_box(image, as_rgb(result_image))
         if box is None:
             exact_outside &= after is frame
             continue
@@ -271,7 +275,7 @@ def measure_inswapper(
     and the swapped frames of each variant."""
     import numpy as np
 
-    from facefusion_provider.engine import detect, swap_models
+    from facefusion_provider.engine import detect, paste, swap_models
     from facefusion_provider.engine.select import select_faces
     from facefusion_provider.engine.store import store_from_environment
     from facefusion_provider.options import Options
@@ -283,16 +287,21 @@ def measure_inswapper(
     def replay(session: Any, feeds: dict[str, Any]) -> list[Any]:
         return [np.repeat(replayed, len(feeds["target"]), axis=0)]
 
-    swap_parts = {
-        "warp_face": "swap: align (warp to arcface_128)",
-        "implode_pixel_boost": "swap: pixel-boost tiling",
-        "explode_pixel_boost": "swap: pixel-boost tiling",
-        "prepare_target": "swap: model input/output conversion",
-        "normalize_output": "swap: model input/output conversion",
-        "create_crop_mask": "swap: mask",
-        "color_weight": "swap: colour correction",
-        "match_color_statistics": "swap: colour correction",
-        "paste_back": "swap: paste back",
+    swap_parts = [
+        (swap_models, "warp_face", "swap: align (warp to arcface_128)"),
+        (swap_models, "implode_pixel_boost", "swap: pixel-boost tiling"),
+        (swap_models, "explode_pixel_boost", "swap: pixel-boost tiling"),
+        (swap_models, "prepare_target", "swap: model input/output conversion"),
+        (swap_models, "normalize_output", "swap: model input/output conversion"),
+        (swap_models, "create_crop_mask", "swap: mask"),
+        (swap_models, "color_weight", "swap: colour correction"),
+        (swap_models, "match_color_statistics", "swap: colour correction"),
+        (paste, "paste_back", "swap: paste back"),
+    ]
+    # Today the worker leaves the crops to paste into the encoder's YUV planes: that paste is timed in the write-back.
+    swappers: dict[str, Callable[..., list[Any]]] = {
+        "before": swap_models.swap_faces,
+        "after": swap_models.swap_pending,
     }
     meters = {variant: Meter() for variant in VARIANTS}
     swapped: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
@@ -302,8 +311,8 @@ def measure_inswapper(
             meter = meters[variant] if number else Meter()
             with variant_path(variant):
                 meter.wrap(detect, "run_session", "inference: detector")
-                for name, stage in swap_parts.items():
-                    meter.wrap(swap_models, name, stage)
+                for module, name, stage in swap_parts:
+                    meter.wrap(module, name, stage)
                 meter.wrap(swap_models, "run_session", "inference: swapper (replayed)", replay)
                 try:
                     with cpu_clock(meter, "detect_faces (whole)"):
@@ -311,7 +320,7 @@ def measure_inswapper(
                     with cpu_clock(meter, "select_faces"):
                         selected = select_faces(image, faces, options, store, None)
                     with cpu_clock(meter, "swap_faces (whole)"):
-                        result = swap_models.swap_faces([image], [selected], embedding, options, store)
+                        result = swappers[variant]([image], [selected], embedding, options, store)
                 finally:
                     meter.restore()
             if number:
@@ -323,7 +332,7 @@ def measure_inswapper(
         stages["detect: pre/post-processing"] = round(
             stages["detect_faces (whole)"] - stages.get("inference: detector", 0.0), 2
         )
-        parts = sum(stages.get(stage, 0.0) for stage in set(swap_parts.values()))
+        parts = sum(stages.get(stage, 0.0) for stage in {stage for _, _, stage in swap_parts})
         stages["swap: other (latent, bookkeeping)"] = round(
             stages["swap_faces (whole)"] - parts - stages.get("inference: swapper (replayed)", 0.0), 2
         )
@@ -331,14 +340,81 @@ def measure_inswapper(
     return results, swapped
 
 
+PIPELINE_STAGE = "pipeline, measured whole (beside inference and the encoder)"
+PIPELINE_REPEATS = 2
+
+
+def measure_pipeline(target: str, models_dir: Path, replayed: Any, repeats: int) -> dict[str, dict[str, float]]:
+    """The worker's own pipeline (``run_pipeline``: decode thread, processing, write-back; the encoder a null sink)
+    over ``target``, whole, before and after, alternating: process CPU per frame less the detector's inference (the
+    swapper's is replayed). What the stage sums above model, measured in one piece: cache misses between stages and
+    the threads' hand-offs included. The best of ``repeats`` runs of each variant."""
+    import numpy as np
+
+    from facefusion_provider.engine import detect, swap_models
+    from facefusion_provider.engine.select import select_faces
+    from facefusion_provider.engine.store import store_from_environment
+    from facefusion_provider.media.decode import decode_frames
+    from facefusion_provider.media.probe import probe_video
+    from facefusion_provider.options import Options
+    from facefusion_provider.worker.pipeline import run_pipeline
+
+    options = Options(face_swapper_model=SWAPPER, execution_thread_count=1)
+    store = store_from_environment(str(models_dir))
+    embedding = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+    probe = probe_video(target, target)
+
+    class ReplayedSwapper:
+        """Detect, select and swap as the engine does, one frame a batch (as on a CPU); ``pending`` as today."""
+
+        batch_size = 1
+
+        def __init__(self, pending: bool) -> None:
+            self.swap = swap_models.swap_pending if pending else swap_models.swap_faces
+
+        def process_batch(self, frames: list[Any], pts: list[int]) -> list[Any]:
+            faces = [
+                select_faces(frame, detect.detect_faces(frame, options, store), options, store, None)
+                for frame in frames
+            ]
+            result: list[Any] = self.swap(frames, faces, embedding, options, store)
+            return result
+
+    def replay(session: Any, feeds: dict[str, Any]) -> list[Any]:
+        return [np.repeat(replayed, len(feeds["target"]), axis=0)]
+
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(repeats):
+        for variant in VARIANTS:
+            meter = Meter()
+            with variant_path(variant):
+                meter.wrap(detect, "run_session", "inference: detector")
+                meter.wrap(swap_models, "run_session", "inference: swapper (replayed)", replay)
+                try:
+                    with cpu_clock(meter, "whole"):
+                        run_pipeline(
+                            iter(decode_frames(target, probe, 0, probe.frame_count, target)),
+                            lambda frame, pts: None,
+                            ReplayedSwapper(pending=variant == "after"),
+                        )
+                finally:
+                    meter.restore()
+            stages = meter.per_frame_ms(probe.frame_count)
+            beside = round(stages["whole"] - stages.get("inference: detector", 0.0), 2)
+            if variant not in best or beside < best[variant][PIPELINE_STAGE]:
+                best[variant] = {PIPELINE_STAGE: beside, "inference: detector": stages.get("inference: detector", 0.0)}
+    return best
+
+
 def swap_fidelity(images: list[Any], before: list[Any], after: list[Any]) -> dict[str, Any]:
     """How far today's swapped frames are from the old path's: exact where neither changed the frame, PSNR where."""
     import numpy as np
 
+    from facefusion_provider.engine.processors import as_rgb
     from facefusion_provider.worker.pipeline import changed_box
 
     worst, largest, exact_outside = float("inf"), 0, True
-    for image, old, new in zip(images, before, after, strict=True):
+    for image, old, new in zip(images, map(as_rgb, before), map(as_rgb, after), strict=True):
         boxes = [box for box in (changed_box(image, old), changed_box(image, new)) if box is not None]
         if not boxes:
             continue
@@ -491,8 +567,10 @@ def markdown(report: dict[str, Any]) -> str:
         "## The processed frame back to the encoder's yuv420p",
         "",
         "Before: every processed frame converted whole (RGB array -> frame -> yuv420p). After: a frame the processor "
-        "did not change is the decoded frame itself (no conversion); a changed one is a copy of the decoded frame "
-        "with only the changed rectangle (even-aligned) converted and written into its planes.",
+        "did not change is the decoded frame itself (no conversion); the inswapper's swapped crops are pasted straight "
+        "into a copy of the decoded frame's YUV planes (so its paste back is timed here, not in the swap below); a "
+        "frame changed otherwise (classic) is a copy of the decoded frame with only the changed rectangle "
+        "(even-aligned) converted and written into its planes.",
         "",
         *table(lambda entry, variant: entry["write_back"][variant], columns),
         "",
@@ -569,6 +647,21 @@ def markdown(report: dict[str, Any]) -> str:
                 f"with it {after['classic_whole_with_encoder_ms'] / before['classic_whole_with_encoder_ms']:.0%}"
             )
         lines.append(line + ".")
+        pipeline = report["sizes"][size].get("pipeline")
+        if pipeline:
+            lines.append(
+                f"- **{size}, the stage sums against the worker's pipeline measured whole** (`run_pipeline` over the "
+                "same file, the inswapper path, inference replayed and the detector's taken off, the encoder a null "
+                "sink; best of "
+                f"{report.get('pipeline_repeats', '?')} runs each): "
+                + "; ".join(
+                    f"{variant} {pipeline[variant][PIPELINE_STAGE]:.1f} ms measured against "
+                    f"{variant_totals(report['sizes'][size], variant)['inswapper_beside_inference_and_encoder_ms']:.1f}"
+                    " summed"
+                    for variant in VARIANTS
+                )
+                + "."
+            )
     lines += ["", "| size | CPU work per frame | " + " | ".join(f"{n} cores fps" for n in POD_CORES) + " |"]
     lines.append("| --- | --- |" + " --- |" * len(POD_CORES))
     for size in sizes:
@@ -632,12 +725,14 @@ def measure_size(
     images = [image for _, image in decoded]
     pix_fmt = encoder_settings_for(DEFAULT_PRESET, width, height).pix_fmt
     inswapper, swapped = measure_inswapper(images, models_dir, replayed)
+    pipeline = measure_pipeline(media["target"], models_dir, replayed, PIPELINE_REPEATS)
     write_back = measure_write_back(decoded, swapped["after"], pix_fmt)
     result: dict[str, Any] = {
         "media": media,
         "write_back": write_back,
         "inswapper": inswapper,
         "inswapper_fidelity": swap_fidelity(images, swapped["before"], swapped["after"]),
+        "pipeline": pipeline,
         "classic": None,
         "classic_write_back": None,
         "classic_fidelity": None,
@@ -682,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         "input_mbit": args.input_mbit,
         "frames": {size: args.frames_4k if size == "4K" else args.frames for size in args.sizes},
         "swapper_inference_ms_per_face": round(inference_ms, 1),
+        "pipeline_repeats": PIPELINE_REPEATS,
         "sizes": {},
     }
     started = time.process_time()

@@ -105,7 +105,7 @@ def encoder_input_before(result: Frame, image: Frame, original: av.VideoFrame, p
     return write_back_before(result, image, original).reformat(format=pix_fmt)
 
 
-def encoder_input_after(result: Frame, image: Frame, original: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
+def encoder_input_after(result: Any, image: Frame, original: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
     from facefusion_provider.worker.pipeline import write_back
 
     frame = write_back(result, image, original)
@@ -113,14 +113,14 @@ def encoder_input_after(result: Frame, image: Frame, original: av.VideoFrame, pi
 
 
 def _replacements() -> list[tuple[ModuleType, str, Any]]:
-    from facefusion_provider.engine import detect, paste, swap_models
+    from facefusion_provider.engine import detect, paste
     from facefusion_provider.worker import pipeline
 
     return [
         (paste, "lab_statistics", lab_statistics_before),
         (detect, "_bgr_tensor", bgr_tensor_before),
         (detect, "letterbox", letterbox_before),
-        (swap_models, "paste_back", paste_back_before),
+        (paste, "paste_back", paste_back_before),
         (pipeline, "write_back", write_back_before),
     ]
 

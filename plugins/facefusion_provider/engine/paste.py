@@ -1,12 +1,16 @@
 """Paste a processed face crop back into its frame: box and area masks, colour match, inverse affine, linear blend.
 
-Only the frame region the crop covers is touched; every pixel outside it keeps its exact value.
+Only the frame region the crop's mask reaches is touched; every pixel outside it keeps its exact value. A paste can
+also wait as data (``Paste``, ``PendingFrame``) and go straight into the encoder's YUV 4:2:0 planes
+(``paste_into_yuv420``), so a swapped frame is never converted to and from RGB whole.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -21,6 +25,9 @@ Padding = tuple[int, int, int, int]  # percent of the crop: top, right, bottom, 
 LAB_STD_RATIO = (0.5, 2.0)  # bounds of the colour-transfer contrast change
 AREA_FEATHER_SCALE = 0.4  # the area mask rises from 0 to 1 over its size x face_mask_blur x this, inside its hull
 AREA_MIN_FEATHER = 0.02  # of its size: even an unblurred area mask is not cut with a hard edge
+# Mask values below this move no pixel by half a level (255 x 1/512 < 0.5): the paste leaves them out of its region.
+MASK_SUPPORT = 1.0 / 512.0
+CropBox = tuple[int, int, int, int]  # x1, y1 inclusive, x2, y2 exclusive, in crop pixels
 
 
 @functools.lru_cache(maxsize=32)
@@ -102,9 +109,28 @@ def match_color_statistics(
     return np.asarray(np.clip(cv2.cvtColor(matched, cv2.COLOR_LAB2RGB), 0.0, 1.0) * 255.0, np.float32)
 
 
-def paste_region(frame_shape: tuple[int, ...], inverse: Matrix, crop_size: int) -> tuple[int, int, int, int] | None:
-    """The frame rectangle (x1, y1, x2, y2) that the crop lands on, clipped to the frame; None when it misses it."""
-    corners = np.array([[0, 0], [crop_size, 0], [0, crop_size], [crop_size, crop_size]], np.float64)
+def mask_support(crop_mask: FloatArray) -> CropBox | None:
+    """The crop's rectangle where ``crop_mask`` reaches ``MASK_SUPPORT``; None when it reaches it nowhere."""
+    rows = np.flatnonzero((crop_mask >= MASK_SUPPORT).any(axis=1))
+    if rows.size == 0:
+        return None
+    columns = np.flatnonzero((crop_mask[rows[0] : rows[-1] + 1] >= MASK_SUPPORT).any(axis=0))
+    return int(columns[0]), int(rows[0]), int(columns[-1]) + 1, int(rows[-1]) + 1
+
+
+def paste_region(
+    frame_shape: tuple[int, ...], inverse: Matrix, crop_size: int, support: CropBox | None = None
+) -> tuple[int, int, int, int] | None:
+    """The frame rectangle (x1, y1, x2, y2) that the crop lands on, clipped to the frame; None when it misses it.
+
+    With ``support`` (``mask_support``), only where that part of the crop lands: a frame pixel outside it samples
+    (bilinearly) no crop pixel of the support, so its mask is below ``MASK_SUPPORT`` and the blend leaves it as it was.
+    """
+    low, high = (0, 0), (crop_size, crop_size)
+    if support is not None:  # grown by the one pixel that bilinear sampling reaches
+        low = (max(0, support[0] - 1), max(0, support[1] - 1))
+        high = (min(crop_size, support[2]), min(crop_size, support[3]))
+    corners = np.array([low, (high[0], low[1]), (low[0], high[1]), high], np.float64)
     landed = corners @ inverse[:, :2].T + inverse[:, 2]
     x1, y1 = (max(0, math.floor(v)) for v in landed.min(axis=0))
     x2 = min(frame_shape[1], math.ceil(landed[:, 0].max()) + 1)
@@ -125,16 +151,26 @@ def paste_back(
 ) -> Frame:
     """``frame`` with ``crop`` (aligned by ``matrix``) pasted over it: frame x (1 - mask x blend) + crop x mask x blend.
 
-    Only the rectangle the crop lands on is computed: the crop is warped as 8-bit colour (its float values rounded
+    Only the rectangle the mask reaches is computed: the crop is warped as 8-bit colour (its float values rounded
     once), the mask as float, and OpenCV blends them there; the result is within 1 level of an all-float blend.
     A new array, or ``frame`` itself changed when ``in_place`` (a frame's further faces: no whole-frame copy each).
     """
-    crop_size = crop_mask.shape[0]
-    inverse = invert_affine(matrix)
-    region = paste_region(frame.shape, inverse, crop_size)
     result = frame if in_place else frame.copy()
-    if region is None or blend <= 0:
-        return result
+    if blend > 0:
+        blend_into([result], to_uint8(crop), crop_mask, invert_affine(matrix), blend)
+    return result
+
+
+def blend_into(
+    planes: Sequence[npt.NDArray[np.uint8]], crop: Frame, crop_mask: FloatArray, inverse: Matrix, blend: float
+) -> None:
+    """Blend ``crop`` (8-bit, aligned to the planes by the crop-to-plane affine ``inverse``) into ``planes`` (of one
+    size) where ``crop_mask`` x ``blend`` says, in place: plane x (1 - weight) + crop x weight. One plane takes the
+    whole crop; several take one channel of it each."""
+    support = mask_support(crop_mask)
+    region = None if support is None else paste_region(planes[0].shape, inverse, crop_mask.shape[0], support)
+    if region is None:
+        return
     x1, y1, x2, y2 = region
     local = inverse.copy()
     local[:, 2] -= (x1, y1)
@@ -146,10 +182,13 @@ def paste_back(
     weight = np.clip(warped, 0.0, 1.0, out=warped)
     if blend < 1.0:
         weight = np.multiply(weight, np.float32(blend), out=weight)
-    pasted = cv2.warpAffine(to_uint8(crop), local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    original = np.ascontiguousarray(frame[y1:y2, x1:x2])
-    result[y1:y2, x1:x2] = cv2.blendLinear(pasted, original, weight, np.subtract(np.float32(1.0), weight))
-    return result
+    rest = np.subtract(np.float32(1.0), weight)
+    pasted = cv2.warpAffine(crop, local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    for plane, layer in zip(planes, [pasted] if len(planes) == 1 else cv2.split(pasted), strict=True):
+        original = np.ascontiguousarray(plane[y1:y2, x1:x2])
+        plane[y1:y2, x1:x2] = np.asarray(cv2.blendLinear(layer, original, weight, rest), np.uint8).reshape(
+            original.shape
+        )
 
 
 def to_uint8(image: npt.NDArray[np.floating] | Frame) -> Frame:
@@ -157,3 +196,68 @@ def to_uint8(image: npt.NDArray[np.floating] | Frame) -> Frame:
     if image.dtype == np.uint8:
         return np.asarray(image, np.uint8)
     return np.asarray(np.clip(np.rint(image), 0, 255), np.uint8)
+
+
+@dataclass(frozen=True)
+class Paste:
+    """One processed face crop waiting to be pasted: its 8-bit RGB pixels, mask (0..1), aligning matrix and blend."""
+
+    crop: Frame
+    mask: FloatArray
+    matrix: Matrix
+    blend: float
+
+
+@dataclass(frozen=True)
+class PendingFrame:
+    """A frame whose face crops are not yet pasted: the pipeline pastes them into the encoder's YUV planes
+    (``paste_into_yuv420``), anything else takes ``rgb()``."""
+
+    image: Frame
+    pastes: tuple[Paste, ...]
+
+    def rgb(self) -> Frame:
+        """The frame with its crops pasted in turn (a new array)."""
+        frame = self.image.copy()
+        for paste in self.pastes:
+            paste_back(frame, paste.crop, paste.mask, paste.matrix, paste.blend, in_place=True)
+        return frame
+
+
+@dataclass(frozen=True)
+class YuvMatrix:
+    """How a YUV frame's code values relate to RGB: the luma weights of red and blue, and full or limited range."""
+
+    kr: float
+    kb: float
+    full_range: bool
+
+    def from_rgb(self) -> FloatArray:
+        """The 3 x 4 matrix taking 8-bit [R, G, B, 1] to 8-bit [Y, U, V] (before rounding)."""
+        kg = 1.0 - self.kr - self.kb
+        luma, chroma, low = (255.0, 255.0, 0.0) if self.full_range else (219.0, 224.0, 16.0)
+        y = np.array([self.kr, kg, self.kb]) * luma / 255.0
+        u = (np.array([0.0, 0.0, 1.0]) - [self.kr, kg, self.kb]) / (2.0 * (1.0 - self.kb)) * chroma / 255.0
+        v = (np.array([1.0, 0.0, 0.0]) - [self.kr, kg, self.kb]) / (2.0 * (1.0 - self.kr)) * chroma / 255.0
+        return np.array([[*y, low], [*u, 128.0], [*v, 128.0]], np.float32)
+
+
+BT601 = (0.299, 0.114)
+BT709 = (0.2126, 0.0722)
+
+
+def paste_into_yuv420(
+    planes: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]], paste: Paste, yuv: YuvMatrix
+) -> None:
+    """``paste`` blended into a 4:2:0 frame's Y, U and V planes, in place: the crop converted to YUV at its own size,
+    luma at full resolution, chroma at half (a chroma sample sits at the centre of its 2 x 2 luma pixels). Blending
+    is linear, so this equals pasting in RGB and converting back, but for rounding and the chroma samples' filter."""
+    if paste.blend <= 0:
+        return
+    luma, u_plane, v_plane = planes
+    crop_yuv = to_uint8(np.asarray(cv2.transform(np.asarray(paste.crop, np.float32), yuv.from_rgb()), np.float32))
+    inverse = invert_affine(paste.matrix)
+    blend_into([luma], np.ascontiguousarray(crop_yuv[:, :, 0]), paste.mask, inverse, paste.blend)
+    half = inverse / 2.0
+    half[:, 2] = (inverse[:, 2] - 0.5) / 2.0
+    blend_into([u_plane, v_plane], np.ascontiguousarray(crop_yuv[:, :, 1:]), paste.mask, half, paste.blend)

@@ -30,6 +30,7 @@ from facefusion_provider.engine.landmarks import (
     tflite_interpreter,
 )
 from facefusion_provider.engine.models import swap_facts
+from facefusion_provider.engine.paste import PendingFrame
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
@@ -49,6 +50,7 @@ from facefusion_provider.engine.swap_models import (
     identity_to_json,
     source_crop,
     swap_faces,
+    swap_pending,
 )
 from facefusion_provider.exceptions import InputMissingError, InvalidMediaError, InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
@@ -234,14 +236,25 @@ class FaceProcessor:
 
     def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
         """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
+        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given)]
+
+    def apply_batch_pending(
+        self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
+    ) -> list[Frame | PendingFrame]:
+        """``apply_batch``, but when the model swapper comes last its crops are left to paste (``PendingFrame``): the
+        worker pastes them straight into the encoder's frame."""
         with self._pool(given) as pool:
-            results = list(frames)
-            for processor in self.options.processors:
+            results: list[Frame | PendingFrame] = list(frames)
+            last = len(self.options.processors) - 1
+            for step, processor in enumerate(self.options.processors):
+                images = [as_rgb(result) for result in results]
                 if processor == "face_swapper":
-                    results = self.swap(results, faces, pool)
+                    results = list(self.swap(images, faces, pool, pending=step == last))
                 else:
                     with _timed(self.stats, "enhance"):
-                        results = each(pool, lambda pair: self.enhance(*pair), list(zip(results, faces, strict=True)))
+                        results = list(
+                            each(pool, lambda pair: self.enhance(*pair), list(zip(images, faces, strict=True)))
+                        )
             return results
 
     @contextlib.contextmanager
@@ -275,7 +288,9 @@ class FaceProcessor:
         frame, faces = pair
         return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
 
-    def swap(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None) -> list[Frame]:
+    def swap(
+        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None, *, pending: bool = False
+    ) -> list[Frame] | list[Frame | PendingFrame]:
         if self.classic_source is not None:  # one thread: see analyse_batch
             with _timed(self.stats, "swap"):
                 return [self.swap_classic(frame, frame_faces) for frame, frame_faces in zip(frames, faces, strict=True)]
@@ -283,7 +298,8 @@ class FaceProcessor:
         if self.options.analysis_landmarks() == "mesh":  # the area mask: a face the mesh model misses is left alone
             faces = [[face for face in frame_faces if _mesh_found(face)] for frame_faces in faces]
         timings: dict[str, float] = {}
-        swapped = swap_faces(frames, faces, self.swap_identity, self.options, self.store, timings=timings, pool=pool)
+        swap = swap_pending if pending else swap_faces
+        swapped = swap(frames, faces, self.swap_identity, self.options, self.store, timings=timings, pool=pool)
         self.stats.add(
             swapped=sum(map(len, faces)),
             seconds={
@@ -360,3 +376,8 @@ def _embedding(identity: dict[str, Any], key: str) -> FloatArray:
     if vector.size == 0 or not np.all(np.isfinite(vector)):
         raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again")
     return normalize_embedding(vector)
+
+
+def as_rgb(frame: Frame | PendingFrame) -> Frame:
+    """A processed frame's RGB pixels, its pending crops pasted."""
+    return frame if isinstance(frame, np.ndarray) else frame.rgb()

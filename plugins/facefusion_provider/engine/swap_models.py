@@ -26,7 +26,14 @@ from facefusion_provider.engine.align import Matrix, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import with_model_masks
 from facefusion_provider.engine.models import INSWAPPER, SwapFacts, swap_facts
-from facefusion_provider.engine.paste import color_weight, create_crop_mask, match_color_statistics, paste_back
+from facefusion_provider.engine.paste import (
+    Paste,
+    PendingFrame,
+    color_weight,
+    create_crop_mask,
+    match_color_statistics,
+    to_uint8,
+)
 from facefusion_provider.engine.recognize import normalize_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore
@@ -283,6 +290,27 @@ def swap_faces(
     ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back. With ``pool`` the
     frames are pasted back side by side (a frame's own faces in turn).
     """
+    pending = swap_pending(frames, faces, source, options, store, batch_size=batch_size, timings=timings, pool=pool)
+    clock = StageClock(timings)
+    results = each(pool, lambda frame: frame if isinstance(frame, np.ndarray) else frame.rgb(), pending)
+    clock.lap("swap_paste")
+    return results
+
+
+def swap_pending(
+    frames: Sequence[Frame],
+    faces: Sequence[Sequence[Face]],
+    source: SwapIdentity | npt.ArrayLike,
+    options: Options,
+    store: ModelStore,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    timings: MutableMapping[str, float] | None = None,
+    pool: Executor | None = None,
+) -> list[Frame | PendingFrame]:
+    """``swap_faces`` up to the paste: each frame with faces comes back as a ``PendingFrame`` holding its swapped
+    crops (masked and colour-corrected), for whoever holds the frame's final pixels to paste; one without as itself.
+    """
     model_name = options.face_swapper_model
     facts = swap_facts(model_name)
     boost = pixel_boost_size(options, facts)
@@ -311,21 +339,19 @@ def swap_faces(
     for number, (index, _, _) in enumerate(crops):
         numbered.setdefault(index, []).append(number)
 
-    def paste_frame(index: int) -> Frame:
-        frame = frames[index].copy()  # one copy a frame; its faces are pasted into it in turn
-        for number in numbered[index]:
-            _, crop, matrix = crops[number]
-            face = crop_faces[number]
-            swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
-            mask = with_model_masks(create_crop_mask(boost, face, matrix, options), crop, swapped, store, options)
-            if options.face_swapper_color_correction:
-                swapped = match_color_statistics(swapped, crop, color_weight(boost, face, matrix, mask))
-            paste_back(frame, swapped, mask, matrix, blend, in_place=True)
-        return frame
+    def face_paste(number: int) -> Paste:
+        _, crop, matrix = crops[number]
+        face = crop_faces[number]
+        swapped = explode_pixel_boost(swapped_tiles[number * per_face : (number + 1) * per_face], total)
+        mask = with_model_masks(create_crop_mask(boost, face, matrix, options), crop, swapped, store, options)
+        if options.face_swapper_color_correction:
+            swapped = match_color_statistics(swapped, crop, color_weight(boost, face, matrix, mask))
+        return Paste(to_uint8(swapped), mask, matrix, blend)
 
-    results = list(frames)
-    for index, pasted in zip(numbered, each(pool, paste_frame, numbered), strict=True):
-        results[index] = pasted
+    results: list[Frame | PendingFrame] = list(frames)
+    pastes = each(pool, face_paste, list(range(len(crops))))
+    for index, numbers in numbered.items():
+        results[index] = PendingFrame(frames[index], tuple(pastes[number] for number in numbers))
     clock.lap("swap_paste")
     return results
 

@@ -25,6 +25,7 @@ from facefusion_provider.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
     from facefusion_provider.engine.face import Face, Frame
+    from facefusion_provider.engine.paste import PendingFrame
     from facefusion_provider.engine.processors import FaceProcessor
     from facefusion_provider.engine.track import TrackerSettings, TrackerState
 
@@ -65,7 +66,7 @@ class AnalysedProcessor:
         self._recent: dict[int, Frame] = {}  # the last frames handed in, by number: the next segment's pre-roll
         self._recent_faces: dict[int, list[Face]] = {}  # the detections of those the tracker saw
 
-    def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]:
+    def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame | PendingFrame]:
         numbers = [self._numbers[p] for p in pts]
         faces = [self._stored_faces(number) for number in numbers]
         missing = [i for i, found in enumerate(faces) if found is None]
@@ -82,7 +83,7 @@ class AnalysedProcessor:
         self.counts.reused_frames += len(frames) - len(missing)
         if tracking:
             self._remember(frames, numbers)
-        results = self.engine.apply_batch(frames, [found or [] for found in faces])
+        results = self.engine.apply_batch_pending(frames, [found or [] for found in faces])
         self._report(len(frames))
         return results
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +15,7 @@ import av.video.plane
 import numpy as np
 import numpy.typing as npt
 
+from facefusion_provider.engine.paste import BT601, BT709, PendingFrame, YuvMatrix, paste_into_yuv420
 from facefusion_provider.media.images import rgb_array, rgb_frame
 
 Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame
@@ -28,7 +29,7 @@ class FrameProcessor(Protocol):
 
     batch_size: int
 
-    def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame]: ...
+    def process_batch(self, frames: list[Frame], pts: list[int]) -> Sequence[Frame | PendingFrame]: ...
 
 
 @dataclass
@@ -172,13 +173,22 @@ def _process(batch: list[av.VideoFrame], processor: FrameProcessor | None) -> li
     ]
 
 
-def write_back(result: Frame, image: Frame, original: av.VideoFrame) -> av.VideoFrame:
+def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFrame) -> av.VideoFrame:
     """The frame to encode for ``result`` (the processor's output for ``image``, itself ``original`` as RGB).
 
-    Unchanged: ``original`` itself, bit-exact. Changed: ``original`` with only the changed rectangle (even-aligned)
-    converted back and replaced in its planes, so every pixel outside it is the decoded one; formats other than
-    8-bit 4:2:0 are converted back whole, as before.
+    Unchanged: ``original`` itself, bit-exact. Crops still to paste (``PendingFrame``): pasted straight into a copy of
+    ``original``'s YUV planes, so nothing is converted whole. Changed: ``original`` with only the changed rectangle
+    (even-aligned) converted back and replaced in its planes, so every pixel outside it is the decoded one; formats
+    other than 8-bit 4:2:0 are converted back whole, as before.
     """
+    if isinstance(result, PendingFrame):
+        yuv = yuv_matrix(original)
+        if yuv is not None:
+            written, planes = _planes_copy(original)
+            for paste in result.pastes:
+                paste_into_yuv420(planes, paste, yuv)
+            return written
+        result = result.rgb()  # a colour matrix the planes' paste does not know: pasted in RGB, converted back
     box = changed_box(image, result) if result is not image else None
     if box is None:
         return original
@@ -187,17 +197,38 @@ def write_back(result: Frame, image: Frame, original: av.VideoFrame) -> av.Video
     x1, y1, x2, y2 = box
     x1, y1, x2, y2 = x1 & ~1, y1 & ~1, min(original.width, x2 + (x2 & 1)), min(original.height, y2 + (y2 & 1))
     region = _like(rgb_frame(result[y1:y2, x1:x2]), original).reformat(format=original.format.name)
-    # A new frame: the decoder may still reference the decoded frame's buffers.
-    written = av.VideoFrame(original.width, original.height, original.format.name)
-    for number, (target, source, patch) in enumerate(zip(written.planes, original.planes, region.planes, strict=True)):
+    written, planes = _planes_copy(original)
+    for number, (plane, patch) in enumerate(zip(planes, region.planes, strict=True)):
         shift = 0 if number == 0 else 1  # chroma planes are half size both ways
-        plane = _pixels(target)
-        plane[:] = _pixels(source)
         plane[y1 >> shift : (y1 >> shift) + patch.height, x1 >> shift : (x1 >> shift) + patch.width] = _pixels(patch)
-    return _like(written, original)
+    return written
 
 
 ROI_FORMATS = frozenset({"yuv420p", "yuvj420p"})  # 8-bit, three planes, chroma at half width and height
+# AVColorSpace values whose RGB conversion swscale (and so PyAV) makes with BT.601's or BT.709's luma weights.
+YUV_WEIGHTS = {1: BT709, 2: BT601, 5: BT601, 6: BT601}  # BT709, unspecified, BT470BG, SMPTE170M
+JPEG_RANGE = 2  # AVColorRange: full range
+
+
+def yuv_matrix(frame: av.VideoFrame) -> YuvMatrix | None:
+    """How ``frame``'s 4:2:0 planes relate to RGB, as PyAV converts them; None for other formats or matrices."""
+    weights = YUV_WEIGHTS.get(int(frame.colorspace))
+    if frame.format.name not in ROI_FORMATS or frame.width % 2 or frame.height % 2 or weights is None:
+        return None
+    return YuvMatrix(*weights, full_range=frame.format.name == "yuvj420p" or int(frame.color_range) == JPEG_RANGE)
+
+
+def _planes_copy(
+    original: av.VideoFrame,
+) -> tuple[av.VideoFrame, tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
+    """A new frame holding ``original``'s pixels and description, and its three planes as writable arrays."""
+    # A new frame: the decoder may still reference the decoded frame's buffers.
+    written = av.VideoFrame(original.width, original.height, original.format.name)
+    planes = tuple(_pixels(plane) for plane in written.planes)
+    for plane, source in zip(planes, original.planes, strict=True):
+        plane[:] = _pixels(source)
+    luma, u_plane, v_plane = planes
+    return _like(written, original), (luma, u_plane, v_plane)
 
 
 def _pixels(plane: av.video.plane.VideoPlane) -> Frame:

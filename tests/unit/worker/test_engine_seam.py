@@ -40,7 +40,7 @@ class BlackSquare:
     def analyse_batch(self, frames: list[np.ndarray], track: Any = None) -> list[list[Any]]:
         return [[] for _ in frames]
 
-    def apply_batch(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:
+    def apply_batch_pending(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:
         self.calls += 1
         painted = []
         for frame in frames:
