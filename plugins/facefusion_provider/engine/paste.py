@@ -169,26 +169,49 @@ def blend_into(
     whole crop; several take one channel of it each."""
     support = mask_support(crop_mask)
     region = None if support is None else paste_region(planes[0].shape, inverse, crop_mask.shape[0], support)
-    if region is None:
-        return
+    if region is not None:
+        _blend_region(planes, crop, inverse, region, landed_weight(crop_mask, inverse, region, blend))
+
+
+def landed_weight(
+    crop_mask: FloatArray, inverse: Matrix, region: tuple[int, int, int, int], blend: float
+) -> FloatArray:
+    """``crop_mask`` x ``blend`` where it lands in ``region`` (x1, y1, x2, y2) of a plane, clipped to 0..1."""
     x1, y1, x2, y2 = region
-    local = inverse.copy()
-    local[:, 2] -= (x1, y1)
-    size = (x2 - x1, y2 - y1)
     warped: FloatArray = np.asarray(
-        cv2.warpAffine(np.asarray(crop_mask, np.float32), local, size, flags=cv2.INTER_LINEAR, borderValue=0.0),
+        cv2.warpAffine(
+            np.asarray(crop_mask, np.float32), _shifted(inverse, x1, y1), (x2 - x1, y2 - y1), borderValue=0.0
+        ),
         np.float32,
     )
     weight = np.clip(warped, 0.0, 1.0, out=warped)
-    if blend < 1.0:
-        weight = np.multiply(weight, np.float32(blend), out=weight)
+    return np.multiply(weight, np.float32(blend), out=weight) if blend < 1.0 else weight
+
+
+def _blend_region(
+    planes: Sequence[npt.NDArray[np.uint8]],
+    crop: Frame,
+    inverse: Matrix,
+    region: tuple[int, int, int, int],
+    weight: FloatArray,
+) -> None:
+    x1, y1, x2, y2 = region
     rest = np.subtract(np.float32(1.0), weight)
-    pasted = cv2.warpAffine(crop, local, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    pasted = cv2.warpAffine(
+        crop, _shifted(inverse, x1, y1), (x2 - x1, y2 - y1), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
     for plane, layer in zip(planes, [pasted] if len(planes) == 1 else cv2.split(pasted), strict=True):
         original = np.ascontiguousarray(plane[y1:y2, x1:x2])
         plane[y1:y2, x1:x2] = np.asarray(cv2.blendLinear(layer, original, weight, rest), np.uint8).reshape(
             original.shape
         )
+
+
+def _shifted(inverse: Matrix, x: int, y: int) -> Matrix:
+    """``inverse`` landing in a region whose top-left corner is (x, y) of the plane."""
+    local = inverse.copy()
+    local[:, 2] -= (x, y)
+    return local
 
 
 def to_uint8(image: npt.NDArray[np.floating] | Frame) -> Frame:
@@ -251,13 +274,21 @@ def paste_into_yuv420(
 ) -> None:
     """``paste`` blended into a 4:2:0 frame's Y, U and V planes, in place: the crop converted to YUV at its own size,
     luma at full resolution, chroma at half (a chroma sample sits at the centre of its 2 x 2 luma pixels). Blending
-    is linear, so this equals pasting in RGB and converting back, but for rounding and the chroma samples' filter."""
-    if paste.blend <= 0:
-        return
+    is linear, so this equals pasting in RGB and converting back, but for rounding and the chroma samples' filter.
+    The mask is warped once, at chroma resolution, and scaled up for luma: it is smooth, and a warp costs 4x a resize.
+    """
     luma, u_plane, v_plane = planes
-    crop_yuv = to_uint8(np.asarray(cv2.transform(np.asarray(paste.crop, np.float32), yuv.from_rgb()), np.float32))
     inverse = invert_affine(paste.matrix)
-    blend_into([luma], np.ascontiguousarray(crop_yuv[:, :, 0]), paste.mask, inverse, paste.blend)
+    support = mask_support(paste.mask)
+    region = None if support is None else paste_region(luma.shape, inverse, paste.mask.shape[0], support)
+    if region is None or paste.blend <= 0:
+        return
+    x1, y1, x2, y2 = (region[0] & ~1, region[1] & ~1, region[2] + (region[2] & 1), region[3] + (region[3] & 1))
     half = inverse / 2.0
     half[:, 2] = (inverse[:, 2] - 0.5) / 2.0
-    blend_into([u_plane, v_plane], np.ascontiguousarray(crop_yuv[:, :, 1:]), paste.mask, half, paste.blend)
+    chroma_region = (x1 // 2, y1 // 2, x2 // 2, y2 // 2)
+    chroma_weight = landed_weight(paste.mask, half, chroma_region, paste.blend)
+    luma_weight = np.asarray(cv2.resize(chroma_weight, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR), np.float32)
+    crop_yuv = to_uint8(np.asarray(cv2.transform(np.asarray(paste.crop, np.float32), yuv.from_rgb()), np.float32))
+    _blend_region([luma], np.ascontiguousarray(crop_yuv[:, :, 0]), inverse, (x1, y1, x2, y2), luma_weight)
+    _blend_region([u_plane, v_plane], np.ascontiguousarray(crop_yuv[:, :, 1:]), half, chroma_region, chroma_weight)

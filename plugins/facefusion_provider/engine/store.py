@@ -124,6 +124,7 @@ class ModelStore:
         self.cache_dir = cache_dir or default_cache_dir()
         self._resolved: dict[str, str] = {}
         self._sums: dict[str, dict[str, str]] = {}
+        self._sessions: dict[tuple[str, tuple[str, ...], int], ort.InferenceSession] = {}
 
     # --- public API -------------------------------------------------------------------------------------------------
 
@@ -139,7 +140,13 @@ class ModelStore:
         return carried if carried is not None else Path(self.resolve(name)).read_bytes()
 
     def session(self, name: str, execution_providers: Sequence[str], thread_count: int) -> ort.InferenceSession:
-        """A cached onnxruntime session of the model, its inputs checked against the catalog."""
+        """A cached onnxruntime session of the model, its inputs checked against the catalog (once: every frame asks)."""
+        key = (name, tuple(execution_providers), thread_count)
+        if key not in self._sessions:
+            self._sessions[key] = self._new_session(name, execution_providers, thread_count)
+        return self._sessions[key]
+
+    def _new_session(self, name: str, execution_providers: Sequence[str], thread_count: int) -> ort.InferenceSession:
         spec = model_spec(name)
         if spec.format != "onnx":
             raise ValueError(f"{name} is a {spec.format} model, not ONNX")

@@ -96,6 +96,22 @@ def test_packaged_models_come_from_their_packages_with_pinned_hashes(tmp_path: P
     assert [item.name for item in session.get_inputs()] == ["input"]
 
 
+def test_a_session_is_made_and_checked_once_however_often_frames_ask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from facefusion_provider.engine import store as store_module
+
+    store = ModelStore(cache_dir=str(tmp_path / "cache"))
+    first = store.session("retinaface_mnet", ["cpu"], 1)
+    assert store.session("retinaface_mnet", ["cpu"], 2) is not first  # other threads: another session
+    looked: list[str] = []
+    monkeypatch.setattr(store_module, "package_dir", looked.append)
+    monkeypatch.setattr(store_module, "check_inputs", lambda *args: looked.append("check"))  # type: ignore[func-returns-value]
+
+    assert all(store.session("retinaface_mnet", ["cpu"], 1) is first for _ in range(3))
+    assert looked == []  # no search of the installed packages, no input check: a frame's detector costs nothing here
+
+
 def test_missing_model_names_the_file_where_it_looked_and_how_to_provide_it(
     models_dir: Path, store_for: StoreFactory
 ) -> None:
