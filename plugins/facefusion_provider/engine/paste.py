@@ -270,14 +270,14 @@ BT709 = (0.2126, 0.0722)
 
 
 def paste_into_yuv420(
-    planes: tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]], paste: Paste, yuv: YuvMatrix
+    luma: npt.NDArray[np.uint8], chroma: Sequence[npt.NDArray[np.uint8]], paste: Paste, yuv: YuvMatrix
 ) -> None:
-    """``paste`` blended into a 4:2:0 frame's Y, U and V planes, in place: the crop converted to YUV at its own size,
-    luma at full resolution, chroma at half (a chroma sample sits at the centre of its 2 x 2 luma pixels). Blending
-    is linear, so this equals pasting in RGB and converting back, but for rounding and the chroma samples' filter.
-    The mask is warped once, at chroma resolution, and scaled up for luma: it is smooth, and a warp costs 4x a resize.
+    """``paste`` blended into a 4:2:0 frame's planes, in place: ``luma``, and ``chroma`` as its U and V planes or as
+    one two-channel plane (NV12). The crop is converted to YUV at its own size; luma is blended at full resolution,
+    chroma at half (a chroma sample sits at the centre of its 2 x 2 luma pixels). Blending is linear, so this equals
+    pasting in RGB and converting back, but for rounding and the chroma samples' filter. The mask is warped once, at
+    chroma resolution, and scaled up for luma: it is smooth, and a warp costs 4x a resize.
     """
-    luma, u_plane, v_plane = planes
     inverse = invert_affine(paste.matrix)
     support = mask_support(paste.mask)
     region = None if support is None else paste_region(luma.shape, inverse, paste.mask.shape[0], support)
@@ -291,4 +291,4 @@ def paste_into_yuv420(
     luma_weight = np.asarray(cv2.resize(chroma_weight, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR), np.float32)
     crop_yuv = to_uint8(np.asarray(cv2.transform(np.asarray(paste.crop, np.float32), yuv.from_rgb()), np.float32))
     _blend_region([luma], np.ascontiguousarray(crop_yuv[:, :, 0]), inverse, (x1, y1, x2, y2), luma_weight)
-    _blend_region([u_plane, v_plane], np.ascontiguousarray(crop_yuv[:, :, 1:]), half, chroma_region, chroma_weight)
+    _blend_region(chroma, np.ascontiguousarray(crop_yuv[:, :, 1:]), half, chroma_region, chroma_weight)

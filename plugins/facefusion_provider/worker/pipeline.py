@@ -185,8 +185,11 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
         yuv = yuv_matrix(original)
         if yuv is not None:
             written, planes = _planes_copy(original)
+            luma, *chroma = planes
+            if len(chroma) == 1:  # NV12: U and V interleaved, one two-channel plane
+                chroma = [chroma[0].reshape(chroma[0].shape[0], -1, 2)]
             for paste in result.pastes:
-                paste_into_yuv420(planes, paste, yuv)
+                paste_into_yuv420(luma, chroma, paste, yuv)
             return written
         result = result.rgb()  # a colour matrix the planes' paste does not know: pasted in RGB, converted back
     box = changed_box(image, result) if result is not image else None
@@ -198,13 +201,16 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
     x1, y1, x2, y2 = x1 & ~1, y1 & ~1, min(original.width, x2 + (x2 & 1)), min(original.height, y2 + (y2 & 1))
     region = _like(rgb_frame(result[y1:y2, x1:x2]), original).reformat(format=original.format.name)
     written, planes = _planes_copy(original)
-    for number, (plane, patch) in enumerate(zip(planes, region.planes, strict=True)):
-        shift = 0 if number == 0 else 1  # chroma planes are half size both ways
-        plane[y1 >> shift : (y1 >> shift) + patch.height, x1 >> shift : (x1 >> shift) + patch.width] = _pixels(patch)
+    for plane, patch in zip(planes, _plane_bytes(region), strict=True):
+        # A plane's rows and bytes are in proportion to the frame's (chroma: half the rows; half the bytes, or all
+        # of them where U and V are interleaved).
+        top, left = y1 * plane.shape[0] // original.height, x1 * plane.shape[1] // original.width
+        plane[top : top + patch.shape[0], left : left + patch.shape[1]] = patch
     return written
 
 
-ROI_FORMATS = frozenset({"yuv420p", "yuvj420p"})  # 8-bit, three planes, chroma at half width and height
+# 8-bit 4:2:0, chroma at half width and height: three planes, or NV12's two (NVDEC's frames)
+ROI_FORMATS = frozenset({"yuv420p", "yuvj420p", "nv12"})
 # AVColorSpace values whose RGB conversion swscale (and so PyAV) makes with BT.601's or BT.709's luma weights.
 YUV_WEIGHTS = {1: BT709, 2: BT601, 5: BT601, 6: BT601}  # BT709, unspecified, BT470BG, SMPTE170M
 JPEG_RANGE = 2  # AVColorRange: full range
@@ -218,23 +224,27 @@ def yuv_matrix(frame: av.VideoFrame) -> YuvMatrix | None:
     return YuvMatrix(*weights, full_range=frame.format.name == "yuvj420p" or int(frame.color_range) == JPEG_RANGE)
 
 
-def _planes_copy(
-    original: av.VideoFrame,
-) -> tuple[av.VideoFrame, tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
-    """A new frame holding ``original``'s pixels and description, and its three planes as writable arrays."""
+def _planes_copy(original: av.VideoFrame) -> tuple[av.VideoFrame, list[npt.NDArray[np.uint8]]]:
+    """A new frame holding ``original``'s pixels and description, and its planes' bytes as writable arrays."""
     # A new frame: the decoder may still reference the decoded frame's buffers.
     written = av.VideoFrame(original.width, original.height, original.format.name)
-    planes = tuple(_pixels(plane) for plane in written.planes)
-    for plane, source in zip(planes, original.planes, strict=True):
-        plane[:] = _pixels(source)
-    luma, u_plane, v_plane = planes
-    return _like(written, original), (luma, u_plane, v_plane)
+    planes = _plane_bytes(written)
+    for plane, source in zip(planes, _plane_bytes(original), strict=True):
+        plane[:] = source
+    return _like(written, original), planes
 
 
-def _pixels(plane: av.video.plane.VideoPlane) -> Frame:
-    """A plane's pixels as a (height, width) view of its buffer (rows padded to its line size)."""
-    rows: Frame = np.frombuffer(memoryview(plane), np.uint8).reshape(plane.height, plane.line_size)
-    return rows[:, : plane.width]
+def _plane_bytes(frame: av.VideoFrame) -> list[npt.NDArray[np.uint8]]:
+    """Each plane's pixels as a (rows, bytes) view of its buffer (rows padded to its line size); a plane holding
+    several components (NV12's U and V) has as many bytes a pixel."""
+    components = [0] * len(frame.planes)
+    for component in frame.format.components:
+        components[component.plane] += 1
+    views = []
+    for plane, count in zip(frame.planes, components, strict=True):
+        rows: npt.NDArray[np.uint8] = np.frombuffer(memoryview(plane), np.uint8).reshape(plane.height, plane.line_size)
+        views.append(rows[:, : plane.width * count])
+    return views
 
 
 def changed_box(before: Frame, after: Frame) -> tuple[int, int, int, int] | None:

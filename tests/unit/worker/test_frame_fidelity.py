@@ -8,11 +8,13 @@ own error. Paste back warps the crop as 8-bit colour and blends in OpenCV: withi
 (the crop rounded once, the 8-bit warp's rounding, the result's: 1.7 at worst on noise), PSNR >= 50 dB, exact
 outside the crop; a pixel whose mask is below 1/512 (where no crop pixel of the mask's support is sampled) is
 left out of the region and keeps its exact value, as the blend would have rounded it to.
-Crops left to paste (``PendingFrame``) go straight into the decoded frame's YUV planes: within 3 levels of each plane
+Crops left to paste (``PendingFrame``) go straight into the decoded frame's YUV planes (three, or NV12's two, as NVDEC
+gives them): within 3 levels of each plane (4 for NV12, whose RGB route swscale rounds a level its own way)
 and 40 dB PSNR in RGB (measured 46-48 on noise) of pasting in RGB and converting the changed rectangle back. The
 blend is linear, so both are the same sum; they differ by rounding and by chroma: swscale filters the RGB paste's
-chroma from its 2 x 2 pixels, the YUV paste samples the crop's at each chroma sample's centre. The frame's own colour
-matrix decides: the wrong one (BT.601 for BT.709) is 25 dB off, and the test checks that it would be caught.
+chroma from its 2 x 2 pixels, the YUV paste samples the crop's at each chroma sample's centre (and its luma weight is
+the chroma-resolution mask scaled up). The frame's own colour matrix decides: the wrong one (BT.601 for BT.709) is
+over 10 dB further off on saturated colours, and a test checks that it would be caught.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ def encoded_by_pipeline(frames: list[av.VideoFrame]) -> list[av.VideoFrame]:
 
 
 def planes(frame: av.VideoFrame) -> list[np.ndarray]:
-    """Y, U, V of a yuv420p frame."""
+    """Y, U, V of a 4:2:0 frame (NV12's U and V taken apart: an exact reshuffle)."""
+    if frame.format.name == "nv12":
+        frame = frame.reformat(format="yuv420p")
     stacked = frame.to_ndarray()
     chroma = stacked[frame.height :].reshape(2, frame.height // 2, frame.width // 2)
     return [stacked[: frame.height], chroma[0], chroma[1]]
@@ -135,6 +139,31 @@ def test_a_swapped_frame_is_the_decoded_one_outside_the_changed_box_and_the_old_
         assert psnr(after[y1:y2, x1:x2], before[y1:y2, x1:x2]) >= 50.0
         assert psnr(after[y1:y2, x1:x2], results[number][y1:y2, x1:x2]) >= 35.0  # the swap itself survives
         assert not np.array_equal(after[y1:y2, x1:x2], images[number][y1:y2, x1:x2])
+
+
+def test_nv12_frames_get_the_changed_rectangle_alone_as_yuv420p_frames_do() -> None:
+    frames = decoded_frames(2)
+    nv12 = [frame.reformat(format="nv12") for frame in frames]
+    for number, frame in enumerate(nv12):
+        frame.pts = number * 512
+    image = rgb_array(frames[1])
+    result = SwapEveryOther().process_batch([image], [512])[0]
+
+    from_nv12, from_yuv420p = write_back(result, image, nv12[1]), write_back(result, image, frames[1])
+
+    assert from_nv12.format.name == "nv12"
+    box = changed_box(image, result)
+    assert box is not None
+    x1, y1, x2, y2 = box[0] & ~1, box[1] & ~1, box[2] + (box[2] & 1), box[3] + (box[3] & 1)
+    for plane, (got, expected, decoded) in enumerate(
+        zip(planes(from_nv12), planes(from_yuv420p), planes(frames[1]), strict=True)
+    ):
+        shift = 0 if plane == 0 else 1
+        outside = np.ones(got.shape, bool)
+        outside[y1 >> shift : y2 >> shift, x1 >> shift : x2 >> shift] = False
+        np.testing.assert_array_equal(got[outside], decoded[outside])
+        assert np.abs(got.astype(int) - expected).max() <= 1  # swscale rounds NV12's chroma its own way
+    assert not np.array_equal(planes(from_nv12)[0], planes(frames[1])[0])
 
 
 def test_formats_other_than_8_bit_4_2_0_are_converted_back_whole_as_before() -> None:
@@ -196,7 +225,8 @@ def tagged(fmt: str, colorspace: int, color_range: int) -> av.VideoFrame:
 
 
 # (pix_fmt, AVColorSpace, AVColorRange): unspecified (BT.601, limited), BT.709 limited, JPEG full, SMPTE 170M full
-TAGS = [("yuv420p", 2, 0), ("yuv420p", 1, 1), ("yuvj420p", 5, 2), ("yuv420p", 6, 2)]
+# and NV12, as NVDEC hands the pipeline its frames
+TAGS = [("yuv420p", 2, 0), ("yuv420p", 1, 1), ("yuvj420p", 5, 2), ("yuv420p", 6, 2), ("nv12", 1, 1)]
 
 
 @pytest.mark.parametrize(("fmt", "colorspace", "color_range"), TAGS)
@@ -222,7 +252,7 @@ def test_pending_crops_go_into_the_yuv_planes_as_the_rgb_paste_would(
         outside = np.ones(got.shape, bool)
         outside[y1 >> shift : y2 >> shift, x1 >> shift : x2 >> shift] = False
         np.testing.assert_array_equal(got[outside], decoded[outside])
-        assert np.abs(got.astype(int) - expected).max() <= 3
+        assert np.abs(got.astype(int) - expected).max() <= (4 if fmt == "nv12" else 3)
     assert psnr(rgb_array(straight), rgb_array(through_rgb)) >= 40.0
     assert psnr(rgb_array(straight)[y1:y2, x1:x2], image[y1:y2, x1:x2]) < 25.0  # the faces really were pasted
 
@@ -237,10 +267,10 @@ def test_the_frames_own_colour_matrix_is_what_makes_the_yuv_paste_match() -> Non
     expected = rgb_array(write_back(pending.rgb(), image, original))
     assert yuv_matrix(original) == YuvMatrix(*BT709, full_range=False)
 
-    right, right_planes = _planes_copy(original)
-    paste_into_yuv420(right_planes, pending.pastes[0], YuvMatrix(*BT709, full_range=False))
-    wrong, wrong_planes = _planes_copy(original)
-    paste_into_yuv420(wrong_planes, pending.pastes[0], YuvMatrix(*BT601, full_range=False))
+    right, (luma, *chroma) = _planes_copy(original)
+    paste_into_yuv420(luma, chroma, pending.pastes[0], YuvMatrix(*BT709, full_range=False))
+    wrong, (luma, *chroma) = _planes_copy(original)
+    paste_into_yuv420(luma, chroma, pending.pastes[0], YuvMatrix(*BT601, full_range=False))
 
     box = changed_box(image, pending.rgb())
     assert box is not None
