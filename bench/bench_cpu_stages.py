@@ -493,9 +493,14 @@ def totals(
     swap_cpu = inswapper["swap_faces (whole)"] - inswapper.get("inference: swapper (replayed)", 0.0)
     beside = {
         "decode": round(decode, 2),
-        "colour conversions (frame -> engine -> encoder)": round(to_rgb + write_back[WRITE_BACK_STAGE], 2),
+        # Today the swap's crops are pasted in the write-back, into the encoder's planes; before, in the swap.
+        "colour conversions and write-back (frame -> engine -> encoder; after: with the paste)": round(
+            to_rgb + write_back[WRITE_BACK_STAGE], 2
+        ),
         "detect pre/post + select": round(inswapper["detect: pre/post-processing"] + inswapper["select_faces"], 2),
-        "swap beside inference (align, tiling, model I/O, mask, colour correction, paste back)": round(swap_cpu, 2),
+        "swap beside inference (align, tiling, model I/O, mask, colour correction; before: paste back)": round(
+            swap_cpu, 2
+        ),
     }
     inswapper_ms = round(sum(beside.values()), 2)
     result: dict[str, Any] = {

@@ -769,11 +769,12 @@ WRITE_BACK_STAGE = "convert: processed frame -> encoder's yuv420p"
 def with_cuts(worker: WorkerCosts, cpu_stages: dict[str, Any]) -> WorkerCosts:
     """``worker`` with each part the CPU cuts changed scaled by its after/before ratio, both measured in one run of
     bench_cpu_stages.py (this machine's absolute figures differ between runs; the ratios hold). Decode, the encoder
-    and the parts the cuts left alone keep their measured costs."""
+    and the parts the cuts left alone keep their measured costs. Today the swap's crops are pasted into the encoder's
+    planes: paste back has no stage of its own after, and its cost is in the write-back's ratio."""
     sizes = cpu_stages["sizes"]["1080p"]
     before, after = sizes["inswapper"]["before"]["stages_ms"], sizes["inswapper"]["after"]["stages_ms"]
     parts = {
-        part: round(ms * after[CUT_STAGES[part]] / before[CUT_STAGES[part]], 3) if part in CUT_STAGES else ms
+        part: round(ms * after.get(CUT_STAGES[part], 0.0) / before[CUT_STAGES[part]], 3) if part in CUT_STAGES else ms
         for part, ms in worker.swap_cpu_parts_ms.items()
     }
     write_back = sizes["write_back"]["after"][WRITE_BACK_STAGE] / sizes["write_back"]["before"][WRITE_BACK_STAGE]

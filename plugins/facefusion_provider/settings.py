@@ -47,9 +47,9 @@ DEFAULT_POD_CPU = "4"
 # The cores a GPU pod needs so that its GPU stays the bottleneck, by GPU model: written by bench/pod_sizing.py.
 # pod-sizing:start
 GPU_POD_CPU: Mapping[str, str] = {
-    "l4": "11",
-    "a10g": "11",
-    "l40s": "23",
+    "l4": "7",
+    "a10g": "7",
+    "l40s": "20",
     "a100": "11",
     "h100": "23",
     "h200": "23",
