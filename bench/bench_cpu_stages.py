@@ -207,7 +207,7 @@ def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_f
     box, PSNR inside it."""
     import numpy as np
 
-    from facefusion_provider.engine.processors import as_rgb
+    from facefusion_provider.engine.paste import as_rgb
     from facefusion_provider.media.images import rgb_array
     from facefusion_provider.worker.pipeline import changed_box
 
@@ -419,7 +419,7 @@ def swap_fidelity(images: list[Any], before: list[Any], after: list[Any]) -> dic
     """How far today's swapped frames are from the old path's: exact where neither changed the frame, PSNR where."""
     import numpy as np
 
-    from facefusion_provider.engine.processors import as_rgb
+    from facefusion_provider.engine.paste import as_rgb
     from facefusion_provider.worker.pipeline import changed_box
 
     worst, largest, exact_outside = float("inf"), 0, True

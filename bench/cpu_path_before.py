@@ -95,11 +95,11 @@ def paste_back_before(
 def write_back_before(result: Any, image: Frame, original: av.VideoFrame) -> av.VideoFrame:
     """Every processed frame converted back whole, changed or not (crops left to paste pasted in RGB first, by the
     old paste back while the before path is in place)."""
-    from facefusion_provider.engine.processors import as_rgb
+    from facefusion_provider.engine.paste import as_rgb
     from facefusion_provider.media.images import rgb_frame
-    from facefusion_provider.worker.pipeline import _like
+    from facefusion_provider.media.planes import described_like
 
-    return _like(rgb_frame(as_rgb(result)), original)
+    return described_like(rgb_frame(as_rgb(result)), original)
 
 
 def encoder_input_before(result: Frame, image: Frame, original: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:

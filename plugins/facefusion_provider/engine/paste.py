@@ -247,6 +247,11 @@ class PendingFrame:
         return frame
 
 
+def as_rgb(frame: Frame | PendingFrame) -> Frame:
+    """A processed frame's RGB pixels, its pending crops pasted."""
+    return frame if isinstance(frame, np.ndarray) else frame.rgb()
+
+
 @dataclass(frozen=True)
 class YuvMatrix:
     """How a YUV frame's code values relate to RGB: the luma weights of red and blue, and full or limited range."""
@@ -263,10 +268,6 @@ class YuvMatrix:
         u = (np.array([0.0, 0.0, 1.0]) - [self.kr, kg, self.kb]) / (2.0 * (1.0 - self.kb)) * chroma / 255.0
         v = (np.array([1.0, 0.0, 0.0]) - [self.kr, kg, self.kb]) / (2.0 * (1.0 - self.kr)) * chroma / 255.0
         return np.array([[*y, low], [*u, 128.0], [*v, 128.0]], np.float32)
-
-
-BT601 = (0.299, 0.114)
-BT709 = (0.2126, 0.0722)
 
 
 def paste_into_yuv420(

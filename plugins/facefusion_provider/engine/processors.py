@@ -30,7 +30,7 @@ from facefusion_provider.engine.landmarks import (
     tflite_interpreter,
 )
 from facefusion_provider.engine.models import swap_facts
-from facefusion_provider.engine.paste import PendingFrame
+from facefusion_provider.engine.paste import PendingFrame, as_rgb
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
@@ -49,7 +49,6 @@ from facefusion_provider.engine.swap_models import (
     identity_from_json,
     identity_to_json,
     source_crop,
-    swap_faces,
     swap_pending,
 )
 from facefusion_provider.exceptions import InputMissingError, InvalidMediaError, InvalidWorkError, NoFaceError
@@ -241,15 +240,14 @@ class FaceProcessor:
     def apply_batch_pending(
         self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
     ) -> list[Frame | PendingFrame]:
-        """``apply_batch``, but when the model swapper comes last its crops are left to paste (``PendingFrame``): the
-        worker pastes them straight into the encoder's frame."""
+        """``apply_batch``, but the model swapper's crops are left to paste (``PendingFrame``) until a later processor
+        needs the frame's pixels: when it comes last, the worker pastes them straight into the encoder's frame."""
         with self._pool(given) as pool:
             results: list[Frame | PendingFrame] = list(frames)
-            last = len(self.options.processors) - 1
-            for step, processor in enumerate(self.options.processors):
-                images = [as_rgb(result) for result in results]
+            for processor in self.options.processors:
+                images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
                 if processor == "face_swapper":
-                    results = list(self.swap(images, faces, pool, pending=step == last))
+                    results = self.swap(images, faces, pool)
                 else:
                     with _timed(self.stats, "enhance"):
                         results = list(
@@ -289,8 +287,8 @@ class FaceProcessor:
         return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
 
     def swap(
-        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None, *, pending: bool = False
-    ) -> list[Frame] | list[Frame | PendingFrame]:
+        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None = None
+    ) -> list[Frame | PendingFrame]:
         if self.classic_source is not None:  # one thread: see analyse_batch
             with _timed(self.stats, "swap"):
                 return [self.swap_classic(frame, frame_faces) for frame, frame_faces in zip(frames, faces, strict=True)]
@@ -298,8 +296,7 @@ class FaceProcessor:
         if self.options.analysis_landmarks() == "mesh":  # the area mask: a face the mesh model misses is left alone
             faces = [[face for face in frame_faces if _mesh_found(face)] for frame_faces in faces]
         timings: dict[str, float] = {}
-        swap = swap_pending if pending else swap_faces
-        swapped = swap(frames, faces, self.swap_identity, self.options, self.store, timings=timings, pool=pool)
+        swapped = swap_pending(frames, faces, self.swap_identity, self.options, self.store, timings=timings, pool=pool)
         self.stats.add(
             swapped=sum(map(len, faces)),
             seconds={
@@ -376,8 +373,3 @@ def _embedding(identity: dict[str, Any], key: str) -> FloatArray:
     if vector.size == 0 or not np.all(np.isfinite(vector)):
         raise InvalidWorkError(f"work.json identity has no usable {key}: prepare the work again")
     return normalize_embedding(vector)
-
-
-def as_rgb(frame: Frame | PendingFrame) -> Frame:
-    """A processed frame's RGB pixels, its pending crops pasted."""
-    return frame if isinstance(frame, np.ndarray) else frame.rgb()

@@ -29,6 +29,7 @@ from facefusion_provider.engine.models import INSWAPPER, SwapFacts, swap_facts
 from facefusion_provider.engine.paste import (
     Paste,
     PendingFrame,
+    as_rgb,
     color_weight,
     create_crop_mask,
     match_color_statistics,
@@ -292,7 +293,7 @@ def swap_faces(
     """
     pending = swap_pending(frames, faces, source, options, store, batch_size=batch_size, timings=timings, pool=pool)
     clock = StageClock(timings)
-    results = each(pool, lambda frame: frame if isinstance(frame, np.ndarray) else frame.rgb(), pending)
+    results = each(pool, as_rgb, pending)
     clock.lap("swap_paste")
     return results
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import av
-import av.video.plane
 import numpy as np
 import numpy.typing as npt
 
-from facefusion_provider.engine.paste import BT601, BT709, PendingFrame, YuvMatrix, paste_into_yuv420
+from facefusion_provider.engine.paste import PendingFrame, YuvMatrix, paste_into_yuv420
 from facefusion_provider.media.images import rgb_array, rgb_frame
+from facefusion_provider.media.planes import YUV420_FORMATS, described_like, plane_bytes, writable_copy, yuv420_colour
 
 Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame
 QUEUE_BATCHES = 2  # batches of frames each queue holds at most
@@ -182,69 +182,30 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
     other than 8-bit 4:2:0 are converted back whole, as before.
     """
     if isinstance(result, PendingFrame):
-        yuv = yuv_matrix(original)
-        if yuv is not None:
-            written, planes = _planes_copy(original)
-            luma, *chroma = planes
+        colour = yuv420_colour(original)
+        if colour is not None:
+            written, (luma, *chroma) = writable_copy(original)
             if len(chroma) == 1:  # NV12: U and V interleaved, one two-channel plane
                 chroma = [chroma[0].reshape(chroma[0].shape[0], -1, 2)]
             for paste in result.pastes:
-                paste_into_yuv420(luma, chroma, paste, yuv)
+                paste_into_yuv420(luma, chroma, paste, YuvMatrix(*colour))
             return written
         result = result.rgb()  # a colour matrix the planes' paste does not know: pasted in RGB, converted back
     box = changed_box(image, result) if result is not image else None
     if box is None:
         return original
-    if original.format.name not in ROI_FORMATS or original.width % 2 or original.height % 2:
-        return _like(rgb_frame(result), original)
+    if original.format.name not in YUV420_FORMATS or original.width % 2 or original.height % 2:
+        return described_like(rgb_frame(result), original)
     x1, y1, x2, y2 = box
     x1, y1, x2, y2 = x1 & ~1, y1 & ~1, min(original.width, x2 + (x2 & 1)), min(original.height, y2 + (y2 & 1))
-    region = _like(rgb_frame(result[y1:y2, x1:x2]), original).reformat(format=original.format.name)
-    written, planes = _planes_copy(original)
-    for plane, patch in zip(planes, _plane_bytes(region), strict=True):
+    region = described_like(rgb_frame(result[y1:y2, x1:x2]), original).reformat(format=original.format.name)
+    written, planes = writable_copy(original)
+    for plane, patch in zip(planes, plane_bytes(region), strict=True):
         # A plane's rows and bytes are in proportion to the frame's (chroma: half the rows; half the bytes, or all
         # of them where U and V are interleaved).
         top, left = y1 * plane.shape[0] // original.height, x1 * plane.shape[1] // original.width
         plane[top : top + patch.shape[0], left : left + patch.shape[1]] = patch
     return written
-
-
-# 8-bit 4:2:0, chroma at half width and height: three planes, or NV12's two (NVDEC's frames)
-ROI_FORMATS = frozenset({"yuv420p", "yuvj420p", "nv12"})
-# AVColorSpace values whose RGB conversion swscale (and so PyAV) makes with BT.601's or BT.709's luma weights.
-YUV_WEIGHTS = {1: BT709, 2: BT601, 5: BT601, 6: BT601}  # BT709, unspecified, BT470BG, SMPTE170M
-JPEG_RANGE = 2  # AVColorRange: full range
-
-
-def yuv_matrix(frame: av.VideoFrame) -> YuvMatrix | None:
-    """How ``frame``'s 4:2:0 planes relate to RGB, as PyAV converts them; None for other formats or matrices."""
-    weights = YUV_WEIGHTS.get(int(frame.colorspace))
-    if frame.format.name not in ROI_FORMATS or frame.width % 2 or frame.height % 2 or weights is None:
-        return None
-    return YuvMatrix(*weights, full_range=frame.format.name == "yuvj420p" or int(frame.color_range) == JPEG_RANGE)
-
-
-def _planes_copy(original: av.VideoFrame) -> tuple[av.VideoFrame, list[npt.NDArray[np.uint8]]]:
-    """A new frame holding ``original``'s pixels and description, and its planes' bytes as writable arrays."""
-    # A new frame: the decoder may still reference the decoded frame's buffers.
-    written = av.VideoFrame(original.width, original.height, original.format.name)
-    planes = _plane_bytes(written)
-    for plane, source in zip(planes, _plane_bytes(original), strict=True):
-        plane[:] = source
-    return _like(written, original), planes
-
-
-def _plane_bytes(frame: av.VideoFrame) -> list[npt.NDArray[np.uint8]]:
-    """Each plane's pixels as a (rows, bytes) view of its buffer (rows padded to its line size); a plane holding
-    several components (NV12's U and V) has as many bytes a pixel."""
-    components = [0] * len(frame.planes)
-    for component in frame.format.components:
-        components[component.plane] += 1
-    views = []
-    for plane, count in zip(frame.planes, components, strict=True):
-        rows: npt.NDArray[np.uint8] = np.frombuffer(memoryview(plane), np.uint8).reshape(plane.height, plane.line_size)
-        views.append(rows[:, : plane.width * count])
-    return views
 
 
 def changed_box(before: Frame, after: Frame) -> tuple[int, int, int, int] | None:
@@ -278,12 +239,3 @@ def _pts(frame: av.VideoFrame) -> int:
     if frame.pts is None:
         raise RuntimeError("a decoded frame has no pts")
     return frame.pts
-
-
-def _like(frame: av.VideoFrame, original: av.VideoFrame) -> av.VideoFrame:
-    """The processed frame carries the original's colour description, so the encoder converts back the same way."""
-    frame.colorspace = original.colorspace
-    frame.color_range = original.color_range
-    frame.color_primaries = original.color_primaries
-    frame.color_trc = original.color_trc
-    return frame

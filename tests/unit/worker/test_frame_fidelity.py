@@ -25,15 +25,14 @@ import numpy as np
 import pytest
 
 from facefusion_provider.engine import paste
-from facefusion_provider.engine.paste import BT601, BT709, Paste, PendingFrame, YuvMatrix, paste_back, paste_into_yuv420
+from facefusion_provider.engine.paste import Paste, PendingFrame, YuvMatrix, paste_back, paste_into_yuv420
 from facefusion_provider.media.images import rgb_array, rgb_frame
+from facefusion_provider.media.planes import BT601, BT709, writable_copy, yuv420_colour
 from facefusion_provider.worker.pipeline import (
     Frame,
-    _planes_copy,
     changed_box,
     run_pipeline,
     write_back,
-    yuv_matrix,
 )
 
 WIDTH, HEIGHT = 320, 240
@@ -265,11 +264,11 @@ def test_the_frames_own_colour_matrix_is_what_makes_the_yuv_paste_match() -> Non
     vivid = np.stack([200 + 0 * xs, 20 + xs / 4, 220 - ys], axis=-1).astype(np.uint8)
     pending = PendingFrame(image, (Paste(vivid, smooth.mask, smooth.matrix, 1.0),))
     expected = rgb_array(write_back(pending.rgb(), image, original))
-    assert yuv_matrix(original) == YuvMatrix(*BT709, full_range=False)
+    assert yuv420_colour(original) == (*BT709, False)
 
-    right, (luma, *chroma) = _planes_copy(original)
+    right, (luma, *chroma) = writable_copy(original)
     paste_into_yuv420(luma, chroma, pending.pastes[0], YuvMatrix(*BT709, full_range=False))
-    wrong, (luma, *chroma) = _planes_copy(original)
+    wrong, (luma, *chroma) = writable_copy(original)
     paste_into_yuv420(luma, chroma, pending.pastes[0], YuvMatrix(*BT601, full_range=False))
 
     box = changed_box(image, pending.rgb())
@@ -283,7 +282,7 @@ def test_a_colour_matrix_the_yuv_paste_does_not_know_is_pasted_in_rgb() -> None:
     original = tagged("yuv420p", 9, 1)  # BT.2020
     image = rgb_array(original)
     pending = PendingFrame(image, (pending_paste(20),))
-    assert yuv_matrix(original) is None
+    assert yuv420_colour(original) is None
     for got, expected in zip(
         planes(write_back(pending, image, original)), planes(write_back(pending.rgb(), image, original)), strict=True
     ):
