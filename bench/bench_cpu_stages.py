@@ -60,7 +60,7 @@ class Meter:
 
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
-    _originals: list[tuple[ModuleType, str, Any]] = field(default_factory=list)
+    _originals: list[tuple[ModuleType | type[Any], str, Any]] = field(default_factory=list)
 
     def add(self, stage: str, seconds: float) -> None:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
@@ -68,7 +68,7 @@ class Meter:
 
     def wrap(
         self,
-        module: ModuleType,
+        module: ModuleType | type[Any],
         name: str,
         stage: str,
         replacement: Callable[..., Any] | None = None,
@@ -207,9 +207,8 @@ def measure_write_back(decoded: list[tuple[Any, Any]], swapped: list[Any], pix_f
     box, PSNR inside it."""
     import numpy as np
 
-    from facefusion_provider.engine.paste import as_rgb
+    from facefusion_provider.engine.paste import as_rgb, changed_box
     from facefusion_provider.media.images import rgb_array
-    from facefusion_provider.worker.pipeline import changed_box
 
     meters = {variant: Meter() for variant in VARIANTS}
     outputs: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
@@ -419,8 +418,7 @@ def swap_fidelity(images: list[Any], before: list[Any], after: list[Any]) -> dic
     """How far today's swapped frames are from the old path's: exact where neither changed the frame, PSNR where."""
     import numpy as np
 
-    from facefusion_provider.engine.paste import as_rgb
-    from facefusion_provider.worker.pipeline import changed_box
+    from facefusion_provider.engine.paste import as_rgb, changed_box
 
     worst, largest, exact_outside = float("inf"), 0, True
     for image, old, new in zip(images, map(as_rgb, before), map(as_rgb, after), strict=True):
@@ -444,32 +442,44 @@ def swap_fidelity(images: list[Any], before: list[Any], after: list[Any]) -> dic
 
 def measure_classic(images: list[Any], folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
     """The offline classic path timed whole (its detector and face mesh run on this core too), with its parts, before
-    and after, alternating frame by frame. Returns the stages and the swapped frames of each variant."""
-    from facefusion_provider.engine import detect, landmarks, processors
+    and after, alternating frame by frame over the clip's consecutive frames. Before, the detector runs on every frame;
+    after, every ``face_detector_interval`` frames (the default), the face mesh following the face between. Returns
+    the stages and the swapped frames of each variant."""
+    from facefusion_provider.engine import detect, landmarks, processors, swap_classic
     from facefusion_provider.options import Options
 
-    options = Options(execution_thread_count=1)
-    identity = processors.prepare_identity([write_source_image(folder)], None, options, None)
-    processor = processors.build_frame_processor(options, identity, None)
-    processor.process_batch([images[0]])  # warm-up, untimed
+    identity = processors.prepare_identity([write_source_image(folder)], None, Options(), None)
+    engines = {
+        "before": processors.build_frame_processor(
+            Options(execution_thread_count=1, face_detector_interval=1), identity, None
+        ),
+        "after": processors.build_frame_processor(Options(execution_thread_count=1), identity, None),
+    }
+    for variant, engine in engines.items():
+        with variant_path(variant):
+            engine.process_batch([images[-1]])  # warm-up, untimed
     meters = {variant: Meter() for variant in VARIANTS}
     swapped: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
+    followed: dict[str, Any] = dict.fromkeys(VARIANTS)
     faces = dict.fromkeys(VARIANTS, 0)
     for image in images:
         for variant in VARIANTS:
-            meter = meters[variant]
-            before = processor.stats.swapped
+            meter, engine = meters[variant], engines[variant]
+            before = engine.stats.swapped
             with variant_path(variant):
                 meter.wrap(detect, "run_session", "inference: detector")
                 meter.wrap(landmarks, "_run_face_mesh", "inference: face mesh (with its crop)")
-                for name in ("detect_faces", "select_faces", "mesh_landmarks", "swap_face_classic"):
+                for name in ("detect_faces", "select_faces", "mesh_landmarks", "follow_face_mesh"):
                     meter.wrap(processors, name, name)
+                meter.wrap(swap_classic, "classic_swap", "classic_swap (one face, before its blend)")
+                meter.wrap(processors.FaceProcessor, "swap_classic", "swap_classic (a frame's faces, blended)")
                 try:
                     with cpu_clock(meter, "classic processor (whole)"):
-                        swapped[variant].extend(processor.process_batch([image]))
+                        found, followed[variant] = engine.analyse_followed([image], followed[variant])
+                        swapped[variant].extend(engine.apply_batch_pending([image], found))
                 finally:
                     meter.restore()
-            faces[variant] += processor.stats.swapped - before
+            faces[variant] += engine.stats.swapped - before
     results = {}
     for variant, meter in meters.items():
         stages = meter.per_frame_ms(len(images))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
 # The functions FaceProcessor calls, by stage; each is wrapped with a timer in facefusion_provider.engine.processors.
-STAGES = ("detect_faces", "select_faces", "mesh_landmarks", "swap_face_classic", "swap_faces", "enhance_face")
+STAGES = ("detect_faces", "select_faces", "mesh_landmarks", "classic_patch", "swap_faces", "enhance_face")
 
 
 def carphone_frames(count: int, width: int, height: int) -> list[np.ndarray]:
@@ -222,7 +222,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         "Stages: detect_faces (RetinaFace / FaceFusion detector), select_faces, mesh_landmarks (468-point mesh, classic only),",
-        "swap_face_classic, swap_faces (inswapper: swap_align, swap_infer, swap_paste are its parts), enhance_face.",
+        "classic_patch, swap_faces (inswapper: swap_align, swap_infer, swap_paste are its parts), enhance_face.",
         "prepare / build s: prepare_identity (detect + embed the source, loads those models) and build_frame_processor.",
         "The inswapper path runs random-weight stand-ins with inswapper_128's layer shapes (174.6 G multiply-adds per face),",
         "so its speed is the real model's; its pixels are not.",

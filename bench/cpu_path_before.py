@@ -5,7 +5,9 @@ Old, in order of the frame's path: the worker converts every processed frame bac
 the encoder's yuv420p), even one without a face; the detector's input is shrunk with INTER_AREA (7x the cost of
 FaceFusion's bilinear resize at 1080p); its tensor is built by numpy (a float copy, a
 mean subtraction, then a transposed view that onnxruntime copies again); colour correction sums in float64; paste back
-warps the crop and the mask in float and blends in numpy.
+warps the crop and the mask in float and blends in numpy; the classic swapper works a large target face at twice the
+source face's size, draws its mask again at full resolution, and swaps into a copy of the whole frame (and its analysis detects every frame: the bench gives
+the before variant ``face_detector_interval`` 1).
 """
 
 from __future__ import annotations
@@ -92,6 +94,57 @@ def paste_back_before(
     return result
 
 
+def classic_swap_before(frame: Frame, face: Any, source: Any, options: Any) -> Any:
+    """The old swap of one face: worked at up to twice the source face's size; the mask drawn at full resolution."""
+    from facefusion_provider.engine import swap_classic as sc
+    from facefusion_provider.engine.blend import band_levels
+    from facefusion_provider.engine.face_masks import face_regions
+
+    face_size = sc.mesh_size(face.landmark_dense)
+    region = sc.face_region(face.landmark_dense, sc.ROI_MARGIN)
+    points = (face.landmark_dense - [region.x1, region.y1]).astype(np.float32)
+    target = sc.crop_region(frame, region)
+    levels = band_levels(face_size)
+    scale = min(1.0, 2.0 * sc.mesh_size(source.landmarks) / max(face_size, 1.0))
+    work_size = (max(1, round(region.size[0] * scale)), max(1, round(region.size[1] * scale)))
+    work_points = ((points + 0.5) * [work_size[0] / region.size[0], work_size[1] / region.size[1]] - 0.5).astype(
+        np.float32
+    )
+    warped, covered = sc.warp_source(source, work_points, work_size)
+    work_area = sc.face_area_mask(work_points, covered, options)
+    if not np.any(work_area):
+        return sc.ClassicSwap(region, target, target, np.zeros(target.shape[:2], np.float32), levels)
+    work_regions = face_regions(work_area.shape, work_points)
+    surround = sc.work_surround(frame, region, max(1, round(face_size * sc.SKIN_RING)), work_size)
+    swapped, visibility = sc.recolor_source(
+        warped, surround, work_area, work_regions, options.face_swapper_color_correction
+    )
+    regions = work_regions
+    if scale < 1.0:
+        swapped = np.asarray(cv2.resize(swapped, region.size, interpolation=cv2.INTER_LINEAR), np.uint8)
+        visibility = np.asarray(cv2.resize(visibility, region.size, interpolation=cv2.INTER_LINEAR), np.float32)
+        covered = cv2.resize(covered.astype(np.uint8), region.size, interpolation=cv2.INTER_NEAREST) > 0
+        regions = face_regions(target.shape[:2], points)
+    area = sc.face_area_mask(points, covered, options)
+    alpha = sc.blend_alpha(area, regions, options.face_mask_blur)
+    if options.face_mask_blur > 0:
+        alpha *= visibility
+    alpha *= np.float32(options.face_swapper_blend / 100.0)
+    return sc.ClassicSwap(region, target, swapped, alpha, levels)
+
+
+def swap_classic_before(self: Any, frame: Frame, faces: list[Any]) -> Frame:
+    """The old classic swap of a frame's faces: each swapped into a new copy of the whole frame."""
+    from facefusion_provider.engine.processors import _mesh_found
+    from facefusion_provider.engine.swap_classic import swap_face_classic
+
+    for face in faces:
+        if _mesh_found(face):
+            frame = swap_face_classic(frame, face, self.classic_source, self.options)
+            self.stats.add(swapped=1)
+    return frame
+
+
 def write_back_before(result: Any, image: Frame, original: av.VideoFrame) -> av.VideoFrame:
     """Every processed frame converted back whole, changed or not (crops left to paste pasted in RGB first, by the
     old paste back while the before path is in place)."""
@@ -114,8 +167,9 @@ def encoder_input_after(result: Any, image: Frame, original: av.VideoFrame, pix_
     return frame if frame.format.name == pix_fmt else frame.reformat(format=pix_fmt)
 
 
-def _replacements() -> list[tuple[ModuleType, str, Any]]:
-    from facefusion_provider.engine import detect, paste
+def _replacements() -> list[tuple[ModuleType | type[Any], str, Any]]:
+    from facefusion_provider.engine import detect, paste, swap_classic
+    from facefusion_provider.engine.processors import FaceProcessor
     from facefusion_provider.worker import pipeline
 
     return [
@@ -124,6 +178,8 @@ def _replacements() -> list[tuple[ModuleType, str, Any]]:
         (detect, "letterbox", letterbox_before),
         (paste, "paste_back", paste_back_before),
         (pipeline, "write_back", write_back_before),
+        (swap_classic, "classic_swap", classic_swap_before),
+        (FaceProcessor, "swap_classic", swap_classic_before),
     ]
 
 

@@ -62,6 +62,8 @@ OutputVideoPreset = Literal[
 # Numbers are strict: "90" and true are refused, not read as 90 and 1. Every one is bounded, well inside int64.
 Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
 MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame index, far inside int64
+DEFAULT_DETECTOR_INTERVAL = 8  # about a quarter of a second at 30 fps before a face coming into view is swapped
+MAX_DETECTOR_INTERVAL = 60
 MAX_SOURCES = 16  # source faces of one run: their identities are averaged; more only slow prepare down
 
 # The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
@@ -85,6 +87,7 @@ ANALYSIS_OPTIONS: frozenset[str] = frozenset(
         "reference_frame_number",
         "reference_face_distance",
         "face_tracker_score",
+        "face_detector_interval",
         "trim_frame_start",
         "trim_frame_end",
         "segment_size",
@@ -167,6 +170,18 @@ class Options(BaseModel):
         description="Follow each face from frame to frame when its box overlaps (intersection over union) by more "
         "than this: a person keeps one identity, and a face the finder misses for a few frames is still replaced. "
         "0 turns tracking off.",
+    )
+    face_detector_interval: int = Field(
+        json_schema_extra=SECTION_FACES,
+        default=DEFAULT_DETECTOR_INTERVAL,
+        ge=1,
+        le=MAX_DETECTOR_INTERVAL,
+        strict=True,
+        description="Where the face mesh places the faces (the classic swapper, the area mask): look for faces at "
+        "least every this many frames, and between, let each face's mesh follow it to the next frame. A frame where "
+        "the mesh loses a face, or with no face to follow, is searched at once; a further face coming into view is "
+        "found at the next search. Each segment starts with a search. 1 searches every frame, as FaceFusion does; so "
+        "does the face tracker.",
     )
     face_swapper_model: FaceSwapperModel = Field(
         default="classic",
@@ -355,6 +370,11 @@ class Options(BaseModel):
         if self.face_landmarker_model == "2dfan4":
             return "2dfan4"
         return "mesh" if "area" in self.face_mask_types else "none"  # the area mask is drawn from the face mesh
+
+    def follows_faces(self) -> bool:
+        """Whether the face mesh follows the faces between detections (``face_detector_interval``): only where it
+        places them anyway, and not under the face tracker, which links a detection in every frame."""
+        return self.face_detector_interval > 1 and self.analysis_landmarks() == "mesh" and self.face_tracker_score == 0
 
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the work id."""

@@ -15,7 +15,7 @@ from facefusion_provider.options import (
     options_to_argv,
     parse_options,
 )
-from facefusion_provider.work.ids import work_id
+from facefusion_provider.work.ids import analysis_id, work_id
 
 
 def _parse_cli(argv: list[str]) -> Options:
@@ -91,6 +91,9 @@ def test_argv_round_trip() -> None:
             ["trim_frame_end (3) must be greater than trim_frame_start (9)"],
         ),
         ({"segment_size": 0}, ["options.segment_size", "greater than or equal to 1"]),
+        ({"face_detector_interval": 0}, ["options.face_detector_interval", "greater than or equal to 1"]),
+        ({"face_detector_interval": 61}, ["options.face_detector_interval", "less than or equal to 60"]),
+        ({"face_detector_interval": "8"}, ["options.face_detector_interval", "valid integer"]),
         ({"colour": "blue"}, ["options.colour", "unknown option; allowed:", "segment_size", "trim_frame_end"]),
         ({"chunk_size": 64}, ["options.chunk_size", "it is called segment_size now; give segment_size instead"]),
     ],
@@ -112,6 +115,15 @@ def test_the_work_id_follows_only_pixel_options() -> None:
     assert work_id("t", ["s"], Options(execution_providers=["cuda"], execution_thread_count=16)) == base
     assert work_id("t", ["s"], Options(output_video_quality=81)) != base
     assert work_id("t", ["s"], Options(segment_size=64)) != base  # segment files are part of the work folder
+
+
+def test_the_detector_interval_names_another_analysis_and_applies_only_where_the_mesh_places_faces() -> None:
+    assert analysis_id("t", Options(face_detector_interval=4)) != analysis_id("t", Options())
+    assert Options().follows_faces()  # classic places faces by their mesh: followed between detections
+    assert not Options(face_detector_interval=1).follows_faces()
+    assert not Options(face_tracker_score=0.3).follows_faces()  # the tracker links a detection in every frame
+    assert not Options(face_swapper_model="inswapper_128").follows_faces()  # no mesh to follow with
+    assert Options(face_swapper_model="inswapper_128", face_mask_types=["box", "area"]).follows_faces()
 
 
 def test_json_schema_drives_the_ui_form() -> None:

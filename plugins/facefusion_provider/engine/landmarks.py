@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from facefusion_provider.engine.align import Matrix, invert_affine, transform_points
+from facefusion_provider.engine.align import Matrix, estimate_similarity, invert_affine, transform_points
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.runtime import run_session
 from facefusion_provider.engine.store import ModelStore
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ai_edge_litert.interpreter import Interpreter
 
 MESH_SIZE = 192
+MESH_POINTS = 468
 MESH_ROI_SCALE = 1.5  # MediaPipe's face ROI: 1.5 x the long side of the face box
 MESH_MIN_SCORE = 0.5  # below this the mesh model says there is no face in its crop
 # Face mesh indices (MediaPipe topology, image left to right as the Face's 5 points are ordered).
@@ -111,14 +112,40 @@ def landmark_face_mesh(frame: Frame, face: Face, store: ModelStore) -> Face:
     )
     points, score = _run_face_mesh(frame, first, store)
     if score >= MESH_MIN_SCORE:
-        angle = eye_angle(landmark_5_from_mesh(points))
-        level = _rotation(angle)  # turns the face so the eyes lie level
-        turned = transform_points(points, level)
-        low, high = turned.min(axis=0), turned.max(axis=0)
-        center = transform_points(((low + high) / 2)[np.newaxis], invert_affine(level))[0]
-        second = crop_matrix(center, angle, float(max(high - low)) * MESH_ROI_SCALE, MESH_SIZE)
-        points, score = _run_face_mesh(frame, second, store)
+        points, score = _run_face_mesh(frame, mesh_crop(points), store)
     return face.with_(landmark_dense=points, extras={**face.extras, "landmark_dense_score": score})
+
+
+def follow_face_mesh(frame: Frame, face: Face, store: ModelStore) -> Face:
+    """``face`` (with its mesh) one frame on: the mesh run once on the crop its own points give, as MediaPipe tracks
+    a face between detections. Its box and five points move with the mesh (the similarity between the two meshes), so
+    a followed face keeps the detector's geometry; the mesh score says whether the face is still there."""
+    if face.landmark_dense is None or len(face.landmark_dense) != MESH_POINTS:
+        raise ValueError("a face is followed by its 468-point face mesh")
+    points, score = _run_face_mesh(frame, mesh_crop(face.landmark_dense), store)
+    motion = estimate_similarity(face.landmark_dense, points)
+    corners = transform_points(face.bbox.reshape(2, 2), motion)
+    centre, half = corners.mean(axis=0), np.abs(face.bbox[2:] - face.bbox[:2]) * _scale(motion) / 2
+    return face.with_(
+        bbox=np.concatenate([centre - half, centre + half]).astype(np.float32),
+        landmark_5=transform_points(face.landmark_5, motion),
+        landmark_dense=points,
+        extras={**face.extras, "landmark_dense_score": score},
+    )
+
+
+def mesh_crop(points: FloatArray) -> Matrix:
+    """The face mesh's crop around its own points: turned so the eyes lie level, 1.5 x their extent (MediaPipe's)."""
+    angle = eye_angle(landmark_5_from_mesh(points))
+    level = _rotation(angle)  # turns the face so the eyes lie level
+    turned = transform_points(points, level)
+    low, high = turned.min(axis=0), turned.max(axis=0)
+    center = transform_points(((low + high) / 2)[np.newaxis], invert_affine(level))[0]
+    return crop_matrix(center, angle, float(max(high - low)) * MESH_ROI_SCALE, MESH_SIZE)
+
+
+def _scale(matrix: Matrix) -> float:
+    return float(np.hypot(matrix[0, 0], matrix[1, 0]))
 
 
 def _rotation(angle: float) -> Matrix:

@@ -25,22 +25,23 @@ from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import load_mask_models
 from facefusion_provider.engine.landmarks import (
     MESH_MIN_SCORE,
+    follow_face_mesh,
     landmark_2dfan4,
     landmark_face_mesh,
     tflite_interpreter,
 )
 from facefusion_provider.engine.models import swap_facts
-from facefusion_provider.engine.paste import PendingFrame, as_rgb
+from facefusion_provider.engine.paste import Patch, PendingFrame, as_rgb
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.engine.swap_classic import (
     ClassicSource,
+    classic_patch,
     classic_source_from_json,
     classic_source_to_json,
     make_classic_source,
-    swap_face_classic,
 )
 from facefusion_provider.engine.swap_models import (
     SwapIdentity,
@@ -197,6 +198,14 @@ def _timed(stats: FaceStats, stage: str) -> Iterator[None]:
         stats.add(seconds={stage: time.perf_counter() - began})
 
 
+@dataclass(frozen=True)
+class Followed:
+    """What the next frame's analysis follows on from: the faces of the frame before, with their meshes."""
+
+    faces: list[Face]
+    since_detection: int  # frames since the detector last ran
+
+
 @dataclass
 class FaceProcessor:
     """Analyse every frame (detect, select, dense landmarks: what depends on the target alone), then apply each of
@@ -233,6 +242,41 @@ class FaceProcessor:
                     return each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
             return selected
 
+    def analyse_followed(
+        self, frames: list[Frame], followed: Followed | None
+    ) -> tuple[list[list[Face]], Followed | None]:
+        """Consecutive frames analysed in order, the frame before them having left ``followed`` (None: they start a
+        segment, or come after a gap). With ``options.follows_faces()`` the detector runs every
+        ``face_detector_interval`` frames, and on a frame where there is nothing to follow or the mesh lost a face;
+        between, each face is its mesh followed on from the frame before. Returns what the next frame follows on from.
+        """
+        if not self.options.follows_faces():
+            return self.analyse_batch(frames), None
+        analysed, interval = [], self.options.face_detector_interval
+        for frame in frames:
+            faces = None
+            if followed is not None and followed.faces and followed.since_detection + 1 < interval:
+                faces = self.follow(frame, followed.faces)
+            if faces is None or followed is None:
+                (faces,) = self.analyse_batch([frame])
+                followed = Followed(faces, 0)
+            else:
+                followed = Followed(faces, followed.since_detection + 1)
+            analysed.append(faces)
+        return analysed, followed
+
+    def follow(self, frame: Frame, faces: list[Face]) -> list[Face] | None:
+        """``faces`` of the frame before, each followed by its mesh into ``frame``; None when the mesh lost one."""
+        with _timed(self.stats, "landmarks"):
+            followed = []
+            for face in faces:
+                if not _mesh_found(face):
+                    return None
+                followed.append(follow_face_mesh(frame, face, self.store))
+                if not _mesh_found(followed[-1]):
+                    return None
+        return followed
+
     def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
         """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
         return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given)]
@@ -240,8 +284,8 @@ class FaceProcessor:
     def apply_batch_pending(
         self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
     ) -> list[Frame | PendingFrame]:
-        """``apply_batch``, but the model swapper's crops are left to paste (``PendingFrame``) until a later processor
-        needs the frame's pixels: when it comes last, the worker pastes them straight into the encoder's frame."""
+        """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
+        needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame."""
         with self._pool(given) as pool:
             results: list[Frame | PendingFrame] = list(frames)
             for processor in self.options.processors:
@@ -306,13 +350,18 @@ class FaceProcessor:
         )
         return swapped
 
-    def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame:
+    def swap_classic(self, frame: Frame, faces: list[Face]) -> Frame | PendingFrame:
+        """``frame`` with its faces' patches pending (the worker writes them into the encoder's frame); each face
+        is swapped in the frame as the faces before it left it."""
         assert self.classic_source is not None
+        patches: list[Patch] = []
         for face in faces:
             if _mesh_found(face):
-                frame = swap_face_classic(frame, face, self.classic_source, self.options)
+                seen = PendingFrame(frame, patches=tuple(patches)).rgb() if patches else frame
+                patch = classic_patch(seen, face, self.classic_source, self.options)
+                patches += [] if patch is None else [patch]
                 self.stats.add(swapped=1)
-        return frame
+        return PendingFrame(frame, patches=tuple(patches)) if patches else frame
 
     def enhance(self, frame: Frame, faces: list[Face]) -> Frame:
         if not faces:

@@ -32,6 +32,8 @@ from facefusion_provider.engine.face_masks import (
     inner_distance,
     smoothstep,
 )
+from facefusion_provider.engine.landmarks import MESH_POINTS
+from facefusion_provider.engine.paste import Patch, patch_in_frame
 from facefusion_provider.engine.skin_tone import Surround, lab_to_rgb, rgb_to_lab, skin_color, transfer_skin_tone
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.options import Options
@@ -40,7 +42,6 @@ IntArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 Mask = npt.NDArray[np.float32]  # H x W, 0..1
 
-MESH_POINTS = 468
 SOURCE_MARGIN = 0.15  # of the source mesh's size, kept around it in the stored crop
 SOURCE_MAX_SIDE = 512  # larger source faces are stored downscaled: the target rarely needs more
 ROI_MARGIN = 4  # pixels of target context around the face
@@ -55,7 +56,9 @@ FEATHER_SCALE = 0.6  # then rises from 0 to 1 over this x face_mask_blur
 MOUTH_RAMP = 0.03  # the swapped lips fade out over this towards the target's mouth opening
 OUTLINE_RIM = 0.18  # in this rim of the outline, what of the source is not skin (hair, a hat) is not painted
 VISIBILITY_SOFTNESS = 0.02  # the blur that keeps that hair test from leaving speckles
-SOURCE_DETAIL_LIMIT = 2.0  # target faces above this x the source face's size are worked on smaller, then scaled up
+SOURCE_DETAIL_LIMIT = (
+    1.2  # a target face larger than this x the source face's is worked on at that size, then scaled up
+)
 POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed point)
 
 
@@ -311,8 +314,9 @@ def mesh_size(points: FloatArray) -> float:
 
 
 def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Options) -> ClassicSwap:
-    """The swap of one face. A target face much larger than the source face is worked on at a size that the source's
-    detail still fills, and the swapped pixels are scaled up once; the mask is always full resolution."""
+    """The swap of one face. A target face much larger than the source face is worked on at SOURCE_DETAIL_LIMIT x the
+    source's size (finer, the source has no detail to add), and the swapped pixels and the soft mask are scaled up
+    once."""
     if face.landmark_dense is None or len(face.landmark_dense) != MESH_POINTS:
         raise ValueError("the classic swapper needs the 468-point face mesh of each target face")
     face_size = mesh_size(face.landmark_dense)
@@ -334,18 +338,25 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     swapped, visibility = recolor_source(
         warped, surround, work_area, work_regions, options.face_swapper_color_correction
     )
-    regions = work_regions
-    if scale < 1.0:
-        swapped = np.asarray(cv2.resize(swapped, region.size, interpolation=cv2.INTER_LINEAR), np.uint8)
-        visibility = np.asarray(cv2.resize(visibility, region.size, interpolation=cv2.INTER_LINEAR), np.float32)
+    soft = options.face_mask_blur > 0
+    if scale < 1.0 and not soft:  # a hard mask's edge is drawn at full resolution
         covered = cv2.resize(covered.astype(np.uint8), region.size, interpolation=cv2.INTER_NEAREST) > 0
-        regions = face_regions(target.shape[:2], points)
-    area = face_area_mask(points, covered, options)
-    alpha = blend_alpha(area, regions, options.face_mask_blur)
-    if options.face_mask_blur > 0:  # a hard mask was asked for: no soft edges from the hair test either
-        alpha *= visibility
+        alpha = blend_alpha(face_area_mask(points, covered, options), face_regions(target.shape[:2], points), 0.0)
+    else:
+        # A soft mask is 0 for EDGE_EROSION inside the area's edge and smooth beyond it: worked small, scaled up.
+        alpha = blend_alpha(work_area, work_regions, options.face_mask_blur)
+        if soft:  # a hard mask was asked for: no soft edges from the hair test either
+            alpha = alpha * visibility
+        alpha = scaled_up(alpha, region.size)
     alpha *= np.float32(options.face_swapper_blend / 100.0)
-    return ClassicSwap(region, target, swapped, alpha, levels)
+    return ClassicSwap(region, target, scaled_up(swapped, region.size), alpha, levels)
+
+
+def scaled_up(image: npt.NDArray[Any], size: tuple[int, int]) -> npt.NDArray[Any]:
+    """``image`` at ``size`` (w, h), bilinear; itself when it is that size already."""
+    if (image.shape[1], image.shape[0]) == size:
+        return image
+    return np.asarray(cv2.resize(image, size, interpolation=cv2.INTER_LINEAR), image.dtype)
 
 
 def classic_face_mask(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Mask:
@@ -356,19 +367,26 @@ def classic_face_mask(frame: Frame, face: Face, source: ClassicSource, options: 
     return mask
 
 
-def swap_face_classic(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Frame:
-    """The frame with the source face swapped onto ``face`` (a new array; pixels outside the mask are unchanged)."""
+def classic_patch(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Patch | None:
+    """The source face swapped onto ``face``, as the frame's pixels it changes; None when it changes none."""
     swap = classic_swap(frame, face, source, options)
-    result = frame.copy()
-    if not np.any(swap.alpha):
-        return result
-    # The bands are blended on the mask's own box: the context around it changes nothing and only costs time.
     rows, columns = np.flatnonzero(swap.alpha.any(axis=1)), np.flatnonzero(swap.alpha.any(axis=0))
+    if rows.size == 0:
+        return None
+    # The bands are blended on the mask's own box: the context around it changes nothing and only costs time.
     box = np.s_[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1]
     change = blend_bands(swap.target[box], swap.swapped[box], swap.alpha[box], swap.levels)
-    patch = swap.target.copy()
-    patch[box] = np.clip(np.rint(swap.target[box] + change), 0, 255).astype(np.uint8)
-    _paste(result, swap.region, patch)
+    pixels = np.clip(np.rint(swap.target[box] + change), 0, 255).astype(np.uint8)
+    patch = patch_in_frame(swap.region.x1 + int(columns[0]), swap.region.y1 + int(rows[0]), pixels, frame.shape)
+    return None if patch is None else patch.changed_part(frame)  # the frame is converted back on this box alone
+
+
+def swap_face_classic(frame: Frame, face: Face, source: ClassicSource, options: Options) -> Frame:
+    """The frame with the source face swapped onto ``face`` (a new array; pixels outside the mask are unchanged)."""
+    result = frame.copy()
+    patch = classic_patch(frame, face, source, options)
+    if patch is not None:
+        patch.write(result)
     return result
 
 

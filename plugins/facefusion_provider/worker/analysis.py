@@ -26,7 +26,7 @@ from facefusion_provider.worker.metrics import WorkerMetrics
 if TYPE_CHECKING:
     from facefusion_provider.engine.face import Face, Frame
     from facefusion_provider.engine.paste import PendingFrame
-    from facefusion_provider.engine.processors import FaceProcessor
+    from facefusion_provider.engine.processors import FaceProcessor, Followed
     from facefusion_provider.engine.track import TrackerSettings, TrackerState
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class AnalysedProcessor:
         self._tracked_last: int | None = None  # the last frame number the tracker saw
         self._recent: dict[int, Frame] = {}  # the last frames handed in, by number: the next segment's pre-roll
         self._recent_faces: dict[int, list[Face]] = {}  # the detections of those the tracker saw
+        self._followed: Followed | None = None  # what the next frame's faces follow on from
+        self._followed_last: int | None = None  # the frame number that left it
 
     def process_batch(self, frames: list[Frame], pts: list[int]) -> list[Frame | PendingFrame]:
         numbers = [self._numbers[p] for p in pts]
@@ -72,10 +74,13 @@ class AnalysedProcessor:
         missing = [i for i, found in enumerate(faces) if found is None]
         tracking = self.spec.options.face_tracker_score > 0
         if missing:
-            chosen = [numbers[i] for i in missing]
-            analysed = self.engine.analyse_batch(
-                [frames[i] for i in missing], track=self._tracking(chosen) if tracking else None
-            )
+            chosen, picked = [numbers[i] for i in missing], [frames[i] for i in missing]
+            if tracking:
+                analysed = self.engine.analyse_batch(picked, track=self._tracking(chosen))
+            elif self.spec.options.follows_faces():
+                analysed = self._following(picked, chosen)
+            else:
+                analysed = self.engine.analyse_batch(picked)
             for i, found in zip(missing, analysed, strict=True):
                 faces[i] = found
                 self._keep(numbers[i], found)
@@ -86,6 +91,19 @@ class AnalysedProcessor:
         results = self.engine.apply_batch_pending(frames, [found or [] for found in faces])
         self._report(len(frames))
         return results
+
+    def _following(self, frames: list[Frame], numbers: list[int]) -> list[list[Face]]:
+        """Faces of frames ``numbers`` (consecutive, in order) followed by their meshes between detections: a
+        segment's first frame, or a frame after a gap, is detected afresh, so a segment's faces are the same whichever
+        span works it and wherever that span began."""
+        analysed = []
+        for frame, number in zip(frames, numbers, strict=True):
+            if number == self.spec.segments[self._segment(number)].start or self._followed_last != number - 1:
+                self._followed = None
+            (faces,), self._followed = self.engine.analyse_followed([frame], self._followed)
+            self._followed_last = number
+            analysed.append(faces)
+        return analysed
 
     @property
     def preroll(self) -> int:

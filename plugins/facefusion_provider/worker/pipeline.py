@@ -14,7 +14,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from facefusion_provider.engine.paste import PendingFrame, YuvMatrix, paste_into_yuv420
+from facefusion_provider.engine.paste import PendingFrame, YuvMatrix, changed_box, paste_into_yuv420
 from facefusion_provider.media.images import rgb_array, rgb_frame
 from facefusion_provider.media.planes import YUV420_FORMATS, described_like, plane_bytes, writable_copy, yuv420_colour
 
@@ -176,21 +176,26 @@ def _process(batch: list[av.VideoFrame], processor: FrameProcessor | None) -> li
 def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFrame) -> av.VideoFrame:
     """The frame to encode for ``result`` (the processor's output for ``image``, itself ``original`` as RGB).
 
-    Unchanged: ``original`` itself, bit-exact. Crops still to paste (``PendingFrame``): pasted straight into a copy of
-    ``original``'s YUV planes, so nothing is converted whole. Changed: ``original`` with only the changed rectangle
-    (even-aligned) converted back and replaced in its planes, so every pixel outside it is the decoded one; formats
-    other than 8-bit 4:2:0 are converted back whole, as before.
+    Unchanged: ``original`` itself, bit-exact. Pending (``PendingFrame``): a copy of ``original``'s YUV planes with
+    only its patches' rectangle converted back and replaced, and its crops pasted straight in, so nothing is converted
+    whole. Changed: ``original`` with only the changed rectangle (even-aligned) converted back and replaced in its
+    planes, so every pixel outside it is the decoded one; formats other than 8-bit 4:2:0 are converted back whole, as
+    before.
     """
     if isinstance(result, PendingFrame):
         colour = yuv420_colour(original)
         if colour is not None:
-            written, (luma, *chroma) = writable_copy(original)
+            written, planes = writable_copy(original)
+            patched = result.patched_region()
+            if patched is not None:
+                _replace_region(planes, *patched, original)
+            luma, *chroma = planes
             if len(chroma) == 1:  # NV12: U and V interleaved, one two-channel plane
                 chroma = [chroma[0].reshape(chroma[0].shape[0], -1, 2)]
             for paste in result.pastes:
                 paste_into_yuv420(luma, chroma, paste, YuvMatrix(*colour))
             return written
-        result = result.rgb()  # a colour matrix the planes' paste does not know: pasted in RGB, converted back
+        result = result.rgb()  # a colour matrix the planes' paste does not know: written in RGB, converted back
     box = changed_box(image, result) if result is not image else None
     if box is None:
         return original
@@ -198,41 +203,23 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
         return described_like(rgb_frame(result), original)
     x1, y1, x2, y2 = box
     x1, y1, x2, y2 = x1 & ~1, y1 & ~1, min(original.width, x2 + (x2 & 1)), min(original.height, y2 + (y2 & 1))
-    region = described_like(rgb_frame(result[y1:y2, x1:x2]), original).reformat(format=original.format.name)
     written, planes = writable_copy(original)
+    _replace_region(planes, (x1, y1, x2, y2), result[y1:y2, x1:x2], original)
+    return written
+
+
+def _replace_region(
+    planes: list[npt.NDArray[np.uint8]], box: tuple[int, int, int, int], pixels: Frame, original: av.VideoFrame
+) -> None:
+    """``pixels`` (RGB, the even-aligned ``box`` of the frame) converted as ``original`` is and written into its
+    ``planes``."""
+    x1, y1 = box[:2]
+    region = described_like(rgb_frame(pixels), original).reformat(format=original.format.name)
     for plane, patch in zip(planes, plane_bytes(region), strict=True):
         # A plane's rows and bytes are in proportion to the frame's (chroma: half the rows; half the bytes, or all
         # of them where U and V are interleaved).
         top, left = y1 * plane.shape[0] // original.height, x1 * plane.shape[1] // original.width
         plane[top : top + patch.shape[0], left : left + patch.shape[1]] = patch
-    return written
-
-
-def changed_box(before: Frame, after: Frame) -> tuple[int, int, int, int] | None:
-    """The rectangle (x1, y1, x2, y2) holding every pixel that differs between the two images; None if none does."""
-    height, channels = before.shape[0], before.shape[2]
-    row_bytes = before.shape[1] * channels
-    word = 8 if row_bytes % 8 == 0 and before.flags.c_contiguous and after.flags.c_contiguous else 1
-    # Compared 8 bytes at a time (one pass, no difference image), then narrowed to the bytes of the edge words.
-    differs = before.reshape(height, -1).view(f"u{word}") != after.reshape(height, -1).view(f"u{word}")
-    rows = np.flatnonzero(differs.any(axis=1))
-    if rows.size == 0:
-        return None
-    words = np.flatnonzero(differs[rows[0] : rows[-1] + 1].any(axis=0))
-    first = words[0] * word + _first_difference(before, after, rows, words[0] * word, word)
-    last = words[-1] * word + word - 1 - _first_difference(before, after, rows, words[-1] * word, word, reverse=True)
-    return int(first // channels), int(rows[0]), int(last // channels) + 1, int(rows[-1]) + 1
-
-
-def _first_difference(
-    before: Frame, after: Frame, rows: npt.NDArray[np.intp], start: int, word: int, *, reverse: bool = False
-) -> int:
-    """How many bytes of the ``word`` bytes at ``start`` (from its end when ``reverse``) are equal in every row."""
-    height = before.shape[0]
-    chunk = slice(start, start + word)
-    differs = (before.reshape(height, -1)[rows, chunk] != after.reshape(height, -1)[rows, chunk]).any(axis=0)
-    positions = np.flatnonzero(differs[::-1] if reverse else differs)
-    return int(positions[0])
 
 
 def _pts(frame: av.VideoFrame) -> int:

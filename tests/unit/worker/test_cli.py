@@ -210,5 +210,7 @@ def test_sigterm_stops_a_run_and_leaves_no_output_nor_temporary_file(make_video:
 
     assert running.returncode == 128 + signal.SIGTERM, errors
     assert not output.parent.exists() or list(output.parent.iterdir()) == []  # neither output nor partial file
-    assert list(scratch.iterdir()) == []  # every temporary folder removed on the way out
+    # Every temporary folder removed on the way out. onnxruntime 1.32 writes its telemetry session id to $TMPDIR/.ses
+    # when it is imported (its 1DS client; ORT_DISABLE_TELEMETRY does not stop it): that file is not ours to remove.
+    assert [path.name for path in scratch.iterdir() if path.name != ".ses"] == []
     assert list(work.glob("work/*/segments/*")) == []  # the segment was cut short: nothing of it committed

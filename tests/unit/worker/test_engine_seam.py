@@ -40,6 +40,9 @@ class BlackSquare:
     def analyse_batch(self, frames: list[np.ndarray], track: Any = None) -> list[list[Any]]:
         return [[] for _ in frames]
 
+    def analyse_followed(self, frames: list[np.ndarray], followed: Any) -> tuple[list[list[Any]], Any]:
+        return self.analyse_batch(frames), None
+
     def apply_batch_pending(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:
         self.calls += 1
         painted = []

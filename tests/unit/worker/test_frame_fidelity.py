@@ -25,12 +25,18 @@ import numpy as np
 import pytest
 
 from facefusion_provider.engine import paste
-from facefusion_provider.engine.paste import Paste, PendingFrame, YuvMatrix, paste_back, paste_into_yuv420
+from facefusion_provider.engine.paste import (
+    Paste,
+    PendingFrame,
+    YuvMatrix,
+    changed_box,
+    paste_back,
+    paste_into_yuv420,
+)
 from facefusion_provider.media.images import rgb_array, rgb_frame
 from facefusion_provider.media.planes import BT601, BT709, writable_copy, yuv420_colour
 from facefusion_provider.worker.pipeline import (
     Frame,
-    changed_box,
     run_pipeline,
     write_back,
 )
