@@ -2,7 +2,7 @@
 
 ``facefusion_provider.worker.run.run`` (what ``facefusion-worker run`` calls) over one short close-up clip at 720p and at
 1080p, the offline default swapper (``classic``) with the default encoder settings, twice per size: ``before``
-with the old functions put back (bench/cpu_path_before.py), then ``after``. Wall-clock fps (the worker's own threads
+with the old functions put back (bench/cpu_path_before.py) and the detector on every frame, then ``after``. Wall-clock fps (the worker's own threads
 on this machine's cores, which other work shares: compare the two runs of one size) and CPU ms per frame of the whole
 process. It also compares the two outputs: their sizes and the PSNR of after's frames against before's.
 
@@ -176,7 +176,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"the same {report['frames']}-frame close-up clip (carphone scaled to the frame's height, one face in every "
         f"frame), encoder {defaults.output_video_encoder} preset {defaults.output_video_preset} quality "
         f"{defaults.output_video_quality}, default options otherwise. `before` puts the old functions back "
-        "(bench/cpu_path_before.py). Swappers: the offline default `classic`, and `inswapper_128` (the stand-in) with "
+        "(bench/cpu_path_before.py) and runs the detector on every frame (`face_detector_interval` 1). Swappers: the offline default `classic`, and `inswapper_128` (the stand-in) with "
         "its inference replayed (its input with red and blue exchanged), so the run shows the CPU work around a "
         "GPU's inference: on this CPU the stand-in takes 2 s per face. fps: frames / the swap phase's wall time "
         f"(prepare and merge apart); {report['repeats']} runs of each variant, alternating, the fastest kept.",
