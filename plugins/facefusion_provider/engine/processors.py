@@ -275,6 +275,7 @@ class FaceProcessor:
                 followed.append(follow_face_mesh(frame, face, self.store))
                 if not _mesh_found(followed[-1]):
                     return None
+        self.stats.add(detected=len(followed))  # found in this frame, by the mesh: the count stays faces per frame
         return followed
 
     def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
