@@ -56,9 +56,7 @@ FEATHER_SCALE = 0.6  # then rises from 0 to 1 over this x face_mask_blur
 MOUTH_RAMP = 0.03  # the swapped lips fade out over this towards the target's mouth opening
 OUTLINE_RIM = 0.18  # in this rim of the outline, what of the source is not skin (hair, a hat) is not painted
 VISIBILITY_SOFTNESS = 0.02  # the blur that keeps that hair test from leaving speckles
-SOURCE_DETAIL_LIMIT = (
-    1.2  # a target face larger than this x the source face's is worked on at that size, then scaled up
-)
+SOURCE_DETAIL_LIMIT = 1.2  # a target face over this x the source face's size is worked at that size, scaled up
 POINT_SHIFT = 4  # sub-pixel precision of the triangle raster (OpenCV fixed point)
 
 
@@ -341,11 +339,11 @@ def classic_swap(frame: Frame, face: Face, source: ClassicSource, options: Optio
     soft = options.face_mask_blur > 0
     if scale < 1.0 and not soft:  # a hard mask's edge is drawn at full resolution
         covered = cv2.resize(covered.astype(np.uint8), region.size, interpolation=cv2.INTER_NEAREST) > 0
-        alpha = blend_alpha(face_area_mask(points, covered, options), face_regions(target.shape[:2], points), 0.0)
+        alpha = (face_area_mask(points, covered, options) > 0).astype(np.float32)
     else:
         # A soft mask is 0 for EDGE_EROSION inside the area's edge and smooth beyond it: worked small, scaled up.
         alpha = blend_alpha(work_area, work_regions, options.face_mask_blur)
-        if soft:  # a hard mask was asked for: no soft edges from the hair test either
+        if soft:  # the hair test's soft edges only where the mask is soft too
             alpha = alpha * visibility
         alpha = scaled_up(alpha, region.size)
     alpha *= np.float32(options.face_swapper_blend / 100.0)

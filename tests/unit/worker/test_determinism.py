@@ -27,7 +27,9 @@ from facefusion_provider.work.layout import WorkLayout
 
 SEGMENT = 8
 FRAMES = 3 * SEGMENT
-OPTIONS: dict[str, Any] = {"segment_size": SEGMENT}  # the default face swap (classic) at the default quality
+# The default face swap (classic) at the default quality; its faces followed between searches every 5 frames, which
+# does not divide the segment: a span started at a segment must search there itself to give a run's frames.
+OPTIONS: dict[str, Any] = {"segment_size": SEGMENT, "face_detector_interval": 5}
 
 
 @dataclass(frozen=True)

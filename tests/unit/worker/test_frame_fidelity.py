@@ -27,6 +27,7 @@ import pytest
 from facefusion_provider.engine import paste
 from facefusion_provider.engine.paste import (
     Paste,
+    Patch,
     PendingFrame,
     YuvMatrix,
     changed_box,
@@ -260,6 +261,27 @@ def test_pending_crops_go_into_the_yuv_planes_as_the_rgb_paste_would(
         assert np.abs(got.astype(int) - expected).max() <= (4 if fmt == "nv12" else 3)
     assert psnr(rgb_array(straight), rgb_array(through_rgb)) >= 40.0
     assert psnr(rgb_array(straight)[y1:y2, x1:x2], image[y1:y2, x1:x2]) < 25.0  # the faces really were pasted
+
+
+@pytest.mark.parametrize(("fmt", "colorspace", "color_range"), TAGS)
+def test_pending_patches_are_converted_alone_as_the_changed_rectangle_would_be(
+    fmt: str, colorspace: int, color_range: int
+) -> None:
+    """The classic swapper's patches (odd corners, two of them overlapping, the second written over the first) give
+    the very frame that writing them in RGB and converting the changed rectangle back gives."""
+    original = tagged(fmt, colorspace, color_range)
+    image = rgb_array(original)
+    first, second = textured(30)[:61, :77], textured(31)[:45, :39]
+    pending = PendingFrame(image, patches=(Patch(101, 57, first), Patch(151, 89, second)))
+    rgb = pending.rgb()
+    assert np.array_equal(rgb[89:134, 151:190], second) and np.array_equal(rgb[57:89, 101:151], first[:32, :50])
+
+    straight, through_rgb = write_back(pending, image, original), write_back(rgb, image, original)
+
+    assert straight is not original and straight.format.name == fmt
+    for got, expected in zip(planes(straight), planes(through_rgb), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert psnr(rgb_array(straight)[57:134, 101:190], image[57:134, 101:190]) < 25.0  # the patches really went in
 
 
 def test_the_frames_own_colour_matrix_is_what_makes_the_yuv_paste_match() -> None:
