@@ -72,6 +72,14 @@ FACES = MetricSpec("facefusion.worker.faces", "counter", "{face}", "Faces detect
 # A counter of seconds, not a histogram: rate() of it per stage is the stage breakdown, one series per stage.
 STAGE_TIME = MetricSpec("facefusion.worker.stage.time", "counter", "s", "Seconds spent in a stage.", ("stage",))
 SEGMENTS_COMMITTED = MetricSpec("facefusion.worker.segments.committed", "counter", "{segment}", "Segments committed.")
+SEGMENTS_RETIRED = MetricSpec(
+    "facefusion.worker.segments.retired",
+    "counter",
+    "{segment}",
+    "Committed segments found damaged (missing, size, checksum, marker), retired and computed again; and stored"
+    " analysis files found damaged (analysis), removed and analysed again.",
+    ("kind",),
+)
 MODEL_LOAD_TIME = MetricSpec(
     "facefusion.worker.model.load.time", "counter", "s", "Seconds spent loading a model.", ("model",)
 )
@@ -99,6 +107,7 @@ WORKER_METRICS: tuple[MetricSpec, ...] = (
     FACES,
     STAGE_TIME,
     SEGMENTS_COMMITTED,
+    SEGMENTS_RETIRED,
     MODEL_LOAD_TIME,
     IO_BYTES,
     FAILURES,

@@ -3,6 +3,7 @@
 - ``uris``: URI rules (normalising, ``..`` and relative paths refused, allow-lists of prefixes)
 - ``filesystems``: fsspec per URI, S3 credentials and endpoint, errors mapped to the project's failure classes
 - ``objects``: whole objects (exists, read, atomic and exclusive writes, listings, deletes, checksums, write probes)
+- ``checksums``: publishing a file with its sha256, and reading an object's sha256 back (the store's own checksum)
 - ``inputs``: inputs as PyAV reads them (local path, ranged remote file, node-local input cache)
 - ``ranges``: ranged reads ahead of a demuxer
 - ``multipart``: S3 multipart uploads of a growing file
@@ -13,6 +14,7 @@ The names below are the package's API; callers write ``storage.exists(uri)``.
 
 from __future__ import annotations
 
+from facefusion_provider.storage.checksums import content_sha256, object_sha256, put_file_checked, stored_sha256
 from facefusion_provider.storage.compose import ByteSlice, Composed, Piece, compose
 from facefusion_provider.storage.filesystems import (
     S3_ENDPOINT_VARIABLE,
@@ -124,6 +126,7 @@ __all__ = [
     "confined_folder",
     "confining_prefix",
     "content_id",
+    "content_sha256",
     "delete",
     "exists",
     "file_sha256",
@@ -137,10 +140,12 @@ __all__ = [
     "local_path",
     "multipart_upload",
     "normalize_uri",
+    "object_sha256",
     "open_input",
     "parse_prefixes",
     "positive_setting",
     "put_file_atomic",
+    "put_file_checked",
     "range_fetcher",
     "range_pieces",
     "read_bytes",
@@ -152,6 +157,7 @@ __all__ = [
     "stat",
     "storage_errors",
     "storage_options",
+    "stored_sha256",
     "using_s3_credentials",
     "write_bytes_atomic",
     "write_bytes_exclusive",

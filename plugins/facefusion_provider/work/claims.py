@@ -7,7 +7,9 @@ generation ``G + 1``. A new try of the same task takes over its previous try's c
 only when the last one has ended.
 
 Claims only save work: correctness comes from the segment's marker, which is also created exclusively, so of two
-workers that did race on one segment exactly one file is ever merged (``commit_marker``).
+workers that did race on one segment exactly one file is ever merged (``commit_marker``). A commit whose file fails
+its check is retired (``retire_commit``): the segment is free again as its next incarnation, whose marker has a name of
+its own, so every marker is still created once and never replaced.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, StorageDeniedError
 from facefusion_provider.work import liveness
-from facefusion_provider.work.layout import WorkLayout, parse_claim_name, parse_segment_name, segment_claim_name
+from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, parse_claim_name, segment_claim_name
 from facefusion_provider.work.liveness import LeaseKind, repeating
-from facefusion_provider.work.records import Claim, SegmentMarker
+from facefusion_provider.work.records import Claim, RetiredCommit, SegmentMarker
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class ClaimState:
     name: str
     generation: int
     written_at: float
+    ended: bool = False  # written before its segment's commit was retired: its holder committed and let go
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class WorkState:
 
     committed: frozenset[int]
     named: dict[str, ClaimState] = field(default_factory=dict)
+    incarnations: dict[int, int] = field(default_factory=dict)  # segments with a retired commit: their current one
+
+    def incarnation(self, index: int) -> int:
+        """The incarnation a commit of segment ``index`` creates the marker of now."""
+        return self.incarnations.get(index, 0)
 
     @property
     def claims(self) -> dict[int, ClaimState]:
@@ -57,12 +65,15 @@ class WorkState:
 
 def scan_work(layout: WorkLayout) -> WorkState:
     """One listing of ``segments/`` and one of ``claims/``: cheap enough before every decision."""
-    committed = set()
-    for item in storage.list_files(layout.segments_dir):
-        parsed = parse_segment_name(item.uri.rsplit("/", 1)[-1])
-        if parsed is not None and parsed[1] == "marker":
-            committed.add(parsed[0])
-    return WorkState(frozenset(committed), latest_claims(layout))
+    listing = SegmentIncarnations.of(
+        (item.uri.rsplit("/", 1)[-1], item.modified) for item in storage.list_files(layout.segments_dir)
+    )
+    claims = latest_claims(layout)
+    for name, claim in claims.items():  # a claim last written before its segment's retirement held the retired commit
+        retired_at = listing.retired_at.get(int(name)) if name.isdigit() else None
+        if retired_at is not None and claim.written_at < retired_at:
+            claims[name] = replace(claim, ended=True)
+    return WorkState(frozenset(listing.markers), claims, listing.current)
 
 
 def latest_claims(layout: WorkLayout) -> dict[str, ClaimState]:
@@ -96,6 +107,7 @@ class SegmentClaims:
         self.lease = lease if lease is not None else lease_seconds()
         self._held: dict[str, int] = {}  # claim name -> generation
         self._owners: dict[tuple[str, int], str] = {}  # (name, generation) -> owner: a claim's owner never changes
+        self._incarnations: dict[int, int] = {}  # segment -> the incarnation it was claimed in
         self._lock = threading.Lock()
 
     def is_free(self, index: int, state: WorkState) -> bool:
@@ -107,11 +119,23 @@ class SegmentClaims:
         if name in self.held_names():
             return False
         claim = state.named.get(name)
-        return claim is None or not liveness.is_live(claim.written_at, self.lease) or self._previous_try(claim)
+        if claim is None or claim.ended:
+            return True
+        return not liveness.is_live(claim.written_at, self.lease) or self._previous_try(claim)
 
     def take(self, index: int, state: WorkState) -> bool:
-        """Claim segment ``index`` if it is free in ``state``; False if it is not, or another worker was first."""
-        return index not in state.committed and self.take_name(segment_claim_name(index), state)
+        """Claim segment ``index`` if it is free in ``state``; False if it is not, or another worker was first. Its
+        commit will create the marker of the incarnation ``state`` saw (``incarnation``)."""
+        if index in state.committed or not self.take_name(segment_claim_name(index), state):
+            return False
+        with self._lock:
+            self._incarnations[index] = state.incarnation(index)
+        return True
+
+    def incarnation(self, index: int) -> int:
+        """The incarnation of segment ``index`` this worker claimed it in."""
+        with self._lock:
+            return self._incarnations.get(index, 0)
 
     def take_name(self, name: str, state: WorkState) -> bool:
         """Claim ``name`` (the next generation after what ``state`` saw) if it is free there."""
@@ -124,7 +148,7 @@ class SegmentClaims:
             return False
         with self._lock:
             self._held[name] = generation
-        if latest is not None:
+        if latest is not None and not latest.ended:
             logger.info(
                 "claim %s: took over claim generation %d (its holder stopped renewing)", name, latest.generation
             )
@@ -195,11 +219,13 @@ class SegmentClaims:
         return self._owners[key] == self.owner
 
 
-def commit_marker(layout: WorkLayout, index: int, marker: bytes, *, file: str, writer: str) -> bool:
-    """Create segment ``index``'s marker, after its file ``file`` was written: True when this writer's file won.
-    A conditional PUT whose answer was lost is retried and then finds its own marker: ours all the same. The loser
-    deletes its own file."""
-    uri = layout.segment_marker(index)
+def commit_marker(
+    layout: WorkLayout, index: int, marker: bytes, *, file: str, writer: str, incarnation: int = 0
+) -> bool:
+    """Create segment ``index``'s marker of ``incarnation``, after its file ``file`` was written: True when this
+    writer's file won. A conditional PUT whose answer was lost is retried and then finds its own marker: ours all the
+    same. The loser deletes its own file."""
+    uri = layout.segment_marker(index, incarnation)
     won = storage.write_bytes_exclusive(uri, marker)
     if not won:
         try:
@@ -210,6 +236,21 @@ def commit_marker(layout: WorkLayout, index: int, marker: bytes, *, file: str, w
     if not won:
         storage.delete(layout.segment_file(file))
     return won
+
+
+def retire_commit(
+    layout: WorkLayout, index: int, incarnation: int, reason: str, marker: SegmentMarker | None = None
+) -> bool:
+    """Retire incarnation ``incarnation`` of segment ``index``'s commit, whose file or marker failed its check
+    (``reason``): the segment is free again as the next incarnation. True when this call retired it; False when
+    another worker had (it is free all the same). The damaged file stays, named in the record, until the work is
+    swept."""
+    record = RetiredCommit(
+        index=index, incarnation=incarnation, reason=reason, by=f"{socket.gethostname()}-{os.getpid()}", marker=marker
+    )
+    return storage.write_bytes_exclusive(
+        layout.retired_marker(index, incarnation), record.model_dump_json(indent=2).encode()
+    )
 
 
 _CHECKED_ROOTS: set[str] = set()  # work roots whose store this process has seen honour exclusive creates

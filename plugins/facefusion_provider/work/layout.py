@@ -4,7 +4,9 @@ files beside a run's output, whose marker is the proof that the run is finished 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
@@ -37,8 +39,16 @@ class WorkLayout:
     def segments_dir(self) -> str:
         return storage.join(self.work_uri, "segments")
 
-    def segment_marker(self, index: int) -> str:
-        return storage.join(self.segments_dir, f"{index:05d}.json")
+    def segment_marker(self, index: int, incarnation: int = 0) -> str:
+        """Segment ``index``'s commit marker in ``incarnation`` (one more for each damaged commit retired before it)."""
+        return storage.join(
+            self.segments_dir, f"{index:05d}.json" if not incarnation else f"{index:05d}.{incarnation}.json"
+        )
+
+    def retired_marker(self, index: int, incarnation: int) -> str:
+        """The record that retires incarnation ``incarnation`` of segment ``index``'s commit (its file failed its
+        check): created exclusively, it makes the segment free again as incarnation ``incarnation + 1``."""
+        return storage.join(self.segments_dir, f"{index:05d}.{incarnation}.retired.json")
 
     def segment_file(self, name: str) -> str:
         return storage.join(self.segments_dir, name)
@@ -118,13 +128,58 @@ def segment_file_name(index: int, writer: str) -> str:
     return f"{index:05d}.{writer}.mp4"
 
 
-def parse_segment_name(name: str) -> tuple[int, str] | None:
-    """``(index, kind)`` of a segment's file in ``segments/``: kind ``marker`` or ``video``; None for others."""
+@dataclass(frozen=True)
+class SegmentEntry:
+    """A file in ``segments/``: a segment's ``marker`` or ``retired`` record of an incarnation, or its ``video``."""
+
+    index: int
+    kind: Literal["marker", "retired", "video"]
+    incarnation: int = 0
+
+
+def parse_segment_name(name: str) -> SegmentEntry | None:
+    """What a file in ``segments/`` is (``WorkLayout.segment_marker``, ``retired_marker``, ``segment_file_name``);
+    None for others (previews, temporary files)."""
     stem, _, extension = name.partition(".")
     if not stem.isdigit():
         return None
-    kind = "marker" if extension == "json" else "video" if extension.endswith(".mp4") else ""
-    return (int(stem), kind) if kind else None
+    if extension.endswith(".mp4"):
+        return SegmentEntry(int(stem), "video")
+    parts = extension.split(".")
+    if parts == ["json"]:
+        return SegmentEntry(int(stem), "marker")
+    if len(parts) in (2, 3) and parts[0].isdigit() and parts[1:] in (["json"], ["retired", "json"]):
+        return SegmentEntry(int(stem), "marker" if len(parts) == 2 else "retired", int(parts[0]))
+    return None
+
+
+@dataclass(frozen=True)
+class SegmentIncarnations:
+    """What one listing of ``segments/`` says of the commits: each segment's current incarnation (one past its last
+    retired one), the committed segments' current markers, and when each retired segment was last retired (the
+    store's clock)."""
+
+    current: dict[int, int]  # segments with a retired commit -> their current incarnation (the rest: 0)
+    markers: dict[int, str]  # committed segments -> their current marker's name
+    retired_at: dict[int, float]  # segments with a retired commit -> the latest retirement's modification time
+
+    @classmethod
+    def of(cls, entries: Iterable[tuple[str, float]]) -> SegmentIncarnations:
+        """From ``(name, modified)`` pairs of a listing of ``segments/``."""
+        markers: dict[tuple[int, int], str] = {}
+        current: dict[int, int] = {}
+        retired_at: dict[int, float] = {}
+        for name, modified in entries:
+            entry = parse_segment_name(name)
+            if entry is None or entry.kind == "video":
+                continue
+            if entry.kind == "marker":
+                markers[(entry.index, entry.incarnation)] = name
+            elif entry.incarnation + 1 > current.get(entry.index, 0):
+                current[entry.index] = entry.incarnation + 1
+                retired_at[entry.index] = modified
+        live = {index: name for (index, incarnation), name in markers.items() if current.get(index, 0) == incarnation}
+        return cls(current, live, retired_at)
 
 
 def parse_claim_name(name: str) -> tuple[str, int] | None:

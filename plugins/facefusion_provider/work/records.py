@@ -76,7 +76,8 @@ class WorkSpec(_Record):
 
 
 class SegmentMarker(_Record):
-    """``segments/NNNNN.json``, created exclusively after its file: the segment is committed, by exactly one writer."""
+    """``segments/NNNNN.json`` (``NNNNN.I.json`` in incarnation ``I`` > 0), created exclusively after its file: the
+    segment is committed, by exactly one writer."""
 
     work_id: str
     index: int
@@ -90,6 +91,18 @@ class SegmentMarker(_Record):
     timings: dict[str, float] = Field(default_factory=dict)
     # The file's moov payload, base64: the merge joins an MP4 from the markers it reads anyway, never from the files.
     moov: str | None = None
+    incarnation: int = 0  # one more for each earlier commit of the segment retired as damaged (``retire_commit``)
+
+
+class RetiredCommit(_Record):
+    """``segments/NNNNN.I.retired.json``, created exclusively: incarnation ``I`` of the segment's commit failed its
+    check and is retired; the segment is computed again as incarnation ``I + 1``."""
+
+    index: int
+    incarnation: int
+    reason: str
+    by: str  # the host and process that found it
+    marker: SegmentMarker | None  # None where the marker itself was unreadable
 
 
 class OutputMarker(_Record):

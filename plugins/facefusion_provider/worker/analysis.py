@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -202,13 +203,19 @@ class AnalysedProcessor:
         uri = self.layout.segment_faces(index)
         if not storage.exists(uri):
             return None
-        stored = unpack_faces(storage.read_bytes(uri))
-        if len(stored) != self.spec.segments[index].frame_count:
-            logger.warning(
-                "%s holds %d frames, not %d: analysing again", uri, len(stored), self.spec.segments[index].frame_count
-            )
-            return None
-        return stored
+        try:  # every array in the file carries the zip's CRC-32, checked as it is read
+            stored = unpack_faces(storage.read_bytes(uri))
+        except (ValueError, KeyError, OSError, zipfile.BadZipFile) as error:
+            damage = f"unreadable ({error})"
+        else:
+            if len(stored) == self.spec.segments[index].frame_count:
+                return stored
+            damage = f"holds {len(stored)} frames, not {self.spec.segments[index].frame_count}"
+        # Removed so that this worker's analysis, written once it is done, takes its place for every later run.
+        logger.warning("%s is damaged (%s): analysing its frames again", uri, damage)
+        self.metrics.analysis_retired()
+        storage.delete(uri)
+        return None
 
     def _keep(self, number: int, faces: list[Face]) -> None:
         """Keep what was found; once a whole segment's frames are here, store its analysis for every later run."""

@@ -71,7 +71,10 @@ def _run_command(
             guard=guard,
         )
         return asdict(result)
-    return asdict(worker.merge(args.work_uri, args.target, args.output))
+    merged = worker.merge(
+        args.work_uri, args.target, args.output, models_dir=args.models_dir, owner=settings.task_key, guard=guard
+    )
+    return asdict(merged)
 
 
 def _report(error: BaseException, termination_log: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-import os
 import posixpath
 import time
 from dataclasses import dataclass
@@ -115,21 +114,14 @@ def movie_file(uri: str) -> MovieFile | None:
 def _segment_movie(
     spec: WorkSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
 ) -> MovieFile | None:
-    """A committed segment's index, checked: the file's listed size, its label and, where the file is local (reading
-    it costs no transfer), its checksum and its own moov. A remote file's index comes from its marker, where the
-    commit stored it, and its bytes are never read here: S3 copies them."""
+    """A committed segment's index (its file was checked against its marker before: ``worker.integrity``), and its
+    label. A remote file's index comes from its marker, where the commit stored it, and its bytes are never read here:
+    S3 copies them."""
     from facefusion_provider.media.mp4index import parse_movie
     from facefusion_provider.media.mp4join import MovieFile, movie_comment
 
     uri = layout.segment_file(marker.file)
-    path = storage.local_path(uri)
-    if path is not None and local_digest(uri, path) != marker.sha256:
-        raise corrupt_segment(layout, marker)
-    if listed_size is None:
-        raise InvalidWorkError(
-            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
-        )
-    if marker.moov is None or path is not None:
+    if marker.moov is None or storage.local_path(uri) is not None:
         movie = movie_file(uri)
     else:
         moov = base64.b64decode(marker.moov)
@@ -139,24 +131,5 @@ def _segment_movie(
     if movie is not None and movie_comment(movie.moov) != label:
         raise InvalidWorkError(f"{uri}: is labelled {movie_comment(movie.moov)!r}, expected {label!r}")
     if listed_size != marker.size or (movie is not None and movie.size != marker.size):
-        raise InvalidWorkError(
-            f"{uri}: holds {listed_size} bytes, its marker {marker.size} (corrupt segment); "
-            f"delete {layout.segment_marker(marker.index)} and rerun"
-        )
+        raise InvalidWorkError(f"{uri}: holds {listed_size} bytes, its marker {marker.size}")
     return movie
-
-
-def local_digest(uri: str, path: str) -> str:
-    """The sha256 of a local segment file; InvalidWorkError when it is missing."""
-    if not os.path.isfile(path):
-        raise InvalidWorkError(
-            f"{uri}: the segment file is missing although its marker exists; delete the marker and rerun"
-        )
-    return storage.file_sha256(path)
-
-
-def corrupt_segment(layout: WorkLayout, marker: SegmentMarker) -> InvalidWorkError:
-    return InvalidWorkError(
-        f"{layout.segment_file(marker.file)}: checksum differs from its marker (corrupt segment); "
-        f"delete {layout.segment_marker(marker.index)} and rerun"
-    )

@@ -18,21 +18,31 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.metric_names import WORK_ID
 from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
-from facefusion_provider.work.layout import WorkLayout, output_done, parse_segment_name, preview_uri_of
+from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, output_done, preview_uri_of
 from facefusion_provider.work.records import SegmentMarker, WorkSpec
 from facefusion_provider.worker import faults
-from facefusion_provider.worker.join import corrupt_segment, local_digest, plan_join
+from facefusion_provider.worker.integrity import (
+    Damage,
+    SegmentsDamaged,
+    damaged_segments,
+    digest_damage,
+    retire_damaged,
+)
+from facefusion_provider.worker.join import join_refusal, plan_join
+from facefusion_provider.worker.metrics import worker_metrics
 from facefusion_provider.worker.prefetch import Prefetch
 from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import segment_label
+from facefusion_provider.worker.span import recompute_segments
 from facefusion_provider.worker.work import checked_uris, load_work, work_layout
 
 if TYPE_CHECKING:
@@ -43,6 +53,7 @@ logger = logging.getLogger(__name__)
 MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
 MARKER_READS_AT_ONCE = 32  # the merge's marker reads in flight at once, within the S3 client's connection pool
+HEAL_ROUNDS = 3  # times a merge computes damaged segments again before it blames the store
 
 
 @dataclass(frozen=True)
@@ -60,8 +71,17 @@ def merge_prefetch() -> int:
     return storage.positive_setting(MERGE_PREFETCH_VARIABLE, DEFAULT_MERGE_PREFETCH)
 
 
-def merge(work_uri: str, target: str, output: str) -> MergeResult:
-    """Write ``output`` from the work's committed segments and ``target``'s other streams."""
+def merge(
+    work_uri: str,
+    target: str,
+    output: str,
+    *,
+    models_dir: str | None = None,
+    owner: str = "",
+    guard: Callable[[], None] | None = None,
+) -> MergeResult:
+    """Write ``output`` from the work's committed segments and ``target``'s other streams; a damaged segment is
+    computed again here (with the models from ``models_dir``, claiming it for ``owner``) and the merge goes on."""
     faults.maybe_inject("merge")
     layout = work_layout(work_uri)
     uris = checked_uris([], target, output)
@@ -72,16 +92,49 @@ def merge(work_uri: str, target: str, output: str) -> MergeResult:
         return MergeResult(uris.output_uri, preview_uri_of(uris.output_uri), done.frame_count, skipped=True)
     spec = load_work(layout)
     check_output_format(uris.output_uri, spec.options, CLI_FIELDS)
-    return merge_work(spec, layout, uris.target_uri, uris.output_uri)
+    return merge_work(spec, layout, uris.target_uri, uris.output_uri, models_dir=models_dir, owner=owner, guard=guard)
 
 
-def merge_work(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
+def merge_work(
+    spec: WorkSpec,
+    layout: WorkLayout,
+    target_uri: str,
+    output_uri: str,
+    *,
+    models_dir: str | None = None,
+    owner: str = "",
+    guard: Callable[[], None] | None = None,
+) -> MergeResult:
     """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker.
-    The caller has checked that the output is not done yet."""
+    The caller has checked that the output is not done yet.
+
+    Every segment is checked against its marker first (``worker.integrity``); damaged ones are retired, computed again
+    in this process and the merge starts over, up to ``HEAL_ROUNDS`` times."""
+    metrics = worker_metrics({WORK_ID: spec.work_id})
+    for heal_round in range(HEAL_ROUNDS + 1):
+        try:
+            return _merge_checked(spec, layout, target_uri, output_uri)
+        except SegmentsDamaged as found:
+            if heal_round == HEAL_ROUNDS:
+                raise InvalidWorkError(
+                    f"work {spec.work_id}: segments damaged again after {HEAL_ROUNDS} recomputations, so the store "
+                    f"corrupts what is written to it: {found}"
+                ) from None
+            retire_damaged(layout, found.damage, metrics)
+            indexes = sorted({item.index for item in found.damage})
+            recompute_segments(spec, layout, target_uri, indexes, models_dir=models_dir, owner=owner, guard=guard)
+    raise AssertionError("unreachable")
+
+
+def _merge_checked(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
+    """One merge over segments that pass their checks; ``SegmentsDamaged`` for those that do not."""
     from facefusion_provider.worker.publish import finish_merge
 
     began = time.perf_counter()
     markers, sizes = _committed(spec, layout)
+    damage = damaged_segments(layout, markers, sizes, hash_remote=join_refusal(spec, output_uri) is None)
+    if damage:
+        raise SegmentsDamaged(damage)
     markers_read = time.perf_counter()
     plan = plan_join(spec, layout, markers, sizes, target_uri, output_uri)
     if plan is None:
@@ -104,7 +157,7 @@ def merge_work(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: 
         size=size,
         sha256=digest,
         method=method,
-        timings={"markers_s": markers_read - began, **timings},
+        timings={"markers_s": markers_read - began, **timings},  # the markers read, every segment checked
         began=began,
         segment_count=len(markers),
         how=how,
@@ -239,11 +292,8 @@ def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker],
     """
     items = storage.list_files(layout.segments_dir)
     sizes = {item.uri.rsplit("/", 1)[-1]: item.size for item in items}
-    listed = {
-        parsed[0]: item.uri
-        for item in items
-        if (parsed := parse_segment_name(item.uri.rsplit("/", 1)[-1])) is not None and parsed[1] == "marker"
-    }
+    listing = SegmentIncarnations.of((item.uri.rsplit("/", 1)[-1], item.modified) for item in items)
+    listed = {index: layout.segment_file(name) for index, name in listing.markers.items()}
     missing = [segment.index for segment in spec.segments if segment.index not in listed]
     if missing:
         raise InvalidWorkError(
@@ -252,7 +302,15 @@ def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker],
         )
     reads = [functools.partial(_read_marker, listed[segment.index]) for segment in spec.segments]
     with Prefetch(reads, MARKER_READS_AT_ONCE) as reading:
-        markers = list(reading.results())
+        read = list(reading.results())
+    unreadable = [
+        Damage(segment.index, listing.current.get(segment.index, 0), "marker", f"{listed[segment.index]}: {marker}")
+        for segment, marker in zip(spec.segments, read, strict=True)
+        if isinstance(marker, str)
+    ]
+    if unreadable:
+        raise SegmentsDamaged(unreadable)
+    markers = [marker for marker in read if not isinstance(marker, str)]
     for segment, marker in zip(spec.segments, markers, strict=True):
         if marker.work_id != spec.work_id or (marker.start, marker.end) != (segment.start, segment.end):
             raise InvalidWorkError(
@@ -262,11 +320,12 @@ def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker],
     return markers, sizes
 
 
-def _read_marker(uri: str) -> SegmentMarker:
+def _read_marker(uri: str) -> SegmentMarker | str:
+    """The marker at ``uri``, or why it is not one (a damaged marker is healed like a damaged file)."""
     try:
         return SegmentMarker.model_validate_json(storage.read_bytes(uri))
     except ValueError as error:
-        raise InvalidWorkError(f"{uri}: not a segment marker ({error}); delete it and rerun its span") from None
+        return f"not a segment marker ({str(error).splitlines()[0]})"
 
 
 def _ranges(indexes: list[int]) -> str:
@@ -281,20 +340,17 @@ def _ranges(indexes: list[int]) -> str:
 
 
 def _local_segment(layout: WorkLayout, marker: SegmentMarker, folder: str) -> str:
-    """A local path of the committed segment file, its checksum verified against the marker.
-
-    A remote segment is downloaded into ``folder`` and hashed in the same read; a local one is hashed where it is.
-    """
+    """A local path of the committed segment file. A remote segment is downloaded into ``folder`` and hashed in the
+    same read (its store may keep no checksum of it); a local one was hashed where it is before the merge began."""
     uri = layout.segment_file(marker.file)
     path = storage.local_path(uri)
-    if path is None:
-        path = os.path.join(folder, marker.file)
-        digest = storage.get_file_sha256(uri, path)
-    else:
-        digest = local_digest(uri, path)
-    if digest != marker.sha256:
+    if path is not None:
+        return path
+    path = os.path.join(folder, marker.file)
+    damage = digest_damage(layout, marker, storage.get_file_sha256(uri, path))
+    if damage is not None:
         _discard_download(folder, path)
-        raise corrupt_segment(layout, marker)
+        raise SegmentsDamaged([damage])
     return path
 
 

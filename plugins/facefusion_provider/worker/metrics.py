@@ -76,6 +76,12 @@ class WorkerMetrics:
     def segment_committed(self) -> None:
         """A segment was committed: count it and push everything in the background."""
 
+    def segment_retired(self, kind: str) -> None:
+        """A committed segment failed its check (``kind``: missing, size, checksum, marker) and was retired."""
+
+    def analysis_retired(self) -> None:
+        """A stored analysis file failed its check and was removed (its frames are analysed again)."""
+
     def flush(self) -> None:
         """Push what was counted so far, in the background."""
 
@@ -179,6 +185,13 @@ class _ExportedMetrics(WorkerMetrics):
     def segment_committed(self) -> None:
         self._totals.add(names.SEGMENTS_COMMITTED.name, self._plain, 1)
         self._exporting.wake()
+
+    def segment_retired(self, kind: str) -> None:
+        self._totals.add(names.SEGMENTS_RETIRED.name, self._key("kind", kind), 1)
+        self._exporting.wake()
+
+    def analysis_retired(self) -> None:
+        self._totals.add(names.SEGMENTS_RETIRED.name, self._key("kind", "analysis"), 1)
 
     def flush(self) -> None:
         self._exporting.wake()

@@ -80,7 +80,9 @@ def run(
             work_segments(spec, layout, uris.target_uri, every, processors, owner=run_key, guard=held.check)
             swapped = time.perf_counter()
             held.check()
-            merged = merge_work(spec, layout, uris.target_uri, uris.output_uri)
+            merged = merge_work(
+                spec, layout, uris.target_uri, uris.output_uri, models_dir=models_dir, owner=run_key, guard=held.check
+            )
     finally:
         leases.release(layout, run_key)
     if not keep_work:

@@ -302,7 +302,7 @@ def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: H
         helped.segments += result.committed
     if scope.standing and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
         memory.complete.add(work)
-        merge_waiting_outputs(other.layout, owner=scope.owner)
+        merge_waiting_outputs(other.layout, owner=scope.owner, models_dir=models_dir)
     return result.committed
 
 
@@ -348,7 +348,7 @@ def _store_sound(layout: WorkLayout, target_uri: str) -> None:
         logger.info("work %s: stored its sound (%d bytes) in %.1f s", layout.work_id, size, time.monotonic() - began)
 
 
-def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
+def merge_waiting_outputs(layout: WorkLayout, *, owner: str, models_dir: str | None = None) -> int:
     """Merges the output of every live run on the complete work ``layout`` whose output is not written yet, each
     once among workers (an exclusive merge claim); returns how many it merged.
 
@@ -368,7 +368,7 @@ def merge_waiting_outputs(layout: WorkLayout, *, owner: str) -> int:
             continue  # another worker merges it
         key = held.key
         try:
-            result = merge(layout.work_uri, lease.target_uri, lease.output_uri)
+            result = merge(layout.work_uri, lease.target_uri, lease.output_uri, models_dir=models_dir, owner=owner)
         except FaceFusionError as error:
             logger.warning("run %s: output %s not merged here (%s); its merge task will", key, lease.output_uri, error)
             continue

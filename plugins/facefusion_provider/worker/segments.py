@@ -78,7 +78,7 @@ class SegmentPicker:
                 return None
             for index in candidates:
                 if self.claims.take(index, state):
-                    if storage.exists(self.layout.segment_marker(index)):  # committed since the listing
+                    if storage.exists(self.layout.segment_marker(index, state.incarnation(index))):  # committed since
                         self.claims.release(index)
                         continue
                     if index not in self.own:
@@ -275,7 +275,7 @@ class Committer:
             name = segment_file_name(segment.index, self.claims.holder)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
             index = _segment_moov(path)
-            storage.put_file_atomic(path, self.layout.segment_file(name))
+            storage.put_file_checked(path, self.layout.segment_file(name), digest)  # S3 checks and keeps the sha256
             for number, thumbnail in thumbnails.items():
                 storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
             upload_s = time.perf_counter() - began
@@ -291,10 +291,18 @@ class Committer:
                 writer=self.claims.holder,
                 timings={"encode_s": round(encode_s, 3), "upload_s": round(upload_s, 3)},
                 moov=None if index is None else base64.b64encode(index[0]).decode(),
+                incarnation=self.claims.incarnation(segment.index),
             )
             if self._guard is not None:
                 self._guard()
-            won = commit_marker(self.layout, segment.index, marker_bytes(marker), file=name, writer=self.claims.holder)
+            won = commit_marker(
+                self.layout,
+                segment.index,
+                marker_bytes(marker),
+                file=name,
+                writer=self.claims.holder,
+                incarnation=marker.incarnation,
+            )
         finally:
             os.unlink(path)
         self.claims.release(segment.index)

@@ -21,7 +21,7 @@ from facefusion_provider.work.claims import (
     check_conditional_writes,
     scan_work,
 )
-from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
+from facefusion_provider.work.layout import AnalysisLayout, WorkLayout, work_root_of
 from facefusion_provider.work.records import Segment, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
@@ -252,6 +252,29 @@ def work_segments(
             "fps": round(frames_done / total, 2) if total else 0.0,
         },
     )
+
+
+def recompute_segments(
+    spec: WorkSpec,
+    layout: WorkLayout,
+    target_uri: str,
+    indexes: list[int],
+    *,
+    models_dir: str | None,
+    owner: str = "",
+    guard: Callable[[], None] | None = None,
+) -> None:
+    """Work segments ``indexes`` (sorted) in this process until each is committed again: their damaged commits were
+    retired (``worker.integrity``). Claims as any worker does, so one another worker already took is waited for."""
+    processors = FrameProcessors(spec, models_dir, work_root_of(layout))
+    runs: list[list[int]] = []
+    for index in indexes:
+        if runs and runs[-1][-1] == index - 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    for run in runs:
+        work_segments(spec, layout, target_uri, range(run[0], run[-1] + 1), processors, owner=owner, guard=guard)
 
 
 def _result(span: int, own: range, reused: int, *, skipped: bool) -> SpanResult:

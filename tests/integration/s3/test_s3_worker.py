@@ -7,12 +7,14 @@ input's. Each test uses its own work root and output key.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,63 @@ def hold_all_but(work: str, segments: int, free: int) -> None:
     for index in range(segments):
         if index != free:
             assert claims.take(index, state)
+
+
+def _flipped(data: bytes, at: int, count: int = 64) -> bytes:
+    """``count`` bytes inverted from ``at`` on: the same size, other content."""
+    return data[:at] + bytes(byte ^ 0xFF for byte in data[at : at + count]) + data[at + count :]
+
+
+def test_damaged_segments_on_s3_are_computed_again_and_the_output_is_frame_exact(
+    s3: S3Stack, media: Path, tmp_path: Path
+) -> None:
+    target = upload(s3, media / "clip0.mp4", "in/damaged.mp4")
+    work, segments = prepare(s3, media, "s3://work/damaged", target)
+    assert segments == 3
+    span = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    assert span.returncode == 0, span.stderr
+    layout, client = WorkLayout(work), s3.client()
+    bucket, prefix = "work", key_of(work).removeprefix("work/")
+    markers = [
+        json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/segments/0000{i}.json")["Body"].read())
+        for i in range(3)
+    ]
+    for marker in markers:  # each segment went up in one PUT carrying its sha256, which S3 keeps with the object
+        head = client.head_object(Bucket=bucket, Key=f"{prefix}/segments/{marker['file']}", ChecksumMode="ENABLED")
+        assert base64.b64decode(head["ChecksumSHA256"]).hex() == marker["sha256"]
+
+    def damage(index: int, change: Callable[[bytes], bytes], **put: str) -> None:
+        key = f"{prefix}/segments/{markers[index]['file']}"
+        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        client.put_object(Bucket=bucket, Key=key, Body=change(data), **put)
+
+    # Bytes flipped, the object rewritten with a checksum of its own (S3 computes it over the damaged bytes) and
+    # without one (only its bytes can tell), and one truncated: the sizes of the first two are unchanged.
+    damage(0, lambda data: _flipped(data, len(data) // 2), ChecksumAlgorithm="SHA256")
+    damage(1, lambda data: _flipped(data, len(data) // 3))
+    damage(2, lambda data: data[: len(data) - 100])
+    merge = ["merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/healed.mp4"]
+    result = worker(s3, *merge)
+    assert result.returncode == 0, result.stderr
+    for index, what in enumerate(["its checksum differs", "its checksum differs", r"holds \d+ bytes, its marker"]):
+        assert re.search(rf"segment {index} of work \w+ is damaged \(.*0000{index}\.\w+\.mp4: {what}", result.stderr), (
+            result.stderr[-3000:]
+        )
+    output = download(s3, "out/healed.mp4", tmp_path / "healed.mp4")
+    assert [d.md5 for d in frame_digests(str(output))] == [d.md5 for d in frame_digests(str(media / "clip0.mp4"))]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["method"] == "index"  # S3 copied the healed segments
+    state = scan_work(layout)
+    assert state.committed == {0, 1, 2} and all(state.incarnation(i) == 1 for i in range(3))
+    retired = [key for key in s3.keys(bucket, prefix) if key.endswith(".retired.json")]
+    assert sorted(key.rsplit("/", 1)[-1] for key in retired) == [f"0000{i}.0.retired.json" for i in range(3)]
+
+    # Damaged again in the next incarnation, read by a remux this time (a .mov output downloads every segment).
+    healed = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/segments/00001.1.json")["Body"].read())
+    markers[1] = healed
+    damage(1, lambda data: _flipped(data, 40))
+    result = worker(s3, "merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/healed.mov")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"segment 1 of work \w+ is damaged", result.stderr)
+    output = download(s3, "out/healed.mov", tmp_path / "healed.mov")
+    assert [d.md5 for d in frame_digests(str(output))] == [d.md5 for d in frame_digests(str(media / "clip0.mp4"))]
+    assert scan_work(layout).incarnation(1) == 2

@@ -36,6 +36,7 @@ def test_the_catalogue_in_prometheus_form() -> None:
         "facefusion_worker_faces_total",
         "facefusion_worker_stage_time_seconds_total",
         "facefusion_worker_segments_committed_total",
+        "facefusion_worker_segments_retired_total",
         "facefusion_worker_model_load_time_seconds_total",
         "facefusion_worker_io_bytes_total",
         "facefusion_worker_failures_total",

@@ -13,6 +13,7 @@ from facefusion_provider.work import ids
 from facefusion_provider.work.ids import analysis_id, run_key, work_id
 from facefusion_provider.work.layout import (
     AnalysisLayout,
+    SegmentEntry,
     WorkLayout,
     output_marker_uri,
     parse_claim_name,
@@ -76,8 +77,10 @@ def test_layout(tmp_path: Path) -> None:
     assert layout.run_lease("r").endswith("/work/abc/runs/r.json")
     analysis = AnalysisLayout.under(str(tmp_path / "root"), "xyz")
     assert analysis.segment_faces(3).endswith("/analysis/xyz/segments/00003.faces.npz")
-    assert parse_segment_name("00007.json") == (7, "marker")
-    assert parse_segment_name("00007.w1.mp4") == (7, "video")
+    assert parse_segment_name("00007.json") == SegmentEntry(7, "marker")
+    assert parse_segment_name("00007.2.json") == SegmentEntry(7, "marker", 2)  # incarnation 2: two commits retired
+    assert parse_segment_name("00007.1.retired.json") == SegmentEntry(7, "retired", 1)
+    assert parse_segment_name("00007.w1.mp4") == SegmentEntry(7, "video")
     assert parse_segment_name("preview-00000037.jpg") is None  # a preview frame, not a segment's file
     assert parse_segment_name(".tmp-00007.json") is None
     assert parse_segment_name("00007.w1.mp4.tmp-123") is None

@@ -48,6 +48,8 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
     produced = {
         "work_json": work.work_json,
         "segment_marker": work.segment_marker(7),
+        "segment_marker (incarnation 2)": work.segment_marker(7, 2),
+        "retired_marker": work.retired_marker(7, 1),
         "segment_file": work.segment_file(segment_file_name(7, "writer1")),
         "frame_preview": work.frame_preview(1234),
         "claim (segment)": work.claim(segment_claim_name(7), 2),
@@ -68,7 +70,16 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
     # A new path in the layout must be added above (and to the document).
     members = {name for name, _ in inspect.getmembers(WorkLayout) if not name.startswith("_")}
     members |= {name for name, _ in inspect.getmembers(RootLayout) if not name.startswith("_")}
-    known = {"work_json", "segment_marker", "segment_file", "frame_preview", "claim", "run_lease", "sound_file"}
+    known = {
+        "work_json",
+        "segment_marker",
+        "retired_marker",
+        "segment_file",
+        "frame_preview",
+        "claim",
+        "run_lease",
+        "sound_file",
+    }
     known |= {"deleting", "worker", "signal", "under", "of", "work_id", "work_uri", "root_uri"}
     folders = {"segments_dir", "claims_dir", "runs_dir", "works_dir", "workers_dir"}
     assert members - known - folders == set(), "a new path in the layout: name it in docs/protocol.md and here"

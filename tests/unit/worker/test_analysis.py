@@ -88,15 +88,25 @@ def test_a_changed_detector_option_reads_another_analysis(faces: dict[str, str],
     assert len(folders) == 2
 
 
-def test_a_stored_analysis_that_does_not_match_its_segment_is_redone(faces: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["another segment's", "bytes flipped"])
+def test_a_damaged_stored_analysis_is_redone_and_replaced(damage: str, faces: dict[str, str], tmp_path: Path) -> None:
     shared = str(tmp_path / "shared")
     _swap(shared, faces["astronaut"], tmp_path / "a.mp4")
     (folder,) = (Path(shared) / "analysis").iterdir()
     layout = AnalysisLayout(folder.as_uri())
-    broken = storage.read_bytes(layout.segment_faces(1))
-    storage.write_bytes_atomic(layout.segment_faces(0), _short(broken))
+    if damage == "bytes flipped":
+        data = storage.read_bytes(layout.segment_faces(0))
+        middle = len(data) // 2
+        broken = data[:middle] + bytes(byte ^ 0xFF for byte in data[middle : middle + 64]) + data[middle + 64 :]
+    else:
+        broken = _short(storage.read_bytes(layout.segment_faces(1)))
+    storage.write_bytes_atomic(layout.segment_faces(0), broken)
     again = _swap(shared, faces["grace"], tmp_path / "b.mp4")
     assert (again.analysed_frames, again.analysis_reused_frames) == (SEGMENT, FRAMES - SEGMENT)
+    healed = _swap(shared, faces["astronaut"], tmp_path / "c.mp4", output_video_quality=89)
+    assert (healed.analysed_frames, healed.analysis_reused_frames) == (0, FRAMES)  # the redone analysis was stored
+    _swap(str(tmp_path / "fresh"), faces["grace"], tmp_path / "b-alone.mp4")
+    assert _digests(tmp_path / "b.mp4") == _digests(tmp_path / "b-alone.mp4")
 
 
 def _short(packed: bytes) -> bytes:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,10 @@ PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 
 def _digests(path: str | Path) -> list[str]:
     return [digest.md5 for digest in frame_digests(str(path))]
+
+
+def _frame_md5s(video: Path) -> list[str]:
+    return [digest.md5 for digest in frame_digests(str(video))]
 
 
 def _markers(work_uri: str) -> dict[int, SegmentMarker]:
@@ -129,11 +135,10 @@ def test_after_the_output_is_done_merge_reads_nothing(make_video: MakeVideo, tmp
     assert worker.merge(work_uri, target, output).skipped  # the output's marker names this work
 
 
-def test_merge_refuses_missing_or_corrupt_segments_and_writes_nothing(
-    make_video: MakeVideo, tmp_path: Path, work_root: str
+def test_merge_names_segments_not_committed_and_heals_damaged_ones(
+    make_video: MakeVideo, tmp_path: Path, work_root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     target = make_video(frames=12)
-    output = tmp_path / "out.mp4"
     options = {"segment_size": 4, **PASSTHROUGH}
     work_uri = work_uri_for(work_root, [], target, **options)
     worker.prepare(work_uri, [], target, **options)
@@ -143,13 +148,29 @@ def test_merge_refuses_missing_or_corrupt_segments_and_writes_nothing(
     kept = marker.read_bytes()
     marker.unlink()
     with pytest.raises(InvalidWorkError, match=r"segments 1 of 3 are not committed"):
-        worker.merge(work_uri, target, str(output))
-    marker.write_bytes(kept)
-    segment = folder / _markers(work_uri)[1].file
-    segment.write_bytes(segment.read_bytes()[:-10] + b"0123456789")
-    with pytest.raises(InvalidWorkError, match=r"00001\.\w+\.mp4: checksum differs"):
-        worker.merge(work_uri, target, str(output))
+        worker.merge(work_uri, target, str(tmp_path / "out.mp4"))
     assert list(tmp_path.glob("out*")) == []
+    marker.write_bytes(kept)
+    worker.merge(work_uri, target, str(tmp_path / "reference.mp4"))
+
+    markers = _markers(work_uri)
+    flipped, truncated = folder / markers[1].file, folder / markers[2].file
+    data = flipped.read_bytes()
+    flipped.write_bytes(data[:200] + bytes(byte ^ 0xFF for byte in data[200:264]) + data[264:])  # same size
+    truncated.write_bytes(truncated.read_bytes()[:-10])
+    (folder / "00000.json").write_text("{not a marker")
+    with caplog.at_level(logging.WARNING, "facefusion_provider.worker.integrity"):
+        worker.merge(work_uri, target, str(tmp_path / "healed.mp4"))
+    damaged = sorted(r.getMessage() for r in caplog.records if r.name == "facefusion_provider.worker.integrity")
+    assert [re.sub(r" of work .*", "", line) for line in damaged] == [f"segment {i}" for i in range(3)]
+    assert "00000.json: not a segment marker" in damaged[0] and "its checksum differs" in damaged[1]
+    assert "holds" in damaged[2]
+    assert _frame_md5s(tmp_path / "healed.mp4") == _frame_md5s(tmp_path / "reference.mp4")
+    assert sorted(p.name for p in folder.glob("*.retired.json")) == [f"0000{i}.0.retired.json" for i in range(3)]
+    assert sorted(p.name for p in folder.glob("0000?.1.json")) == [f"0000{i}.1.json" for i in range(3)]
+    caplog.clear()
+    worker.merge(work_uri, target, str(tmp_path / "again.mp4"))  # the new incarnations pass their checks
+    assert caplog.records == [] or all("damaged" not in record.getMessage() for record in caplog.records)
 
 
 def test_merge_refuses_a_segment_file_with_other_frames(make_video: MakeVideo, tmp_path: Path, work_root: str) -> None:
@@ -164,7 +185,7 @@ def test_merge_refuses_a_segment_file_with_other_frames(make_video: MakeVideo, t
     # Segment 1's file replaced by segment 0's (and its marker's checksum updated to match): it holds other frames.
     (folder / markers[1].file).write_bytes((folder / markers[0].file).read_bytes())
     data = json.loads((folder / "00001.json").read_text())
-    data["sha256"] = storage.file_sha256(folder / markers[1].file)
+    data.update(sha256=storage.file_sha256(folder / markers[1].file), size=(folder / markers[1].file).stat().st_size)
     (folder / "00001.json").write_text(json.dumps(data))
     with pytest.raises(InvalidWorkError, match=r"is labelled .*segment 0 frames 0-5.*expected .*segment 1 frames 6-11"):
         worker.merge(work_uri, target, str(output))
