@@ -99,7 +99,7 @@ class CallCounter:
         self.calls = 0
 
     def install(self) -> None:
-        from facefusion_provider.worker import metrics
+        from facefusion_provider.telemetry import metrics
 
         for name in ("add", "set"):
             original = getattr(metrics._Totals, name)
@@ -124,7 +124,7 @@ def push_thread_cpu_s() -> float:
 
 def call_cpu_s(calls: int = 1_000_000) -> float:
     """CPU seconds of one metric call of the frame loop's kinds (a counter add, a timed stage), "on"."""
-    from facefusion_provider.worker.metrics import worker_metrics
+    from facefusion_provider.telemetry.metrics import worker_metrics
 
     metrics = worker_metrics({names.WORK_ID: "bench"})
     began = time.process_time()
@@ -136,8 +136,8 @@ def call_cpu_s(calls: int = 1_000_000) -> float:
 
 def span(work_uri: str, target_uri: str) -> dict[str, Any]:
     """The span's frame loop over every segment, from nothing: frames, fps, CPU seconds per frame (all threads)."""
+    from facefusion_provider.work.access import load_work
     from facefusion_provider.worker.span import FrameProcessors, work_segments
-    from facefusion_provider.worker.work import load_work
 
     clear_work(work_uri)
     layout = WorkLayout(work_uri)
@@ -155,7 +155,7 @@ def span(work_uri: str, target_uri: str) -> dict[str, Any]:
 
 
 def measure(setup: Setup) -> dict[str, Any]:
-    from facefusion_provider.worker.metrics import close_metrics, worker_metrics
+    from facefusion_provider.telemetry.metrics import close_metrics, worker_metrics
 
     for variable in (*names.OTLP_ENDPOINT_VARIABLES, names.REMOTE_WRITE_URL_VARIABLE, "OTEL_SDK_DISABLED"):
         os.environ.pop(variable, None)

@@ -3,7 +3,7 @@
 A work's segments and its target sit on an S3 server on loopback (moto, in its own process) behind a proxy that limits
 each direction to ``--mb-per-s`` (full duplex, shared by every connection, as a pod's network interface). The same work
 is merged by ``facefusion-worker merge`` twice over: once to a local file, once to S3, where the MP4's media data goes
-up in parts while the muxer writes it (``worker.publish``). The difference is what publishing to S3 adds to a merge;
+up in parts while the muxer writes it (``output.publish``). The difference is what publishing to S3 adds to a merge;
 the same link carrying the finished output alone is what a merge that uploads afterwards would add. Frames are noise
 coded losslessly, so the bytes, not the encoder, set the pace.
 

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
     from facefusion_provider.engine.face import Frame
     from facefusion_provider.engine.store import ModelStore
-    from facefusion_provider.media.mp4join import MovieFile
     from facefusion_provider.options import Options
+    from facefusion_provider.output.mp4join import MovieFile
     from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.work.records import SegmentMarker, WorkSpec
 
@@ -111,7 +111,7 @@ class SeekCosts:
 
 @dataclass(frozen=True)
 class JoinCosts:
-    """The merge joining an MP4 from the indexes (``media.mp4join``): CPU seconds, from the markers' stored moovs."""
+    """The merge joining an MP4 from the indexes (``output.mp4join``): CPU seconds, from the markers' stored moovs."""
 
     per_segment_s: float  # a marker's moov decoded and parsed, its label checked
     per_frame_s: float  # the joined tables and moov built, and its frame times replayed and checked
@@ -557,10 +557,10 @@ def join_costs(scratch: Path, frames: int = 4096, sizes: tuple[int, int] = (64, 
 
     from facefusion_provider import worker
     from facefusion_provider.media.mp4index import parse_movie, read_moov
-    from facefusion_provider.media.mp4join import MovieFile
+    from facefusion_provider.output.merge import committed_markers
+    from facefusion_provider.output.mp4join import MovieFile
+    from facefusion_provider.work.access import load_work
     from facefusion_provider.work.layout import WorkLayout
-    from facefusion_provider.worker.merge import committed_markers
-    from facefusion_provider.worker.work import load_work
 
     clip = scratch / "join.mp4"
     spec = VideoSpec(64, 48, audio_rate=48000)
@@ -600,7 +600,7 @@ def _join_from_markers(markers: list[SegmentMarker], target: MovieFile, work: Wo
     import base64
 
     from facefusion_provider.media.mp4index import parse_movie
-    from facefusion_provider.media.mp4join import MovieFile, join_movies, movie_comment
+    from facefusion_provider.output.mp4join import MovieFile, join_movies, movie_comment
 
     movies = []
     for marker in markers:
@@ -706,8 +706,8 @@ def segment_costs(
     import shutil
 
     from facefusion_provider import storage
+    from facefusion_provider.telemetry.metrics import worker_metrics
     from facefusion_provider.work.claims import SegmentClaims, scan_work
-    from facefusion_provider.worker.metrics import worker_metrics
     from facefusion_provider.worker.segments import Committer, SegmentPicker
 
     spec, layout = prepared_work(root, clip, LISTED_SEGMENTS)
@@ -863,11 +863,11 @@ def switch_seconds(scratch: Path, clip: Path) -> float:
     from facefusion_provider import storage, worker
     from facefusion_provider.media.images import encode_image
     from facefusion_provider.options import Options
+    from facefusion_provider.telemetry.metrics import worker_metrics
+    from facefusion_provider.work.access import load_work
     from facefusion_provider.work.ids import work_id
     from facefusion_provider.work.layout import WorkLayout
-    from facefusion_provider.worker.metrics import worker_metrics
     from facefusion_provider.worker.span import FrameProcessors
-    from facefusion_provider.worker.work import load_work
 
     root, options = (scratch / "switch").as_uri(), Options(trim_frame_end=8, segment_size=8)
     face = np.ascontiguousarray(data.astronaut())  # type: ignore[no-untyped-call]

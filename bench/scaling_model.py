@@ -18,10 +18,10 @@ from typing import Any
 from scaling_measure import JoinCosts, Measured
 from scaling_sim import STANDING_POLL_S, Overheads, Pool, RunPlan
 
+from facefusion_provider.output.merge import MARKER_READS_AT_ONCE
 from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
 from facefusion_provider.storage.compose import COMPOSE_REQUESTS_AT_ONCE
 from facefusion_provider.work.plan import plan_segments, plan_spans
-from facefusion_provider.worker.merge import MARKER_READS_AT_ONCE
 
 PIPELINE_QUEUE_FRAMES = 16  # worker/pipeline.py: QUEUE_BATCHES x the GPU batch (8) frames decoded ahead
 LIST_PAGE_KEYS = 1000  # S3 ListObjectsV2 returns at most this many keys a request
@@ -292,7 +292,7 @@ class Hops:
 def index_merge_s(
     measured: Measured, stated: Stated, frames: int, segments: int, *, stored_sound: bool = False
 ) -> float:
-    """The merge joining the output from the indexes (``worker/merge.py``, ``media/mp4join.py``), on S3: one listing,
+    """The merge joining the output from the indexes (``output/merge.py``, ``output/mp4join.py``), on S3: one listing,
     the markers read side by side (each holds its segment's moov), the join's CPU (measured), the target's moov, then
     one multipart upload in which S3 copies every segment of at least its smallest part and the stored sound, and
     this process sends the head and whatever is smaller; a run whose sound is not stored reads it from the target

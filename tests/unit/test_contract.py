@@ -32,7 +32,7 @@ NOT_YET_FROM_THE_CONTRACT = {
     "work/leases.py: FACEFUSION_RUN_LEASE_SECONDS",
     "storage/uris.py: FACEFUSION_ALLOWED_INPUT_PREFIXES",
     "storage/uris.py: FACEFUSION_ALLOWED_OUTPUT_PREFIXES",
-    "worker/merge.py: FACEFUSION_MERGE_PREFETCH",
+    "output/merge.py: FACEFUSION_MERGE_PREFETCH",
 }
 
 

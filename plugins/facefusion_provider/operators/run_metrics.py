@@ -41,7 +41,7 @@ def worker_metric_environment(
     ti: TaskInstanceLike, environ: Mapping[str, str], work_id: str | None = None
 ) -> dict[str, str]:
     """Variables a worker command needs for its metrics: where to push them (this side's exporter settings in
-    ``environ``) and the attributes that name its task (read by ``worker.metrics``)."""
+    ``environ``) and the attributes that name its task (read by ``telemetry.metrics``)."""
     forwarded = {name: environ[name] for name in names.FORWARDED_VARIABLES if environ.get(name)}
     values = {
         names.DAG_ID: ti.dag_id,

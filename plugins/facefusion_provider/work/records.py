@@ -180,3 +180,8 @@ class Sweep(_Record):
     run_key: str
     started_at: datetime
     ttl_seconds: float = Field(gt=0)
+
+
+def segment_label(spec: WorkSpec, segment: Segment) -> str:
+    """Stored in the segment file itself: the merge refuses a file that holds another work's or segment's frames."""
+    return f"facefusion-provider work {spec.work_id} segment {segment.index} {segment.label}"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from facefusion_provider.worker.merge import MergeResult, merge
+from facefusion_provider.output import MergeResult
+from facefusion_provider.work.access import load_work
+from facefusion_provider.worker.healing import merge
 from facefusion_provider.worker.prepare import prepare
 from facefusion_provider.worker.run import RunResult, run
 from facefusion_provider.worker.scheduler import swap_span
 from facefusion_provider.worker.serve import ServeResult, serve
 from facefusion_provider.worker.span import SpanResult
-from facefusion_provider.worker.work import load_work
 
 __all__ = [
     "MergeResult",

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import storage
+from facefusion_provider.telemetry.metrics import WorkerMetrics
 from facefusion_provider.work.layout import AnalysisLayout
 from facefusion_provider.work.records import WorkSpec
-from facefusion_provider.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
     from facefusion_provider.engine.face import Face, Frame

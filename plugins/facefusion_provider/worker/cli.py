@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 from facefusion_provider.contract import TERMINATION_LOG_VARIABLE, WorkerSettings, build_parser, failure_report
 from facefusion_provider.exceptions import EXIT_OK, FaceFusionError
 from facefusion_provider.options import options_from_namespace
-from facefusion_provider.worker.metrics import worker_metrics
-from facefusion_provider.worker.work import run_held
+from facefusion_provider.telemetry.metrics import worker_metrics
+from facefusion_provider.work.access import run_held
+from facefusion_provider.worker import faults
 
 
 def execute(args: argparse.Namespace, settings: WorkerSettings) -> dict[str, Any]:
@@ -71,6 +72,7 @@ def _run_command(
             guard=guard,
         )
         return asdict(result)
+    faults.maybe_inject("merge")
     merged = worker.merge(
         args.work_uri, args.target, args.output, models_dir=args.models_dir, owner=settings.task_key, guard=guard
     )

@@ -21,6 +21,7 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.options import Options
 from facefusion_provider.work import leases
+from facefusion_provider.work.access import checked_uris, load_work, work_layout
 from facefusion_provider.work.claims import (
     SegmentClaims,
     WorkState,
@@ -41,7 +42,6 @@ from facefusion_provider.work.leases import help_seconds
 from facefusion_provider.work.records import RunLease, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
-from facefusion_provider.worker.work import checked_uris, load_work, work_layout
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +334,7 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
 
 
 def _store_sound(layout: WorkLayout, target_uri: str) -> None:
-    from facefusion_provider.worker.sound import store_sound
+    from facefusion_provider.output.sound import store_sound
 
     began = time.monotonic()
     try:
@@ -356,7 +356,7 @@ def merge_waiting_outputs(layout: WorkLayout, *, owner: str, models_dir: str | N
     merge task to be scheduled and started, and that task then finds it done. Should this fail, or the worker die
     here, the merge task merges as before and reports the error; so a failure is only logged here.
     """
-    from facefusion_provider.worker.merge import merge
+    from facefusion_provider.worker.healing import merge
 
     merged, claims = 0, SegmentClaims(layout, owner=owner)
     for held in leases.run_leases(layout):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.telemetry.metrics import WorkerMetrics
 from facefusion_provider.work.claims import SegmentClaims, WorkState, commit_marker, longest_free_run, scan_work
 from facefusion_provider.work.layout import WorkLayout, segment_file_name
-from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec
-from facefusion_provider.worker.metrics import WorkerMetrics
+from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec, segment_label
 from facefusion_provider.worker.progress import Progress
 
 if TYPE_CHECKING:
@@ -37,11 +37,6 @@ logger = logging.getLogger(__name__)
 
 PREROLLS_KEPT = 4  # pre-rolls decoded and not yet taken by the frame processor, at most
 COMMITS_AHEAD = 2  # segments encoded and waiting for their upload at most: bounds the temporary disk a worker uses
-
-
-def segment_label(spec: WorkSpec, segment: Segment) -> str:
-    """Stored in the segment file itself: the merge refuses a file that holds another work's or segment's frames."""
-    return f"facefusion-provider work {spec.work_id} segment {segment.index} {segment.label}"
 
 
 @dataclass
@@ -382,7 +377,7 @@ class SegmentWriter:
 
     def _open(self, segment: Segment) -> None:
         from facefusion_provider.media.encode import VideoEncoder, encoder_settings
-        from facefusion_provider.media.merge import segment_pts_offset
+        from facefusion_provider.output.remux import segment_pts_offset
 
         probe = self.spec.probe
         self._segment, self._thumbnails, self._opened = segment, {}, time.perf_counter()

@@ -15,19 +15,20 @@ from dataclasses import dataclass, field
 from facefusion_provider import storage
 from facefusion_provider.contract import SpanProgress
 from facefusion_provider.metric_names import WORK_ID
+from facefusion_provider.storage.scratch import scratch_folder
+from facefusion_provider.telemetry.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.work import leases
+from facefusion_provider.work.access import checked_uris, load_work
 from facefusion_provider.work.claims import (
     SegmentClaims,
     check_conditional_writes,
     scan_work,
 )
-from facefusion_provider.work.layout import AnalysisLayout, WorkLayout, work_root_of
+from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
-from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
 from facefusion_provider.worker.progress import Progress
-from facefusion_provider.worker.scratch import scratch_folder
 from facefusion_provider.worker.segments import (
     Committer,
     SegmentFrames,
@@ -35,7 +36,6 @@ from facefusion_provider.worker.segments import (
     SegmentWriter,
     chosen_media_paths,
 )
-from facefusion_provider.worker.work import checked_uris, load_work
 
 logger = logging.getLogger(__name__)
 
@@ -252,29 +252,6 @@ def work_segments(
             "fps": round(frames_done / total, 2) if total else 0.0,
         },
     )
-
-
-def recompute_segments(
-    spec: WorkSpec,
-    layout: WorkLayout,
-    target_uri: str,
-    indexes: list[int],
-    *,
-    models_dir: str | None,
-    owner: str = "",
-    guard: Callable[[], None] | None = None,
-) -> None:
-    """Work segments ``indexes`` (sorted) in this process until each is committed again: their damaged commits were
-    retired (``worker.integrity``). Claims as any worker does, so one another worker already took is waited for."""
-    processors = FrameProcessors(spec, models_dir, work_root_of(layout))
-    runs: list[list[int]] = []
-    for index in indexes:
-        if runs and runs[-1][-1] == index - 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    for run in runs:
-        work_segments(spec, layout, target_uri, range(run[0], run[-1] + 1), processors, owner=owner, guard=guard)
 
 
 def _result(span: int, own: range, reused: int, *, skipped: bool) -> SpanResult:

@@ -65,7 +65,7 @@ class Setup:
         return self.media / "face.png"
 
     def scratch_folders(self) -> list[Path]:
-        """The worker's temporary folders under the cluster's TMPDIR (``worker/scratch.py``)."""
+        """The worker's temporary folders under the cluster's TMPDIR (``storage/scratch.py``)."""
         return sorted((self.tmp / "facefusion-worker").glob("*-*"))
 
 

@@ -13,8 +13,8 @@ import signal
 import sys
 import time
 
+from facefusion_provider.telemetry.metrics import worker_metrics
 from facefusion_provider.worker.cli import _terminate
-from facefusion_provider.worker.metrics import worker_metrics
 
 
 def main(frames: int, commit_every: int, hang_after: int | None) -> None:

@@ -4,7 +4,7 @@
 task defers and the wait (task, then trigger) sets ``airflow.facefusion.segments.waiting`` through Airflow's OTel
 backend, as in a deployment. Debian's Prometheus 2.42 has no OTLP receiver, so the OTLP requests reach it through
 ``OtlpToPrometheus``: the project's OTLP endpoint, forwarding every point by remote write under the names Prometheus'
-OTLP receiver gives them (``metric_names.prometheus_name``, ``worker/remote_write.py``). The query must say the run's N
+OTLP receiver gives them (``metric_names.prometheus_name``, ``telemetry/remote_write.py``). The query must say the run's N
 free segments while it waits; then a ``facefusion-worker serve`` starts (what KEDA would start), works the segments,
 and the query falls to 0."""
 
@@ -32,8 +32,8 @@ from otlp_receiver import OtlpReceiver, Point, child_environment
 from test_prometheus_remote_write import prometheus, query  # noqa: F401  (prometheus: a fixture)
 
 from facefusion_provider.metric_names import MetricKind, prometheus_name
+from facefusion_provider.telemetry.remote_write import HEADERS, Sample, snappy_block, write_request
 from facefusion_provider.work.layout import output_marker_uri
-from facefusion_provider.worker.remote_write import HEADERS, Sample, snappy_block, write_request
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
 from facefusion_provider.operators.run_metrics import worker_metric_environment
-from facefusion_provider.worker.metrics import metric_attributes
+from facefusion_provider.telemetry.metrics import metric_attributes
 
 # What a task does: the task runner's own stats.initialize, then the helpers; the figures leave at exit.
 TASK = """

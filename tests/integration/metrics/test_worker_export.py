@@ -16,7 +16,7 @@ from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
 from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_RETRYABLE
-from facefusion_provider.worker import metrics as worker_metrics_module
+from facefusion_provider.telemetry import metrics as worker_metrics_module
 
 WORKER = Path(__file__).with_name("simulated_worker.py")
 TASK_ENVIRONMENT = {

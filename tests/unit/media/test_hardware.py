@@ -30,8 +30,8 @@ from facefusion_provider.media.hardware import (
 )
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.metric_names import MediaPath, MediaStage
+from facefusion_provider.telemetry.metrics import WorkerMetrics
 from facefusion_provider.work.records import WorkSpec
-from facefusion_provider.worker.metrics import WorkerMetrics
 from facefusion_provider.worker.segments import chosen_media_paths
 
 from .conftest import MakeVideo

@@ -13,8 +13,8 @@ from readback import frame_digests, packet_payloads
 
 from facefusion_provider import worker
 from facefusion_provider.exceptions import InvalidWorkError
-from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.probe import probe_video
+from facefusion_provider.output.remux import SegmentFile, merge_segments
 
 from .conftest import MakeVideo
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.worker.metrics import exporter_configured, metric_attributes
+from facefusion_provider.telemetry.metrics import exporter_configured, metric_attributes
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from facefusion_provider.metric_names import OTLP_ENDPOINT_VARIABLES, REMOTE_WRITE_URL_VARIABLE
-from facefusion_provider.worker.metrics import WorkerMetrics, worker_metrics
+from facefusion_provider.telemetry.metrics import WorkerMetrics, worker_metrics
 
 FRAME_LOOP = """
 import sys
-from facefusion_provider.worker.metrics import worker_metrics
+from facefusion_provider.telemetry.metrics import worker_metrics
 
 metrics = worker_metrics({"work_id": "j"})
 for _ in range(3):

@@ -22,9 +22,9 @@ from synth import VideoSpec, pattern_frames, write_video
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import RetryableError
 from facefusion_provider.options import Options
+from facefusion_provider.output.merge import _merge_original, copied_sample_ranges
 from facefusion_provider.work.ids import work_id
 from facefusion_provider.work.layout import WorkLayout
-from facefusion_provider.worker.merge import _merge_original, copied_sample_ranges
 
 PASSTHROUGH: dict[str, Any] = {"processors": [], "output_video_quality": 100}
 BIG_FRAMES = {"preset": "ultrafast", "crf": "0"}  # 320x240 lossless: about 70 KB a frame, more than FFmpeg reads over

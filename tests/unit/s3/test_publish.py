@@ -20,8 +20,8 @@ from s3_servers import pending_uploads
 from facefusion_provider import storage, worker
 from facefusion_provider.media.faststart import moov_at_end
 from facefusion_provider.media.mp4index import top_level_boxes
-from facefusion_provider.worker import publish
-from facefusion_provider.worker.publish import OutputPublisher
+from facefusion_provider.output import publish
+from facefusion_provider.output.publish import OutputPublisher
 
 
 class PublishError(Exception):

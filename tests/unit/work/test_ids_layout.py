@@ -10,6 +10,7 @@ import pytest
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.options import Options
 from facefusion_provider.work import ids
+from facefusion_provider.work.access import load_work
 from facefusion_provider.work.ids import analysis_id, run_key, work_id
 from facefusion_provider.work.layout import (
     AnalysisLayout,
@@ -23,7 +24,6 @@ from facefusion_provider.work.layout import (
     segment_file_name,
 )
 from facefusion_provider.work.records import WORK_FORMAT_VERSION
-from facefusion_provider.worker.work import load_work
 
 
 def test_work_id_depends_on_content_and_pixel_options_only() -> None:

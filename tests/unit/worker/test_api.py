@@ -159,9 +159,9 @@ def test_merge_names_segments_not_committed_and_heals_damaged_ones(
     flipped.write_bytes(data[:200] + bytes(byte ^ 0xFF for byte in data[200:264]) + data[264:])  # same size
     truncated.write_bytes(truncated.read_bytes()[:-10])
     (folder / "00000.json").write_text("{not a marker")
-    with caplog.at_level(logging.WARNING, "facefusion_provider.worker.integrity"):
+    with caplog.at_level(logging.WARNING, "facefusion_provider.output.integrity"):
         worker.merge(work_uri, target, str(tmp_path / "healed.mp4"))
-    damaged = sorted(r.getMessage() for r in caplog.records if r.name == "facefusion_provider.worker.integrity")
+    damaged = sorted(r.getMessage() for r in caplog.records if r.name == "facefusion_provider.output.integrity")
     assert [re.sub(r" of work .*", "", line) for line in damaged] == [f"segment {i}" for i in range(3)]
     assert "00000.json: not a segment marker" in damaged[0] and "its checksum differs" in damaged[1]
     assert "holds" in damaged[2]
@@ -251,7 +251,7 @@ def test_paths_with_spaces_and_special_characters(make_video: MakeVideo, tmp_pat
 def test_a_merged_file_with_the_wrong_frames_is_never_published(
     make_video: MakeVideo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import facefusion_provider.media.merge as media_merge
+    import facefusion_provider.output.remux as media_merge
 
     target = make_video(frames=9)
     stray = make_video(frames=4, name="stray.mp4")

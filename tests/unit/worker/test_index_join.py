@@ -16,7 +16,6 @@ from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InvalidWorkError
-from facefusion_provider.media.merge import SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import (
     TrackIndex,
     UnsupportedLayoutError,
@@ -25,13 +24,14 @@ from facefusion_provider.media.mp4index import (
     read_movie_index,
     top_level_boxes,
 )
-from facefusion_provider.media.mp4join import MovieFile, join_movies
 from facefusion_provider.media.probe import probe_video
+from facefusion_provider.output.merge import committed_markers
+from facefusion_provider.output.mp4join import MovieFile, join_movies
+from facefusion_provider.output.remux import SegmentFile, merge_segments
+from facefusion_provider.output.sound import store_sound
+from facefusion_provider.work.access import load_work
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri
 from facefusion_provider.work.records import OutputMarker
-from facefusion_provider.worker.merge import committed_markers
-from facefusion_provider.worker.sound import store_sound
-from facefusion_provider.worker.work import load_work
 
 from .conftest import MakeVideo
 

@@ -16,8 +16,8 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.media.mp4index import TrackIndex, read_movie_index
-from facefusion_provider.worker.merge import copied_sample_ranges
-from facefusion_provider.worker.prefetch import Prefetch
+from facefusion_provider.output.merge import copied_sample_ranges
+from facefusion_provider.storage.prefetch import Prefetch
 
 from .conftest import MakeVideo
 

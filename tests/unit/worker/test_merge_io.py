@@ -23,13 +23,13 @@ from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
-from facefusion_provider.media.merge import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
+from facefusion_provider.output.merge import MERGE_PREFETCH_VARIABLE
+from facefusion_provider.output.remux import PendingSegment, SegmentFile, merge_segments
+from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import WorkSpec
-from facefusion_provider.worker.merge import MERGE_PREFETCH_VARIABLE
-from facefusion_provider.worker.prefetch import Prefetch
 
 from .conftest import MakeVideo
 

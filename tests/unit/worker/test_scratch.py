@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from facefusion_provider.worker.scratch import LOCKING_NAME, PARENT_NAME, scratch_folder
+from facefusion_provider.storage.scratch import LOCKING_NAME, PARENT_NAME, scratch_folder
 
 # A worker that takes a folder, writes into it (a segment being encoded), says where it is, and waits to be killed.
 HOLDER = """
 import sys, time
-from facefusion_provider.worker.scratch import scratch_folder
+from facefusion_provider.storage.scratch import scratch_folder
 with scratch_folder("span-") as folder:
     open(folder + "/00003.mp4", "wb").write(b"half a segment")
     print(folder, flush=True)

@@ -1,5 +1,5 @@
 """The merge's index join: an MP4 output planned from the segments' and the target's moov boxes alone
-(``media.mp4join``), as pieces to compose; the segments' bytes are never read here (on S3, S3 copies them)."""
+(``output.mp4join``), as pieces to compose; the segments' bytes are never read here (on S3, S3 copies them)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,18 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.output.movies import movie_file
+from facefusion_provider.output.sound import stored_sound
+from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.work.layout import WorkLayout
-from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec
-from facefusion_provider.worker.prefetch import Prefetch
-from facefusion_provider.worker.segments import segment_label
-from facefusion_provider.worker.sound import stored_sound
+from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec, segment_label
 
 if TYPE_CHECKING:
-    from facefusion_provider.media.mp4join import MovieFile
+    from facefusion_provider.output.mp4join import MovieFile
 
 logger = logging.getLogger(__name__)
 
 INDEX_JOIN_EXTENSIONS = frozenset({"mp4", "m4v"})  # outputs joined from the segments' indexes when they allow it
-INDEX_READ_BYTES = 256 * 1024  # the ranged reads of a remote MP4's index: its head, then its moov
 INDEX_READS_AT_ONCE = 32  # index reads in flight at once, within the S3 client's connection pool
 
 
@@ -57,10 +56,10 @@ def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
     target_uri: str,
     output_uri: str,
 ) -> JoinPlan | None:
-    """The output as ``media.mp4join`` plans it; None (with the reason logged) where it does not apply, and the merge
+    """The output as ``output.mp4join`` plans it; None (with the reason logged) where it does not apply, and the merge
     remuxes. The target's sound comes from the work's stored sound where it holds exactly those bytes."""
     from facefusion_provider.media.mp4index import UnsupportedLayoutError
-    from facefusion_provider.media.mp4join import join_movies
+    from facefusion_provider.output.mp4join import join_movies
 
     began = time.perf_counter()
     reason = join_refusal(spec, output_uri)
@@ -100,25 +99,14 @@ def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
     return JoinPlan(pieces, index_s=time.perf_counter() - began)
 
 
-def movie_file(uri: str) -> MovieFile | None:
-    """An input's moov and its parsed index, read by two small ranged reads on S3; None where it is not plain MP4."""
-    from facefusion_provider.media.mp4index import parse_movie, read_moov
-    from facefusion_provider.media.mp4join import MovieFile
-
-    with storage.open_input(uri, block_size=INDEX_READ_BYTES) as handle:
-        found = read_moov(handle)
-    movie = None if found is None else parse_movie(*found)
-    return None if found is None or movie is None else MovieFile(found[0], found[1], movie)
-
-
 def _segment_movie(
     spec: WorkSpec, layout: WorkLayout, marker: SegmentMarker, segment: Segment, listed_size: int | None
 ) -> MovieFile | None:
-    """A committed segment's index (its file was checked against its marker before: ``worker.integrity``), and its
+    """A committed segment's index (its file was checked against its marker before: ``output.integrity``), and its
     label. A remote file's index comes from its marker, where the commit stored it, and its bytes are never read here:
     S3 copies them."""
     from facefusion_provider.media.mp4index import parse_movie
-    from facefusion_provider.media.mp4join import MovieFile, movie_comment
+    from facefusion_provider.output.mp4join import MovieFile, movie_comment
 
     uri = layout.segment_file(marker.file)
     if marker.moov is None or storage.local_path(uri) is not None:

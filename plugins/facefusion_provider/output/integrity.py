@@ -17,11 +17,11 @@ from typing import Literal
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.storage.prefetch import Prefetch
+from facefusion_provider.telemetry.metrics import WorkerMetrics
 from facefusion_provider.work.claims import retire_commit
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import SegmentMarker
-from facefusion_provider.worker.metrics import WorkerMetrics
-from facefusion_provider.worker.prefetch import Prefetch
 
 logger = logging.getLogger(__name__)
 

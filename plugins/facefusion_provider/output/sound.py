@@ -5,15 +5,15 @@ frames: reaching them reads the whole target)."""
 from __future__ import annotations
 
 from facefusion_provider import storage
+from facefusion_provider.output.movies import movie_file
 from facefusion_provider.work.layout import WorkLayout
 
 
 def store_sound(layout: WorkLayout, target_uri: str) -> int:
     """Stores the target's sound in the work; a standing worker does this while the frames are worked. Returns the
     bytes stored (0: nothing to store)."""
-    from facefusion_provider.media.mp4index import UnsupportedLayoutError
-    from facefusion_provider.media.mp4join import sound_ranges
-    from facefusion_provider.worker.join import movie_file
+    from facefusion_provider.media.mp4index import UnsupportedLayoutError  # numpy: see ``output.movies``
+    from facefusion_provider.output.mp4join import sound_ranges
 
     target = movie_file(target_uri)
     try:

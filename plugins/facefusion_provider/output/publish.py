@@ -30,9 +30,9 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS, faststart_head, media_start, moov_at_end
 from facefusion_provider.media.mp4index import UnsupportedLayoutError
+from facefusion_provider.output import MergeResult
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri, preview_uri_of
 from facefusion_provider.work.records import OutputMarker, WorkSpec
-from facefusion_provider.worker.merge import MergeResult
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource

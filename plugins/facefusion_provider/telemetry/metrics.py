@@ -311,7 +311,7 @@ def close_metrics(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
 
 def _exporter(environ: Mapping[str, str]) -> MetricExporter:
     if url := environ.get(names.REMOTE_WRITE_URL_VARIABLE, "").strip():
-        from facefusion_provider.worker.remote_write import RemoteWriteExporter
+        from facefusion_provider.telemetry.remote_write import RemoteWriteExporter
 
         return RemoteWriteExporter(url, timeout_s=EXIT_FLUSH_TIMEOUT_S)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter

@@ -1,9 +1,9 @@
 """``merge``: this run's output from the committed segments, with the target's audio, frame-exact and never encoded
 again, published atomically, with its preview and its marker beside it.
 
-An MP4 output is joined from indexes (``worker.join``, ``media.mp4join``): its moov is built from the moovs the segment
+An MP4 output is joined from indexes (``output.index_join``, ``output.mp4join``): its moov is built from the moovs the segment
 markers carry and the target's, and its media data is copied as it is (on S3 by S3 itself: ``storage.compose``).
-Anything else is remuxed here, verified, and published as it is written; either way ``worker.publish`` writes the
+Anything else is remuxed here, verified, and published as it is written; either way ``output.publish`` writes the
 preview and the marker.
 
 The output, its preview and its marker belong to the run that names them; the segments are the shared work's. One
@@ -19,31 +19,28 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.metric_names import WORK_ID
-from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
-from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, output_done, preview_uri_of
-from facefusion_provider.work.records import SegmentMarker, WorkSpec
-from facefusion_provider.worker import faults
-from facefusion_provider.worker.integrity import (
+from facefusion_provider.output import MergeResult
+from facefusion_provider.output.index_join import join_refusal, plan_join
+from facefusion_provider.output.integrity import (
     Damage,
     SegmentsDamaged,
     damaged_segments,
     digest_damage,
     retire_damaged,
 )
-from facefusion_provider.worker.join import join_refusal, plan_join
-from facefusion_provider.worker.metrics import worker_metrics
-from facefusion_provider.worker.prefetch import Prefetch
-from facefusion_provider.worker.scratch import scratch_folder
-from facefusion_provider.worker.segments import segment_label
-from facefusion_provider.worker.span import recompute_segments
-from facefusion_provider.worker.work import checked_uris, load_work, work_layout
+from facefusion_provider.storage.prefetch import Prefetch
+from facefusion_provider.storage.scratch import scratch_folder
+from facefusion_provider.telemetry.metrics import worker_metrics
+from facefusion_provider.work.access import checked_uris, load_work, work_layout
+from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
+from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, output_done, preview_uri_of
+from facefusion_provider.work.records import SegmentMarker, WorkSpec, segment_label
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
@@ -56,33 +53,17 @@ MARKER_READS_AT_ONCE = 32  # the merge's marker reads in flight at once, within 
 HEAL_ROUNDS = 3  # times a merge computes damaged segments again before it blames the store
 
 
-@dataclass(frozen=True)
-class MergeResult:
-    output_uri: str
-    preview_uri: str
-    frame_count: int
-    skipped: bool  # the output already exists for this work
-    timings: dict[str, float] = field(default_factory=dict)
-    method: str = "remux"  # or "index": joined from the inputs' indexes, see ``worker.join``
-
-
 def merge_prefetch() -> int:
     """How many segments the merge downloads (and checks) at once, ahead of the one it is remuxing."""
     return storage.positive_setting(MERGE_PREFETCH_VARIABLE, DEFAULT_MERGE_PREFETCH)
 
 
-def merge(
-    work_uri: str,
-    target: str,
-    output: str,
-    *,
-    models_dir: str | None = None,
-    owner: str = "",
-    guard: Callable[[], None] | None = None,
-) -> MergeResult:
-    """Write ``output`` from the work's committed segments and ``target``'s other streams; a damaged segment is
-    computed again here (with the models from ``models_dir``, claiming it for ``owner``) and the merge goes on."""
-    faults.maybe_inject("merge")
+Recompute = Callable[[list[int]], None]  # computes the given segments again, each committed before it returns
+
+
+def merge(work_uri: str, target: str, output: str, recompute: Recompute) -> MergeResult:
+    """Write ``output`` from the work's committed segments and ``target``'s other streams; damaged segments are
+    computed again by ``recompute`` (the worker's loop) and the merge goes on."""
     layout = work_layout(work_uri)
     uris = checked_uris([], target, output)
     assert uris.output_uri is not None
@@ -92,24 +73,17 @@ def merge(
         return MergeResult(uris.output_uri, preview_uri_of(uris.output_uri), done.frame_count, skipped=True)
     spec = load_work(layout)
     check_output_format(uris.output_uri, spec.options, CLI_FIELDS)
-    return merge_work(spec, layout, uris.target_uri, uris.output_uri, models_dir=models_dir, owner=owner, guard=guard)
+    return merge_work(spec, layout, uris.target_uri, uris.output_uri, recompute)
 
 
 def merge_work(
-    spec: WorkSpec,
-    layout: WorkLayout,
-    target_uri: str,
-    output_uri: str,
-    *,
-    models_dir: str | None = None,
-    owner: str = "",
-    guard: Callable[[], None] | None = None,
+    spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str, recompute: Recompute
 ) -> MergeResult:
-    """The output joined from the indexes where it can be (``worker.join``), else remuxed; then its preview and marker.
-    The caller has checked that the output is not done yet.
+    """The output joined from the indexes where it can be (``output.index_join``), else remuxed; then its preview and
+    marker. The caller has checked that the output is not done yet.
 
-    Every segment is checked against its marker first (``worker.integrity``); damaged ones are retired, computed again
-    in this process and the merge starts over, up to ``HEAL_ROUNDS`` times."""
+    Every segment is checked against its marker first (``output.integrity``); damaged ones are retired, computed again
+    by ``recompute`` and the merge starts over, up to ``HEAL_ROUNDS`` times."""
     metrics = worker_metrics({WORK_ID: spec.work_id})
     for heal_round in range(HEAL_ROUNDS + 1):
         try:
@@ -121,14 +95,13 @@ def merge_work(
                     f"corrupts what is written to it: {found}"
                 ) from None
             retire_damaged(layout, found.damage, metrics)
-            indexes = sorted({item.index for item in found.damage})
-            recompute_segments(spec, layout, target_uri, indexes, models_dir=models_dir, owner=owner, guard=guard)
+            recompute(sorted({item.index for item in found.damage}))
     raise AssertionError("unreachable")
 
 
 def _merge_checked(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
     """One merge over segments that pass their checks; ``SegmentsDamaged`` for those that do not."""
-    from facefusion_provider.worker.publish import finish_merge
+    from facefusion_provider.output.publish import finish_merge  # numpy (0.2-0.3 s): not when the CLI starts
 
     began = time.perf_counter()
     markers, sizes = _committed(spec, layout)
@@ -169,8 +142,8 @@ def _remux(
 ) -> tuple[int, str, dict[str, float]]:
     """The output remuxed from the segment files and the target's other streams, verified and published: its size,
     sha256 and timings."""
-    from facefusion_provider.media.merge import PendingSegment, merge_segments
-    from facefusion_provider.worker.publish import OutputPublisher
+    from facefusion_provider.output.publish import OutputPublisher
+    from facefusion_provider.output.remux import PendingSegment, merge_segments
 
     pending = [
         PendingSegment(marker.start, marker.end, segment_label(spec, segment))
