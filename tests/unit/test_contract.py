@@ -24,16 +24,6 @@ from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, InvalidO
 from facefusion_provider.options import Options, options_from_namespace
 
 PACKAGE = Path(contract.__file__).parent
-# Readers that other work in this change moves onto WorkerSettings (the leases' TTLs, the allow-lists, merge's
-# prefetch); each still spells its variable as the contract does. Remove a line when its module imports the name.
-NOT_YET_FROM_THE_CONTRACT = {
-    "work/claims.py: FACEFUSION_CLAIM_LEASE_SECONDS",
-    "work/leases.py: FACEFUSION_HELP_OTHER_RUNS_SECONDS",
-    "work/leases.py: FACEFUSION_RUN_LEASE_SECONDS",
-    "storage/uris.py: FACEFUSION_ALLOWED_INPUT_PREFIXES",
-    "storage/uris.py: FACEFUSION_ALLOWED_OUTPUT_PREFIXES",
-    "worker/merge.py: FACEFUSION_MERGE_PREFETCH",
-}
 
 
 def test_the_worker_reads_back_every_prepare_flag_the_operators_build() -> None:
@@ -123,5 +113,5 @@ def test_every_facefusion_variable_is_named_in_the_contract_alone() -> None:
         for match in literal.findall(path.read_text())
     }
     assert {"FACEFUSION_RUN_KEY", "FACEFUSION_TASK_KEY", "FACEFUSION_TERMINATION_LOG"} <= named
-    assert elsewhere - NOT_YET_FROM_THE_CONTRACT == set(), sorted(elsewhere)
-    assert {line.split(": ")[1] for line in NOT_YET_FROM_THE_CONTRACT} <= named  # the same spelling meanwhile
+    assert elsewhere == set(), sorted(elsewhere)
+

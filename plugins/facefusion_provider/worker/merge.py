@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 
 from facefusion_provider import storage
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
 from facefusion_provider.work.layout import WorkLayout, output_done, parse_segment_name, preview_uri_of
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
 MARKER_READS_AT_ONCE = 32  # the merge's marker reads in flight at once, within the S3 client's connection pool
 
@@ -57,7 +57,7 @@ class MergeResult:
 
 def merge_prefetch() -> int:
     """How many segments the merge downloads (and checks) at once, ahead of the one it is remuxing."""
-    return storage.positive_setting(MERGE_PREFETCH_VARIABLE, DEFAULT_MERGE_PREFETCH)
+    return worker_settings().merge_prefetch or DEFAULT_MERGE_PREFETCH
 
 
 def merge(work_uri: str, target: str, output: str) -> MergeResult:

@@ -22,13 +22,13 @@ from committed import committed_work, segment_file_uri
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
+from facefusion_provider.contract import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.merge import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import WorkSpec
-from facefusion_provider.worker.merge import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.worker.prefetch import Prefetch
 
 from .conftest import MakeVideo
@@ -269,5 +269,7 @@ def test_the_prefetch_setting_is_checked(
 ) -> None:
     work_uri, _, target = remote_work
     monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "0")
-    with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
+    with pytest.raises(
+        InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: input should be greater than or equal to 1, got '0'"
+    ):
         worker.merge(work_uri, target, "/tmp/never-written.mov")
