@@ -114,4 +114,3 @@ def test_every_facefusion_variable_is_named_in_the_contract_alone() -> None:
     }
     assert {"FACEFUSION_RUN_KEY", "FACEFUSION_TASK_KEY", "FACEFUSION_TERMINATION_LOG"} <= named
     assert elsewhere == set(), sorted(elsewhere)
-
