@@ -8,7 +8,9 @@ import glob
 import os
 import re
 import shutil
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +39,20 @@ def require_binary(name: str, *, package: str, also: Sequence[str] = ()) -> str:
 def needs_binary(name: str, *, package: str, also: Sequence[str] = ()) -> pytest.MarkDecorator:
     """A mark that skips a test (or a module, as ``pytestmark``) on a machine without ``name``."""
     return pytest.mark.skipif(find_binary(name, also=also) is None, reason=missing(name, package))
+
+
+Promtool = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def promtool() -> Promtool:
+    """Debian's promtool (the prometheus package), run on its arguments; a skip without it."""
+    program = require_binary("promtool", package="prometheus")
+
+    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([program, *map(str, args)], capture_output=True, text=True, check=False, timeout=60)
+
+    return run
 
 
 def missing(name: str, package: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from chart_helpers import (
 )
 from crd_schemas import CUSTOM_RESOURCE_SCHEMAS
 from kube_pod_helpers import KUBE_CONN_ID, KUBERNETES_VERSION, serialize, validate_strictly
-from system_binaries import require_binary
+from system_binaries import Promtool
 
 from facefusion_provider import metric_names
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
@@ -349,13 +348,7 @@ def test_keda_scales_the_standing_workers_from_zero_with_a_cooldown() -> None:
     }
 
 
-def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """Debian's promtool on ``args``; a skip without its package."""
-    program = require_binary("promtool", package="prometheus")
-    return subprocess.run([program, *map(str, args)], capture_output=True, text=True, check=False, timeout=60)
-
-
-def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path) -> None:
+def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path, promtool: Promtool) -> None:
     query = chart_values()["keda"]["prometheus"]["query"]
     for name, expression in (("keda", query), ("broken", query.removesuffix(")") + "(")):
         path = tmp_path / f"{name}.yml"
@@ -366,7 +359,9 @@ def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path)
         assert (result.returncode == 0) == (name == "keda"), result.stdout + result.stderr
 
 
-def test_the_keda_query_counts_each_runs_waiting_segments_once_and_nothing_when_none_wait(tmp_path: Path) -> None:
+def test_the_keda_query_counts_each_runs_waiting_segments_once_and_nothing_when_none_wait(
+    tmp_path: Path, promtool: Promtool
+) -> None:
     """Prometheus' engine (promtool test rules) evaluates the query over pushed series: run a seen by two triggerers
     (its span task moved), run b draining to 0; both stop pushing after 2 minutes (their runs ended)."""
     query = chart_values()["keda"]["prometheus"]["query"]

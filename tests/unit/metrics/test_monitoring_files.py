@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from airflow.sdk._shared.observability.metrics.metrics_registry import YAML_REGISTRY_PATH
-from system_binaries import require_binary
+from system_binaries import Promtool
 
 from facefusion_provider import metric_names as names
 
@@ -166,18 +165,12 @@ def test_the_alerts_cover_stalls_failures_and_idle_gpus() -> None:
     assert "DCGM_FI_DEV_GPU_UTIL" in metric_names_in(alerts["FacefusionGpusIdleWhileSegmentsWait"]["expr"])
 
 
-def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """Debian's promtool on ``args``; a skip without its package."""
-    program = require_binary("promtool", package="prometheus")
-    return subprocess.run([program, *map(str, args)], capture_output=True, text=True, check=False, timeout=60)
-
-
-def test_promtool_accepts_the_config_and_the_rules() -> None:
+def test_promtool_accepts_the_config_and_the_rules(promtool: Promtool) -> None:
     config = promtool("check", "config", PROMETHEUS_CONFIG)  # also checks the rule files it loads
     assert config.returncode == 0, config.stdout + config.stderr
 
 
-def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+def test_promtool_parses_every_dashboard_query(tmp_path: Path, promtool: Promtool) -> None:
     grafana = {"$__rate_interval": "1m", "$__range": "1h", "$dag_id": ".*", "$run_id": ".*"}
     rules = []
     for index, expression in enumerate(dashboard_expressions()):
