@@ -35,7 +35,7 @@ TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
 FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"  # tests only
 ALLOWED_INPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_INPUT_PREFIXES"
 ALLOWED_OUTPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_OUTPUT_PREFIXES"
-HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
+HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"  # a span worker then works other live runs (0: none)
 CLAIM_LEASE_SECONDS_VARIABLE = "FACEFUSION_CLAIM_LEASE_SECONDS"
 RUN_LEASE_SECONDS_VARIABLE = "FACEFUSION_RUN_LEASE_SECONDS"  # the CLI run's lease TTL (tests shorten it)
 METRIC_DAG_ID_VARIABLE = "FACEFUSION_METRIC_DAG_ID"
@@ -65,7 +65,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class WorkerSettings(BaseModel):
-    """Everything the worker reads from its environment, read once (``WorkerSettings.from_environ(os.environ)``)."""
+    """Everything the worker reads from its environment, read once at its start (``from_environ(os.environ)``)."""
 
     model_config = ConfigDict(frozen=True)
 
