@@ -18,10 +18,14 @@ from facefusion_provider.contract import (
     prepare_worker_args,
     progress_in_line,
     span_worker_args,
+    using_worker_settings,
     worker_argv,
+    worker_settings,
 )
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, InvalidOptionError, NoFaceError
 from facefusion_provider.options import Options, options_from_namespace
+from facefusion_provider.work.claims import lease_seconds
+from facefusion_provider.worker.merge import DEFAULT_MERGE_PREFETCH, merge_prefetch
 
 PACKAGE = Path(contract.__file__).parent
 
@@ -78,6 +82,36 @@ def test_the_worker_settings_come_from_the_environment_once() -> None:
 def test_a_bad_worker_variable_is_refused_naming_it() -> None:
     with pytest.raises(InvalidOptionError, match="FACEFUSION_TRY_NUMBER"):
         WorkerSettings.from_environ({"FACEFUSION_TRY_NUMBER": "two"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "refusal"),
+    [
+        ("FACEFUSION_MERGE_PREFETCH", "0", "greater than or equal to 1"),  # the merge needs one segment in flight
+        ("FACEFUSION_CLAIM_LEASE_SECONDS", "0", "greater than 0"),
+        ("FACEFUSION_HELP_OTHER_RUNS_SECONDS", "-5", "greater than or equal to 0"),
+        ("FACEFUSION_S3_MAX_ATTEMPTS", "2.5", "valid integer"),
+    ],
+)
+def test_a_number_the_worker_cannot_use_is_refused_by_the_contract(variable: str, value: str, refusal: str) -> None:
+    with pytest.raises(
+        InvalidOptionError, match=rf"^{variable}: input should be .*{refusal}.*, got '{re.escape(value)}'$"
+    ):
+        WorkerSettings.from_environ({variable: value})
+
+
+def test_the_worker_uses_the_settings_it_installed_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FACEFUSION_MERGE_PREFETCH", "7")
+    monkeypatch.setenv("FACEFUSION_CLAIM_LEASE_SECONDS", "90")
+    installed = WorkerSettings.from_environ({"FACEFUSION_MERGE_PREFETCH": "2", "FACEFUSION_CLAIM_LEASE_SECONDS": "2.5"})
+
+    assert (merge_prefetch(), lease_seconds()) == (7, 90)  # a library caller: the environment's now
+    with using_worker_settings(installed):
+        monkeypatch.setenv("FACEFUSION_MERGE_PREFETCH", "not read")
+        assert worker_settings() is installed
+        assert (merge_prefetch(), lease_seconds()) == (2, 2.5)  # a fraction of a second, as the contract allows
+    monkeypatch.delenv("FACEFUSION_MERGE_PREFETCH")
+    assert merge_prefetch() == DEFAULT_MERGE_PREFETCH
 
 
 def test_the_failure_report_the_worker_writes_is_the_one_the_operators_read() -> None:
