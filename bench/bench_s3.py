@@ -41,15 +41,17 @@ from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from worker_runs import run_worker, write_report  # noqa: E402
 
 from facefusion_provider import storage  # noqa: E402
+from facefusion_provider.contract import (  # noqa: E402
+    INPUT_CACHE_DIR_VARIABLE,
+    S3_READ_BLOCK_VARIABLE,
+    TASK_KEY_VARIABLE,
+)
 from facefusion_provider.options import Options  # noqa: E402
-from facefusion_provider.storage.inputs import INPUT_CACHE_DIR_VARIABLE, READ_BLOCK_VARIABLE  # noqa: E402
 from facefusion_provider.work.claims import SegmentClaims, scan_work  # noqa: E402
 from facefusion_provider.work.ids import work_id  # noqa: E402
 from facefusion_provider.work.layout import WorkLayout  # noqa: E402
 from facefusion_provider.work.plan import plan_spans  # noqa: E402
 from facefusion_provider.work.records import Span, WorkSpec  # noqa: E402
-
-TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"  # the claims' owner: a span's worker takes over its own task's claims
 
 # Stated network model for the "where the cache pays" estimate (S3 in-region, one connection).
 REQUEST_LATENCY_S = 0.03
@@ -101,7 +103,7 @@ def measure_mode(
     if mode == "node_cache":
         env[INPUT_CACHE_DIR_VARIABLE] = str(scratch / "cache")
     if mode.startswith("ranged_reads_"):
-        env[READ_BLOCK_VARIABLE] = str(int(mode.rsplit("_", 1)[1].removesuffix("KiB")) * 1024)
+        env[S3_READ_BLOCK_VARIABLE] = str(int(mode.rsplit("_", 1)[1].removesuffix("KiB")) * 1024)
     options = Options(processors=[], segment_size=segment_size)
     prepare_options = ["--processors", "--segment-size", str(segment_size)]
 

@@ -1,18 +1,23 @@
 """The contract between the operators and ``facefusion-worker``, in one place: the environment variables, the argv
 (built by the operators, parsed by the worker), the failure report, the progress line, and the worker's settings read
 from its environment. Shared by both sides: stdlib, pydantic and the options model only (no Airflow, no media).
+
+``WorkerSettings`` is the only reader of the worker's ``FACEFUSION_*`` variables: the worker reads them once at its
+start and installs them (``using_worker_settings``); its modules ask ``worker_settings()`` instead of the environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from facefusion_provider.exceptions import (
     EXIT_INTERNAL,
@@ -30,7 +35,7 @@ TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
 FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"  # tests only
 ALLOWED_INPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_INPUT_PREFIXES"
 ALLOWED_OUTPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_OUTPUT_PREFIXES"
-HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
+HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"  # a span worker then works other live runs (0: none)
 CLAIM_LEASE_SECONDS_VARIABLE = "FACEFUSION_CLAIM_LEASE_SECONDS"
 RUN_LEASE_SECONDS_VARIABLE = "FACEFUSION_RUN_LEASE_SECONDS"  # the CLI run's lease TTL (tests shorten it)
 METRIC_DAG_ID_VARIABLE = "FACEFUSION_METRIC_DAG_ID"
@@ -60,7 +65,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class WorkerSettings(BaseModel):
-    """Everything the worker reads from its environment, read once (``WorkerSettings.from_environ(os.environ)``)."""
+    """Everything the worker reads from its environment, read once at its start (``from_environ(os.environ)``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,8 +88,13 @@ class WorkerSettings(BaseModel):
     s3_read_block_bytes: int | None = Field(default=None, ge=1)
     input_cache_dir: str | None = None
     input_cache_max_bytes: int | None = Field(default=None, ge=0)
-    merge_prefetch: int | None = Field(default=None, ge=0)
+    merge_prefetch: int | None = Field(default=None, ge=1)
     metrics_remote_write_url: str | None = None
+    metric_dag_id: str = ""
+    metric_run_id: str = ""
+    metric_task_id: str = ""
+    metric_map_index: str = ""
+    metric_work_id: str = ""
     gpu_model: str | None = None
 
     @classmethod
@@ -93,14 +103,42 @@ class WorkerSettings(BaseModel):
         ``InvalidOptionError`` naming the variable."""
         values: dict[str, Any] = {}
         for field, variable in _FIELD_VARIABLES.items():
-            text = environ.get(variable, "").strip()
+            text = _text(environ, variable)
             if not text:
                 continue
-            values[field] = _prefixes(text) if field.startswith("allowed_") else text
+            values[field] = split_prefixes(text) if field.startswith("allowed_") else text
         try:
             return cls.model_validate(values)
-        except ValueError as error:
-            raise InvalidOptionError(f"worker environment: {_name_variables(str(error))}") from None
+        except ValidationError as error:
+            raise InvalidOptionError("; ".join(_describe(problem) for problem in error.errors())) from None
+
+
+def termination_log(environ: Mapping[str, str]) -> str:
+    """Where the worker writes its failure report, read apart from the rest: a bad setting is reported there too."""
+    return _text(environ, TERMINATION_LOG_VARIABLE)
+
+
+class _Installed:
+    """The settings the worker installed at its start (``using_worker_settings``), if any."""
+
+    settings: WorkerSettings | None = None
+
+
+def worker_settings() -> WorkerSettings:
+    """This process's worker settings: the ones installed at the worker's start, else (a library caller, a test)
+    the environment's now."""
+    installed = _Installed.settings
+    return installed if installed is not None else WorkerSettings.from_environ(os.environ)
+
+
+@contextlib.contextmanager
+def using_worker_settings(settings: WorkerSettings) -> Iterator[WorkerSettings]:
+    """Install ``settings`` as this process's worker settings for the ``with`` block (the worker's command)."""
+    previous, _Installed.settings = _Installed.settings, settings
+    try:
+        yield settings
+    finally:
+        _Installed.settings = previous
 
 
 _FIELD_VARIABLES: dict[str, str] = {
@@ -125,19 +163,28 @@ _FIELD_VARIABLES: dict[str, str] = {
     "input_cache_max_bytes": INPUT_CACHE_MAX_BYTES_VARIABLE,
     "merge_prefetch": MERGE_PREFETCH_VARIABLE,
     "metrics_remote_write_url": METRICS_REMOTE_WRITE_URL_VARIABLE,
+    "metric_dag_id": METRIC_DAG_ID_VARIABLE,
+    "metric_run_id": METRIC_RUN_ID_VARIABLE,
+    "metric_task_id": METRIC_TASK_ID_VARIABLE,
+    "metric_map_index": METRIC_MAP_INDEX_VARIABLE,
+    "metric_work_id": METRIC_WORK_ID_VARIABLE,
     "gpu_model": GPU_MODEL_VARIABLE,
 }
 
 
-def _prefixes(text: str) -> tuple[str, ...]:
+def _text(environ: Mapping[str, str], variable: str) -> str:
+    return environ.get(variable, "").strip()
+
+
+def split_prefixes(text: str) -> tuple[str, ...]:
+    """A comma-separated list of prefixes as written (``storage.normalize_prefixes`` checks each)."""
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def _name_variables(message: str) -> str:
-    """pydantic names the field; the user set the variable."""
-    for field, variable in _FIELD_VARIABLES.items():
-        message = message.replace(f"\n{field}\n", f"\n{variable}\n")
-    return message
+def _describe(problem: Any) -> str:
+    """One bad variable, named as the user set it: ``FACEFUSION_MERGE_PREFETCH: ..., got '0'``."""
+    field = str(problem["loc"][0]) if problem["loc"] else ""
+    return f"{_FIELD_VARIABLES.get(field, field)}: {problem['msg'].lower()}, got {problem['input']!r}"
 
 
 # The argv: built by the operators, parsed by the worker.

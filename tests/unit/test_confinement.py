@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from facefusion_provider import storage
+from facefusion_provider import contract, storage
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.work.inputs import CLI_FIELDS, CONF_FIELDS, check_output_outside_work, run_uris
 
@@ -96,7 +96,7 @@ def test_the_worker_never_writes_through_a_link_swapped_in_after_the_check(
     allowed: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, outputs, private = allowed
-    monkeypatch.setenv(storage.ALLOWED_OUTPUT_PREFIXES_VARIABLE, outputs.as_uri() + "/")
+    monkeypatch.setenv(contract.ALLOWED_OUTPUT_PREFIXES_VARIABLE, outputs.as_uri() + "/")
     (outputs / "day1").symlink_to(private)  # swapped in after validate accepted out/day1/clip.mp4
 
     for name in ("clip.preview.jpg", ".clip.mp4.facefusion.json"):

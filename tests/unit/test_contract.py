@@ -18,22 +18,16 @@ from facefusion_provider.contract import (
     prepare_worker_args,
     progress_in_line,
     span_worker_args,
+    using_worker_settings,
     worker_argv,
+    worker_settings,
 )
 from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, InvalidOptionError, NoFaceError
 from facefusion_provider.options import Options, options_from_namespace
+from facefusion_provider.output.merge import DEFAULT_MERGE_PREFETCH, merge_prefetch
+from facefusion_provider.work.claims import lease_seconds
 
 PACKAGE = Path(contract.__file__).parent
-# Readers that other work in this change moves onto WorkerSettings (the leases' TTLs, the allow-lists, merge's
-# prefetch); each still spells its variable as the contract does. Remove a line when its module imports the name.
-NOT_YET_FROM_THE_CONTRACT = {
-    "work/claims.py: FACEFUSION_CLAIM_LEASE_SECONDS",
-    "work/leases.py: FACEFUSION_HELP_OTHER_RUNS_SECONDS",
-    "work/leases.py: FACEFUSION_RUN_LEASE_SECONDS",
-    "storage/uris.py: FACEFUSION_ALLOWED_INPUT_PREFIXES",
-    "storage/uris.py: FACEFUSION_ALLOWED_OUTPUT_PREFIXES",
-    "output/merge.py: FACEFUSION_MERGE_PREFETCH",
-}
 
 
 def test_the_worker_reads_back_every_prepare_flag_the_operators_build() -> None:
@@ -90,6 +84,36 @@ def test_a_bad_worker_variable_is_refused_naming_it() -> None:
         WorkerSettings.from_environ({"FACEFUSION_TRY_NUMBER": "two"})
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "refusal"),
+    [
+        ("FACEFUSION_MERGE_PREFETCH", "0", "greater than or equal to 1"),  # the merge needs one segment in flight
+        ("FACEFUSION_CLAIM_LEASE_SECONDS", "0", "greater than 0"),
+        ("FACEFUSION_HELP_OTHER_RUNS_SECONDS", "-5", "greater than or equal to 0"),
+        ("FACEFUSION_S3_MAX_ATTEMPTS", "2.5", "valid integer"),
+    ],
+)
+def test_a_number_the_worker_cannot_use_is_refused_by_the_contract(variable: str, value: str, refusal: str) -> None:
+    with pytest.raises(
+        InvalidOptionError, match=rf"^{variable}: input should be .*{refusal}.*, got '{re.escape(value)}'$"
+    ):
+        WorkerSettings.from_environ({variable: value})
+
+
+def test_the_worker_uses_the_settings_it_installed_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FACEFUSION_MERGE_PREFETCH", "7")
+    monkeypatch.setenv("FACEFUSION_CLAIM_LEASE_SECONDS", "90")
+    installed = WorkerSettings.from_environ({"FACEFUSION_MERGE_PREFETCH": "2", "FACEFUSION_CLAIM_LEASE_SECONDS": "2.5"})
+
+    assert (merge_prefetch(), lease_seconds()) == (7, 90)  # a library caller: the environment's now
+    with using_worker_settings(installed):
+        monkeypatch.setenv("FACEFUSION_MERGE_PREFETCH", "not read")
+        assert worker_settings() is installed
+        assert (merge_prefetch(), lease_seconds()) == (2, 2.5)  # a fraction of a second, as the contract allows
+    monkeypatch.delenv("FACEFUSION_MERGE_PREFETCH")
+    assert merge_prefetch() == DEFAULT_MERGE_PREFETCH
+
+
 def test_the_failure_report_the_worker_writes_is_the_one_the_operators_read() -> None:
     code, report = failure_report(NoFaceError("face.png: no face found"))
     read = parse_failure_report(code, "a log line\n" + report.line())
@@ -123,5 +147,4 @@ def test_every_facefusion_variable_is_named_in_the_contract_alone() -> None:
         for match in literal.findall(path.read_text())
     }
     assert {"FACEFUSION_RUN_KEY", "FACEFUSION_TASK_KEY", "FACEFUSION_TERMINATION_LOG"} <= named
-    assert elsewhere - NOT_YET_FROM_THE_CONTRACT == set(), sorted(elsewhere)
-    assert {line.split(": ")[1] for line in NOT_YET_FROM_THE_CONTRACT} <= named  # the same spelling meanwhile
+    assert elsewhere == set(), sorted(elsewhere)

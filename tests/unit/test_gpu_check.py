@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from system_binaries import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
@@ -39,7 +40,7 @@ def _nvidia_smi_with_a_gpu(folder: Path) -> Path:
 
 def _run_script(out: Path, environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(SCRIPT), "--out", str(out)],
+        [require_binary("bash", package="bash"), str(SCRIPT), "--out", str(out)],
         env=environment,
         capture_output=True,
         text=True,
@@ -58,7 +59,7 @@ def test_without_gpu_says_so_and_writes_nothing(tmp_path: Path, nvidia_smi: str)
     before = _results_state()
     environment = {**os.environ, "NVIDIA_SMI": command, "PYTHON": sys.executable}
     completed = subprocess.run(
-        ["bash", str(SCRIPT), "--out", str(out / "engine-gpu")],
+        [require_binary("bash", package="bash"), str(SCRIPT), "--out", str(out / "engine-gpu")],
         cwd=tmp_path,
         env=environment,
         capture_output=True,

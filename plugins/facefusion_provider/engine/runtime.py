@@ -34,7 +34,6 @@ _NUMPY_TYPES: dict[str, type[np.generic]] = {
     "tensor(uint8)": np.uint8,
 }
 
-TRT_CACHE_ENV = contract.TRT_CACHE_VARIABLE
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
@@ -74,7 +73,7 @@ def log_providers(execution_providers: Sequence[str]) -> str:
 def provider_options(provider: str) -> dict[str, Any]:
     """Per-provider settings: TensorRT builds fp16 engines and caches them on disk (building one takes minutes)."""
     if provider == "TensorrtExecutionProvider":
-        cache = os.environ.get(TRT_CACHE_ENV) or os.path.join(
+        cache = contract.worker_settings().trt_cache or os.path.join(
             os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
             "facefusion-provider",
             "tensorrt",

@@ -23,7 +23,12 @@ from urllib.parse import urlparse
 import onnxruntime as ort
 
 from facefusion_provider import storage
-from facefusion_provider.contract import MODELS_CACHE_VARIABLE, MODELS_DIR_VARIABLE, MODELS_URI_VARIABLE
+from facefusion_provider.contract import (
+    MODELS_CACHE_VARIABLE,
+    MODELS_DIR_VARIABLE,
+    MODELS_URI_VARIABLE,
+    worker_settings,
+)
 from facefusion_provider.engine import runtime
 from facefusion_provider.engine.models import ModelSpec, Shape, model_spec
 from facefusion_provider.exceptions import (
@@ -363,10 +368,9 @@ def packaged_bytes(spec: ModelSpec) -> bytes:
 
 
 def store_from_environment(models_dir: str | None = None) -> ModelStore:
-    """The store a worker process uses: ``models_dir`` (a folder, or an s3:// / file:// prefix) with env defaults."""
-    return _store_from_environment(
-        models_dir, os.environ.get(MODELS_DIR_ENV), os.environ.get(MODELS_URI_ENV), os.environ.get(MODELS_CACHE_ENV)
-    )
+    """The store a worker process uses: ``models_dir`` (a folder, or an s3:// / file:// prefix) with the settings'."""
+    settings = worker_settings()
+    return _store_from_environment(models_dir, settings.models_dir, settings.models_uri, settings.models_cache)
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from facefusion_provider.contract import GPU_MODEL_VARIABLE
+from facefusion_provider.contract import WorkerSettings
 from facefusion_provider.exceptions import InvalidOptionError
 
 DecodePath = Literal["nvdec", "software"]
@@ -138,8 +138,9 @@ def detect_gpu(
     information_files: Sequence[str] | None = None,
     run: Callable[[Sequence[str]], str | None] | None = None,
 ) -> Gpu | None:
-    """The worker's first GPU: ``FACEFUSION_GPU_MODEL``, else the driver's ``/proc`` files, else ``nvidia-smi``."""
-    override = environ.get(GPU_MODEL_VARIABLE, "").strip()
+    """The worker's first GPU: the ``gpu_model`` setting (``FACEFUSION_GPU_MODEL`` in ``environ``, read by the
+    contract), else the driver's ``/proc`` files, else ``nvidia-smi``."""
+    override = WorkerSettings.from_environ(environ).gpu_model
     if override:
         return Gpu(override, gpu_model(override))
     files = sorted(glob.glob(GPU_INFORMATION_GLOB)) if information_files is None else information_files

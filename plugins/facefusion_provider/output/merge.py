@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 
 from facefusion_provider import storage
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.metric_names import WORK_ID
 from facefusion_provider.output import MergeResult
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MERGE_PREFETCH_VARIABLE = "FACEFUSION_MERGE_PREFETCH"
 DEFAULT_MERGE_PREFETCH = 4  # segments the merge fetches at once, ahead of the one it remuxes
 MARKER_READS_AT_ONCE = 32  # the merge's marker reads in flight at once, within the S3 client's connection pool
 HEAL_ROUNDS = 3  # times a merge computes damaged segments again before it blames the store
@@ -55,7 +55,7 @@ HEAL_ROUNDS = 3  # times a merge computes damaged segments again before it blame
 
 def merge_prefetch() -> int:
     """How many segments the merge downloads (and checks) at once, ahead of the one it is remuxing."""
-    return storage.positive_setting(MERGE_PREFETCH_VARIABLE, DEFAULT_MERGE_PREFETCH)
+    return worker_settings().merge_prefetch or DEFAULT_MERGE_PREFETCH
 
 
 Recompute = Callable[[list[int]], None]  # computes the given segments again, each committed before it returns

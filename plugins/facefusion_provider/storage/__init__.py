@@ -17,20 +17,14 @@ from __future__ import annotations
 from facefusion_provider.storage.checksums import content_sha256, object_sha256, put_file_checked, stored_sha256
 from facefusion_provider.storage.compose import ByteSlice, Composed, Piece, compose
 from facefusion_provider.storage.filesystems import (
-    S3_ENDPOINT_VARIABLE,
-    S3_MAX_ATTEMPTS_VARIABLE,
     S3_POOL_CONNECTIONS,
     S3Credentials,
     filesystem,
-    positive_setting,
     storage_errors,
     storage_options,
     using_s3_credentials,
 )
 from facefusion_provider.storage.inputs import (
-    INPUT_CACHE_DIR_VARIABLE,
-    INPUT_CACHE_MAX_BYTES_VARIABLE,
-    READ_BLOCK_VARIABLE,
     cached_input,
     open_input,
 )
@@ -76,8 +70,6 @@ from facefusion_provider.storage.ranges import (
     range_pieces,
 )
 from facefusion_provider.storage.uris import (
-    ALLOWED_INPUT_PREFIXES_VARIABLE,
-    ALLOWED_OUTPUT_PREFIXES_VARIABLE,
     ALLOWED_SCHEMES,
     MAX_NAME_BYTES,
     allowed_prefixes,
@@ -86,25 +78,19 @@ from facefusion_provider.storage.uris import (
     is_within,
     join,
     local_path,
+    normalize_prefixes,
     normalize_uri,
     parse_prefixes,
     require_file_uri,
 )
 
 __all__ = [
-    "ALLOWED_INPUT_PREFIXES_VARIABLE",
-    "ALLOWED_OUTPUT_PREFIXES_VARIABLE",
     "ALLOWED_SCHEMES",
-    "INPUT_CACHE_DIR_VARIABLE",
-    "INPUT_CACHE_MAX_BYTES_VARIABLE",
     "MAX_NAME_BYTES",
     "RANGE_BYTES_PER_GET",
     "RANGE_FETCHES_AT_ONCE",
     "RANGE_GAP_BYTES",
     "RANGE_PIECE_BYTES",
-    "READ_BLOCK_VARIABLE",
-    "S3_ENDPOINT_VARIABLE",
-    "S3_MAX_ATTEMPTS_VARIABLE",
     "S3_POOL_CONNECTIONS",
     "UPLOADS_AT_ONCE",
     "UPLOAD_MAX_PARTS",
@@ -139,11 +125,11 @@ __all__ = [
     "list_folders",
     "local_path",
     "multipart_upload",
+    "normalize_prefixes",
     "normalize_uri",
     "object_sha256",
     "open_input",
     "parse_prefixes",
-    "positive_setting",
     "put_file_atomic",
     "put_file_checked",
     "range_fetcher",

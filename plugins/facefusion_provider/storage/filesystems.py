@@ -25,15 +25,12 @@ from facefusion_provider import contract
 from facefusion_provider.exceptions import (
     FaceFusionError,
     InputMissingError,
-    InvalidOptionError,
     InvalidWorkError,
     RetryableError,
     StorageDeniedError,
 )
 from facefusion_provider.storage.uris import bucket_and_key, local_path
 
-S3_ENDPOINT_VARIABLE = contract.S3_ENDPOINT_VARIABLE
-S3_MAX_ATTEMPTS_VARIABLE = contract.S3_MAX_ATTEMPTS_VARIABLE
 DEFAULT_S3_MAX_ATTEMPTS = 6  # per request, first try included; botocore's standard mode caps each wait at 20 s
 S3_POOL_CONNECTIONS = 64  # the merge has this many part copies in flight (S3 copies; they hold no memory here)
 _S3FS_ROUNDS = 2
@@ -55,7 +52,7 @@ class S3Credentials:
             "AWS_ACCESS_KEY_ID": self.access_key_id,
             "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
             "AWS_SESSION_TOKEN": self.session_token,
-            S3_ENDPOINT_VARIABLE: self.endpoint_url,
+            contract.S3_ENDPOINT_VARIABLE: self.endpoint_url,
             "AWS_DEFAULT_REGION": self.region_name,
         }
         return {name: value for name, value in names.items() if value}
@@ -89,13 +86,14 @@ def storage_options(uri: str) -> dict[str, Any]:
     if urlparse(uri).scheme != "s3":
         return {}
     credentials = _S3_CREDENTIALS.get()
-    endpoint = (credentials and credentials.endpoint_url) or os.environ.get(S3_ENDPOINT_VARIABLE)
-    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    settings = contract.worker_settings()
+    endpoint = (credentials and credentials.endpoint_url) or settings.s3_endpoint_url
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL")  # boto3's standard variable
     client_kwargs: dict[str, Any] = {"endpoint_url": endpoint} if endpoint else {}
     options: dict[str, Any] = {
         # botocore retries throttling, 5xx, timeouts and dropped connections; s3fs's own loop adds one more round.
         "config_kwargs": {
-            "retries": {"mode": "standard", "total_max_attempts": _s3_max_attempts()},
+            "retries": {"mode": "standard", "total_max_attempts": settings.s3_max_attempts or DEFAULT_S3_MAX_ATTEMPTS},
             "connect_timeout": 10,
             "max_pool_connections": S3_POOL_CONNECTIONS,
             "read_timeout": 60,
@@ -112,20 +110,6 @@ def storage_options(uri: str) -> dict[str, Any]:
     if client_kwargs:
         options["client_kwargs"] = client_kwargs
     return options
-
-
-def _s3_max_attempts() -> int:
-    return positive_setting(S3_MAX_ATTEMPTS_VARIABLE, DEFAULT_S3_MAX_ATTEMPTS)
-
-
-def positive_setting(variable: str, default: int) -> int:
-    """A whole number >= 1 from the environment variable ``variable``, or ``default`` when it is unset."""
-    value = os.environ.get(variable, "")
-    if not value:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise InvalidOptionError(f"{variable}: expected a whole number >= 1, got {value!r}")
-    return int(value)
 
 
 def is_local(fs: AbstractFileSystem) -> bool:

@@ -17,12 +17,9 @@ from fsspec.spec import AbstractFileSystem
 
 from facefusion_provider import contract
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
-from facefusion_provider.storage.filesystems import filesystem, positive_setting, storage_errors
+from facefusion_provider.storage.filesystems import filesystem, storage_errors
 from facefusion_provider.storage.uris import local_path
 
-INPUT_CACHE_DIR_VARIABLE = contract.INPUT_CACHE_DIR_VARIABLE
-INPUT_CACHE_MAX_BYTES_VARIABLE = contract.INPUT_CACHE_MAX_BYTES_VARIABLE
-READ_BLOCK_VARIABLE = contract.S3_READ_BLOCK_VARIABLE
 DEFAULT_INPUT_CACHE_MAX_BYTES = 50 * 1024**3
 DEFAULT_READ_BLOCK_BYTES = 4 * 1024 * 1024  # one ranged GET per block; blocks a seek returns to stay cached
 _DOWNLOAD_BLOCK = 16 * 1024 * 1024
@@ -43,14 +40,14 @@ def open_input(uri: str, *, block_size: int | None = None) -> Iterator[str | IO[
             raise InputMissingError(f"{uri}: no such file")
         yield path
         return
-    cache_dir = os.environ.get(INPUT_CACHE_DIR_VARIABLE)
-    if cache_dir and block_size is None:
-        yield cached_input(uri, cache_dir)
+    settings = contract.worker_settings()
+    if settings.input_cache_dir and block_size is None:
+        yield cached_input(uri, settings.input_cache_dir)
         return
     fs, remote = filesystem(uri)
     with storage_errors(uri, fs):
         # blockcache keeps the blocks a seek returns to (the index at the end of an MP4, a segment's keyframe).
-        block_size = block_size or positive_setting(READ_BLOCK_VARIABLE, DEFAULT_READ_BLOCK_BYTES)
+        block_size = block_size or settings.s3_read_block_bytes or DEFAULT_READ_BLOCK_BYTES
         handle = fs.open(remote, "rb", block_size=block_size, cache_type="blockcache")
     with handle:  # errors while the caller reads are the caller's to classify (a corrupt video is not transient)
         yield handle
@@ -100,7 +97,8 @@ def _download(fs: AbstractFileSystem, remote: str, uri: str, etag: str, target: 
 
 def _evict_input_cache(cache_dir: str, *, keep_free: int) -> None:
     """Remove least recently used copies until ``keep_free`` more bytes fit under the cache's limit."""
-    limit = int(os.environ.get(INPUT_CACHE_MAX_BYTES_VARIABLE) or DEFAULT_INPUT_CACHE_MAX_BYTES)
+    limit = contract.worker_settings().input_cache_max_bytes
+    limit = DEFAULT_INPUT_CACHE_MAX_BYTES if limit is None else limit
     entries = []
     for entry in os.scandir(cache_dir):
         if entry.is_file() and not entry.name.startswith("."):  # not the locks, not downloads in progress

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from facefusion_provider import contract
 from facefusion_provider.exceptions import InvalidOptionError
 
 ALLOWED_SCHEMES = frozenset({"file", "s3", "memory"})
-ALLOWED_INPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_INPUT_PREFIXES"
-ALLOWED_OUTPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_OUTPUT_PREFIXES"
 MAX_URI_BYTES = 4096  # Linux's PATH_MAX; an S3 URI is shorter still (its key holds 1,024 bytes)
 MAX_S3_KEY_BYTES = 1024
 MAX_NAME_BYTES = 255  # one file or folder name, on every common local filesystem
@@ -127,7 +126,11 @@ def join(uri: str, *parts: str) -> str:
 
 def parse_prefixes(text: str, *, field: str) -> tuple[str, ...]:
     """A comma-separated list of folder URIs (``s3://in/, /data/in``), normalised, each ending with a slash."""
-    prefixes = [part.strip() for part in text.split(",") if part.strip()]
+    return normalize_prefixes(contract.split_prefixes(text), field=field)
+
+
+def normalize_prefixes(prefixes: Sequence[str], *, field: str) -> tuple[str, ...]:
+    """Folder URIs, normalised, each ending with a slash."""
     return tuple(normalize_uri(prefix, field=field, relative=False).rstrip("/") + "/" for prefix in prefixes)
 
 
@@ -192,6 +195,8 @@ def symlink_below(root: str, path: str) -> str | None:
 
 
 def allowed_prefixes(kind: str) -> tuple[str, ...]:
-    """The worker's copy of the allow-list of ``kind`` (``input`` or ``output``), from its environment."""
-    variable = ALLOWED_INPUT_PREFIXES_VARIABLE if kind == "input" else ALLOWED_OUTPUT_PREFIXES_VARIABLE
-    return parse_prefixes(os.environ.get(variable, ""), field=variable)
+    """The worker's copy of the allow-list of ``kind`` (``input`` or ``output``), from its settings."""
+    settings = contract.worker_settings()
+    if kind == "input":
+        return normalize_prefixes(settings.allowed_input_prefixes, field=contract.ALLOWED_INPUT_PREFIXES_VARIABLE)
+    return normalize_prefixes(settings.allowed_output_prefixes, field=contract.ALLOWED_OUTPUT_PREFIXES_VARIABLE)

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import metric_names as names
+from facefusion_provider.contract import WorkerSettings, worker_settings
 from facefusion_provider.metric_names import Direction, FaceKind, FrameStage, MediaPath, MediaStage, TimedStage
 
 if TYPE_CHECKING:
@@ -254,21 +255,27 @@ class _Process:
     exporting: _Exporting | None = None
 
 
-def exporter_configured(environ: Mapping[str, str]) -> bool:
-    """Whether the environment asks for metrics: an OTLP endpoint or a remote-write URL, and no opt-out."""
+def exporter_configured(settings: WorkerSettings, environ: Mapping[str, str]) -> bool:
+    """Whether metrics are asked for: an OTLP endpoint (the standard variables) or a remote-write URL, no opt-out."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":
         return False
-    variables = (*names.OTLP_ENDPOINT_VARIABLES, names.REMOTE_WRITE_URL_VARIABLE)
-    return any(environ.get(variable, "").strip() for variable in variables)
+    endpoints = (environ.get(variable, "").strip() for variable in names.OTLP_ENDPOINT_VARIABLES)
+    return bool(settings.metrics_remote_write_url) or any(endpoints)
 
 
-def metric_attributes(environ: Mapping[str, str]) -> dict[str, str]:
-    """This task's attributes from the variables the operators set, the node and the GPU; unknown ones are left out."""
-    attributes = {
-        name: value for name, variable in names.ATTRIBUTE_VARIABLES.items() if (value := environ.get(variable, ""))
+def metric_attributes(settings: WorkerSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """This task's attributes from the settings the operators set, the node and the GPU; unknown ones are left out."""
+    named = {
+        names.DAG_ID: settings.metric_dag_id,
+        names.RUN_ID: settings.metric_run_id,
+        names.TASK_ID: settings.metric_task_id,
+        names.MAP_INDEX: settings.metric_map_index,
+        names.WORK_ID: settings.metric_work_id,
+        names.TRY_NUMBER: str(settings.try_number),
     }
+    attributes = {name: value for name, value in named.items() if value}
     attributes[names.NODE] = environ.get(names.NODE_VARIABLE) or socket.gethostname()
     for variable in names.GPU_VARIABLES:
         gpu = environ.get(variable, "").strip()
@@ -279,14 +286,16 @@ def metric_attributes(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def worker_metrics(attributes: Mapping[str, str] | None = None) -> WorkerMetrics:
-    """The worker's metrics for this task: the environment's attributes plus ``attributes`` (e.g. the work id once
+    """The worker's metrics for this task: the settings' attributes plus ``attributes`` (e.g. the work id once
     known). A no-op, without importing OpenTelemetry, when no exporter is configured."""
-    if not exporter_configured(os.environ):
+    settings = worker_settings()
+    if not exporter_configured(settings, os.environ):
         return _NULL_METRICS
-    return _ExportedMetrics(_start_exporting(), {**metric_attributes(os.environ), **(attributes or {})})
+    exporting = _start_exporting(settings)
+    return _ExportedMetrics(exporting, {**metric_attributes(settings, os.environ), **(attributes or {})})
 
 
-def _start_exporting() -> _Exporting:
+def _start_exporting(settings: WorkerSettings) -> _Exporting:
     """The process's one meter provider, made on first use; its last push is registered to run at exit."""
     with _Process.lock:
         if _Process.exporting is None:
@@ -294,7 +303,7 @@ def _start_exporting() -> _Exporting:
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
             # An infinite interval: the reader starts no thread of its own; _Exporting decides when to push.
-            reader = PeriodicExportingMetricReader(_exporter(os.environ), export_interval_millis=float("inf"))
+            reader = PeriodicExportingMetricReader(_exporter(settings, os.environ), export_interval_millis=float("inf"))
             provider = MeterProvider(metric_readers=[reader], resource=_resource(), shutdown_on_exit=False)
             _Process.exporting = _Exporting(provider, _export_interval_s(os.environ))
             atexit.register(close_metrics)
@@ -309,8 +318,8 @@ def close_metrics(timeout_s: float = EXIT_FLUSH_TIMEOUT_S) -> None:
         exporting.close(timeout_s)
 
 
-def _exporter(environ: Mapping[str, str]) -> MetricExporter:
-    if url := environ.get(names.REMOTE_WRITE_URL_VARIABLE, "").strip():
+def _exporter(settings: WorkerSettings, environ: Mapping[str, str]) -> MetricExporter:
+    if url := settings.metrics_remote_write_url:
         from facefusion_provider.telemetry.remote_write import RemoteWriteExporter
 
         return RemoteWriteExporter(url, timeout_s=EXIT_FLUSH_TIMEOUT_S)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from facefusion_provider import storage
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import FaceFusionError, StorageDeniedError
 from facefusion_provider.work import liveness
 from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, parse_claim_name, segment_claim_name
@@ -31,8 +32,6 @@ from facefusion_provider.work.liveness import LeaseKind, repeating
 from facefusion_provider.work.records import Claim, RetiredCommit, SegmentMarker
 
 logger = logging.getLogger(__name__)
-
-LEASE_SECONDS_VARIABLE = "FACEFUSION_CLAIM_LEASE_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -87,8 +86,7 @@ def latest_claims(layout: WorkLayout) -> dict[str, ClaimState]:
 
 
 def lease_seconds() -> float:
-    default = int(liveness.DEFAULT_TTL_SECONDS[LeaseKind.CLAIM])
-    return float(storage.positive_setting(LEASE_SECONDS_VARIABLE, default))
+    return worker_settings().claim_lease_seconds or liveness.DEFAULT_TTL_SECONDS[LeaseKind.CLAIM]
 
 
 class SegmentClaims:

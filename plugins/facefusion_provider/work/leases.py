@@ -12,7 +12,6 @@ it) before it uses the work.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,29 +29,12 @@ logger = logging.getLogger(__name__)
 
 DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's sweep to finish removing the work
 POLL_SECONDS = 1.0
-RUN_LEASE_SECONDS_VARIABLE = "FACEFUSION_RUN_LEASE_SECONDS"  # the CLI run's TTL (tests shorten it)
-# How long a span worker done with its own run works other live runs' segments (worker/scheduler.py; 0 or unset: none).
-HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"
 
 
 class LeaseLostError(RetryableError):
     """This run's lease was removed by a sweep (it was not renewed within its TTL): the work may be gone."""
 
     failure_class = "lease_lost"
-
-
-def help_seconds() -> float:
-    """How long a span worker helps other runs after its own span (0: it exits at once, the default)."""
-    raw = os.environ.get(HELP_SECONDS_VARIABLE, "").strip()
-    try:
-        seconds = float(raw) if raw else 0.0
-    except ValueError:
-        raise ValueError(f"{HELP_SECONDS_VARIABLE}: expected seconds, got {raw!r}") from None
-    return max(seconds, 0.0)
-
-
-def cli_lease_seconds() -> float:
-    return float(storage.positive_setting(RUN_LEASE_SECONDS_VARIABLE, int(liveness.CLI_RUN_TTL_SECONDS)))
 
 
 @dataclass(frozen=True)

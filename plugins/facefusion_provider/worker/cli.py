@@ -18,8 +18,15 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any, NoReturn
 
-from facefusion_provider.contract import TERMINATION_LOG_VARIABLE, WorkerSettings, build_parser, failure_report
-from facefusion_provider.exceptions import EXIT_OK, FaceFusionError
+from facefusion_provider.contract import (
+    TERMINATION_LOG_VARIABLE,
+    WorkerSettings,
+    build_parser,
+    failure_report,
+    termination_log,
+    using_worker_settings,
+)
+from facefusion_provider.exceptions import EXIT_OK, FaceFusionError, InvalidOptionError
 from facefusion_provider.options import options_from_namespace
 from facefusion_provider.telemetry.metrics import worker_metrics
 from facefusion_provider.work.access import run_held
@@ -79,18 +86,18 @@ def _run_command(
     return asdict(merged)
 
 
-def _report(error: BaseException, termination_log: str) -> int:
+def _report(error: BaseException, report_path: str, *, counted: bool = True) -> int:
     code, report = failure_report(error)
-    # A no-op unless an exporter is configured; the exit hook pushes it with everything the command counted.
-    worker_metrics().failure(report.failure_class, retryable=report.retryable)
+    if counted:  # a no-op unless an exporter is configured; the exit hook pushes it with everything counted
+        worker_metrics().failure(report.failure_class, retryable=report.retryable)
     line = report.line()
     print(line, file=sys.stderr)
-    if termination_log:
+    if report_path:
         try:
-            with open(termination_log, "w", encoding="utf-8") as handle:
+            with open(report_path, "w", encoding="utf-8") as handle:
                 handle.write(line + "\n")
         except OSError as write_error:
-            print(f"cannot write {TERMINATION_LOG_VARIABLE} {termination_log}: {write_error}", file=sys.stderr)
+            print(f"cannot write {TERMINATION_LOG_VARIABLE} {report_path}: {write_error}", file=sys.stderr)
     return code
 
 
@@ -103,9 +110,19 @@ def _terminate(signal_number: int, frame: FrameType | None) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     # Read before the settings are checked: a bad variable is reported where the orchestrator looks too.
-    termination_log = os.environ.get(TERMINATION_LOG_VARIABLE, "")
+    report_path = termination_log(os.environ)
     try:
-        settings = WorkerSettings.from_environ(os.environ)
+        settings = WorkerSettings.from_environ(os.environ)  # the worker's one reading of its environment
+        with using_worker_settings(settings):
+            return _command(argv, settings, report_path)
+    except InvalidOptionError as error:  # a bad variable: no settings to count the failure with
+        return _report(error, report_path, counted=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _command(argv: Sequence[str] | None, settings: WorkerSettings, report_path: str) -> int:
+    try:
         args = build_parser(settings.models_dir).parse_args(argv)
         logging.basicConfig(
             level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -114,9 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # every failure becomes a report and an exit code the orchestrator understands
         if not isinstance(error, FaceFusionError):
             logging.getLogger(__name__).exception("unexpected failure")
-        return _report(error, termination_log)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return _report(error, report_path)
     print(json.dumps(summary, sort_keys=True), flush=True)
     return EXIT_OK
 

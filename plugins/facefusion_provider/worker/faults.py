@@ -10,19 +10,18 @@ the operators set. Production deployments never set either variable.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from facefusion_provider.contract import WorkerSettings
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import InvalidMediaError, RetryableError
 
 Item = TypeVar("Item")
 
 
 def _matching(command: str, index: int | None) -> Iterator[dict[str, Any]]:
-    settings = WorkerSettings.from_environ(os.environ)
+    settings = worker_settings()
     if not settings.test_faults:
         return
     for fault in json.loads(settings.test_faults):
@@ -41,7 +40,7 @@ def maybe_inject(command: str, index: int | None = None) -> None:
         if "frame_delay" in fault:
             continue
         where = f"{command}" + (f" span {index}" if index is not None else "")
-        where += f" try {WorkerSettings.from_environ(os.environ).try_number}"
+        where += f" try {worker_settings().try_number}"
         if fault.get("retryable", True):
             raise RetryableError(f"injected transient failure ({where})")
         raise InvalidMediaError(f"injected permanent failure ({where})")

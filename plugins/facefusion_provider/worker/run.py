@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.options import Options
-from facefusion_provider.work import leases
+from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import checked_uris, default_work_root, resolve_options
 from facefusion_provider.work.ids import work_id
 from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format, check_sources
@@ -64,7 +65,7 @@ def run(
     run_key = f"cli-{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     lease = RunLease(
         holder=RunHolder(kind="cli", host=socket.gethostname(), pid=os.getpid()),
-        ttl_seconds=leases.cli_lease_seconds(),
+        ttl_seconds=worker_settings().run_lease_seconds or liveness.CLI_RUN_TTL_SECONDS,
         output_uri=uris.output_uri,
         created_at=datetime.now(UTC),
         target_uri=uris.target_uri,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from facefusion_provider import storage
+from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import FaceFusionError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.options import Options
 from facefusion_provider.work import leases
@@ -38,7 +39,6 @@ from facefusion_provider.work.layout import (
     output_done,
     work_root_of,
 )
-from facefusion_provider.work.leases import help_seconds
 from facefusion_provider.work.records import RunLease, WorkSpec
 from facefusion_provider.worker import faults
 from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
@@ -404,7 +404,7 @@ def swap_span(
     processors = FrameProcessors(spec, models_dir, work_root_of(layout))
     own = range(first, last)
     result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
-    budget = help_seconds()
+    budget = worker_settings().help_other_runs_seconds
     if budget <= 0:
         return result
     began = time.perf_counter()

@@ -35,6 +35,7 @@ from airflow_harness import (
     stop_processes,
 )
 from demo_airflow import airflow_env
+from system_binaries import require_binary
 
 POSTGRES_USER = "postgres"
 # Scheduler, dag-processor, API server, triggerer: the names of their ``airflow`` subcommands.
@@ -50,21 +51,18 @@ POSTGRES_OPTIONS = {
 
 
 def postgres_bin() -> Path:
-    """Debian keeps the server programs off PATH, under /usr/lib/postgresql/<version>/bin."""
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).resolve().parent
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parent.parent.name))
-    if not versions:
-        raise RuntimeError("Postgres is missing (no pg_ctl): apt-get install postgresql (.ci/run does it as root)")
-    return versions[-1].parent
+    """The folder of Postgres' server programs (Debian keeps them off PATH, under /usr/lib/postgresql/<version>/bin);
+    a skip without the postgresql package."""
+    pg_ctl = require_binary("pg_ctl", package="postgresql", also=["/usr/lib/postgresql/*/bin/pg_ctl"])
+    return Path(pg_ctl).resolve().parent
 
 
 def _ensure_user(name: str) -> pwd.struct_passwd:
     """The system user Postgres runs as (root may not run it); created when missing, as the Debian package would."""
     with contextlib.suppress(KeyError):
         return pwd.getpwnam(name)
-    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", name], check=True)
+    useradd = require_binary("useradd", package="passwd")
+    subprocess.run([useradd, "--system", "--user-group", "--no-create-home", name], check=True)
     return pwd.getpwnam(name)
 
 

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow
 from airflow_ui import AirflowUI
+from system_binaries import require_binary
 
-CHROMIUM = Path("/usr/bin/chromium")
 # Headless in a closed network: no GPU, no sandbox (root in CI), and nothing that phones home.
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -69,13 +69,12 @@ def browser_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
     """Debian's Chromium under Playwright (never Playwright's own download, which this network cannot reach)."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium chromium-driver (.ci/run does it as root)")
+    program = require_binary("chromium", package="chromium")
     from playwright.sync_api import sync_playwright
 
     playwright = sync_playwright().start()
     try:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        browser = playwright.chromium.launch(executable_path=program, args=CHROMIUM_ARGS, headless=True)
         yield browser
         browser.close()
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import shutil
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from system_binaries import find_binary, require_binary
 
 logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,12 +29,15 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3"  # the Dockerfile installs the rest with apt
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CGROUP_ATTEMPTS = 4
+# The programs the container test runs, and their Debian packages (setup_podman.sh installs them as root).
+CONTAINER_PROGRAMS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap", "catatonit": "catatonit"}
 
 
 @dataclass
 class Podman:
     """The podman CLI with this session's containers.conf, and a record of what the tests created."""
 
+    program: str
     env: dict[str, str]
     created_images: list[str] = field(default_factory=list)
 
@@ -42,7 +45,7 @@ class Podman:
         started = time.monotonic()
         for attempt in range(CGROUP_ATTEMPTS):
             result = subprocess.run(
-                ["podman", *args], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
+                [self.program, *args], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
             )
             # runc on this host's hybrid cgroups sometimes refuses a container while other tests load the machine.
             if "unable to apply cgroup configuration" not in result.stderr or attempt == CGROUP_ATTEMPTS - 1:
@@ -76,15 +79,18 @@ def _containers_conf(directory: Path) -> Path:
 def _podman_or_skip(directory: Path) -> Podman:
     if os.geteuid() != 0:
         pytest.skip("the container test needs rootful podman: run it as root (CI does)")
-    if not all(shutil.which(tool) for tool in ("podman", "runc", "debootstrap", "catatonit")):
-        if shutil.which("apt-get") is None:
-            pytest.skip("podman, runc or debootstrap is missing and there is no apt-get to install them")
-        subprocess.run(["bash", str(SETUP_SCRIPT)], check=True, timeout=900)
+    if not all(find_binary(program) for program in CONTAINER_PROGRAMS):
+        # Installs what is missing where it can (Debian, a reachable mirror); what is still missing skips below.
+        bash = require_binary("bash", package="bash")
+        subprocess.run([bash, str(SETUP_SCRIPT)], check=False, timeout=900)
+    programs = {program: require_binary(program, package=package) for program, package in CONTAINER_PROGRAMS.items()}
     env = {**os.environ, "CONTAINERS_CONF": str(_containers_conf(directory))}
-    info = subprocess.run(["podman", "info"], check=False, env=env, capture_output=True, text=True, timeout=120)
+    info = subprocess.run(
+        [programs["podman"], "info"], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     if info.returncode != 0:
         pytest.skip(f"podman cannot run here: {info.stderr.strip()[-500:]}")
-    return Podman(env=env)
+    return Podman(programs["podman"], env)
 
 
 def _debootstrap_tarball() -> Path:
@@ -96,13 +102,21 @@ def _debootstrap_tarball() -> Path:
     with tempfile.TemporaryDirectory(prefix="debootstrap-", dir=CACHE) as scratch:
         rootfs = Path(scratch, "rootfs")
         subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", str(rootfs), DEBIAN_MIRROR],
+            [
+                require_binary("debootstrap", package="debootstrap"),
+                "--variant=minbase",
+                f"--include={BASE_PACKAGES}",
+                "bookworm",
+                str(rootfs),
+                DEBIAN_MIRROR,
+            ],
             check=True,
             capture_output=True,
             timeout=900,
         )
         partial = tarball.with_suffix(".tar.part")
-        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(partial), "."], check=True, timeout=300)
+        tar = require_binary("tar", package="tar")
+        subprocess.run([tar, "-C", str(rootfs), "-cf", str(partial), "."], check=True, timeout=300)
         partial.rename(tarball)
     return tarball
 

@@ -18,15 +18,12 @@ import av
 import pytest
 from demo_clip import short_demo_clip
 from otlp_receiver import child_environment
+from system_binaries import require_binary
 from test_worker_export import TASK_ENVIRONMENT, WORKER
 
 from facefusion_provider import metric_names as names
 
-PROMETHEUS = Path("/usr/bin/prometheus")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not PROMETHEUS.exists(), reason="needs Debian's prometheus package (.ci/run installs it)"),
-]
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
@@ -38,12 +35,14 @@ def free_port() -> int:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[str]:
-    """A private Prometheus with its remote-write receiver on a free loopback port; yields its base URL."""
+    """A private Prometheus with its remote-write receiver on a free loopback port; yields its base URL (a skip without
+    Debian's prometheus package, here and in every module that uses this fixture)."""
+    program = require_binary("prometheus", package="prometheus")
     config = tmp_path / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1m\n")
     address = f"127.0.0.1:{free_port()}"
     command = [
-        str(PROMETHEUS),
+        program,
         f"--config.file={config}",
         f"--storage.tsdb.path={tmp_path / 'data'}",
         f"--web.listen-address={address}",

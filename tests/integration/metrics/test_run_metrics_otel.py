@@ -11,6 +11,7 @@ from pathlib import Path
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
+from facefusion_provider.contract import WorkerSettings
 from facefusion_provider.operators.run_metrics import worker_metric_environment
 from facefusion_provider.telemetry.metrics import metric_attributes
 
@@ -80,8 +81,9 @@ def test_the_worker_environment_names_the_task_in_the_workers_attributes() -> No
     }
     assert worker_metric_environment(unmapped, {})["FACEFUSION_METRIC_MAP_INDEX"] == "-1"
     assert "FACEFUSION_METRIC_WORK_ID" not in worker_metric_environment(unmapped, {})
+    environment = worker_metric_environment(mapped, {}, work_id="abc")
     assert (
-        metric_attributes(worker_metric_environment(mapped, {}, work_id="abc")).items()
+        metric_attributes(WorkerSettings.from_environ(environment), environment).items()
         >= {
             "dag_id": "facefusion_swap",
             "run_id": "manual__1",

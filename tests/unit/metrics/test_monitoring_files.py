@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from airflow.sdk._shared.observability.metrics.metrics_registry import YAML_REGISTRY_PATH
+from system_binaries import Promtool
 
 from facefusion_provider import metric_names as names
 
@@ -21,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[3]
 PROMETHEUS_CONFIG = ROOT / "deploy" / "monitoring" / "prometheus.yml"
 ALERTS = ROOT / "deploy" / "monitoring" / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "facefusion.json"
-PROMTOOL = shutil.which("promtool")
 
 # NVIDIA dcgm-exporter's default counters (etc/default-counters.csv) the dashboard and alerts use, and its labels.
 DCGM_METRICS = {
@@ -167,19 +165,12 @@ def test_the_alerts_cover_stalls_failures_and_idle_gpus() -> None:
     assert "DCGM_FI_DEV_GPU_UTIL" in metric_names_in(alerts["FacefusionGpusIdleWhileSegmentsWait"]["expr"])
 
 
-def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, check=False, timeout=60)
-
-
-@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run installs it)")
-def test_promtool_accepts_the_config_and_the_rules() -> None:
+def test_promtool_accepts_the_config_and_the_rules(promtool: Promtool) -> None:
     config = promtool("check", "config", PROMETHEUS_CONFIG)  # also checks the rule files it loads
     assert config.returncode == 0, config.stdout + config.stderr
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package; .ci/run installs it)")
-def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+def test_promtool_parses_every_dashboard_query(tmp_path: Path, promtool: Promtool) -> None:
     grafana = {"$__rate_interval": "1m", "$__range": "1h", "$dag_id": ".*", "$run_id": ".*"}
     rules = []
     for index, expression in enumerate(dashboard_expressions()):

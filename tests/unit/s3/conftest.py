@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "s3
 from s3_servers import MotoServer
 from synth import VideoSpec, write_video
 
-from facefusion_provider import storage
+from facefusion_provider import contract
 
 BUCKETS = ("work", "videos")
 
@@ -59,7 +59,7 @@ def use_s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
-            storage.S3_ENDPOINT_VARIABLE: endpoint,
+            contract.S3_ENDPOINT_VARIABLE: endpoint,
         }.items():
             monkeypatch.setenv(name, value)
 

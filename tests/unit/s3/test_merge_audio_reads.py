@@ -19,7 +19,7 @@ from readback import frame_digests, packet_payloads
 from s3_servers import Fault, FaultyProxy, MotoServer
 from synth import VideoSpec, pattern_frames, write_video
 
-from facefusion_provider import storage, worker
+from facefusion_provider import contract, storage, worker
 from facefusion_provider.exceptions import RetryableError
 from facefusion_provider.options import Options
 from facefusion_provider.output.merge import _merge_original, copied_sample_ranges
@@ -160,7 +160,7 @@ def test_an_s3_target_merges_to_the_same_file_as_a_local_copy(
     gets = s3.target_gets(key)
 
     # The same work merged again to another output, with the target read from a local copy (the plain path).
-    monkeypatch.setenv(storage.INPUT_CACHE_DIR_VARIABLE, str(tmp_path / "node-cache"))
+    monkeypatch.setenv(contract.INPUT_CACHE_DIR_VARIABLE, str(tmp_path / "node-cache"))
     local = spec.merge(f"s3://videos/out/{name}-local.mov")
 
     assert downloaded(ranged.output_uri, tmp_path) == downloaded(local.output_uri, tmp_path)
@@ -180,7 +180,7 @@ def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
 ) -> None:
     # What the merge's demuxer does with the streams it does not copy discarded: it reads the moov, probes the first
     # packets, then only the audio samples. Through the reader each of those comes once, by ranges fetched ahead.
-    monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, str(1024 * 1024))
+    monkeypatch.setenv(contract.S3_READ_BLOCK_VARIABLE, str(1024 * 1024))
     monkeypatch.setattr(storage, "RANGE_BYTES_PER_GET", 1)  # a GET per gap: this file is small
     key, target_uri = upload(s3, media["long"])
     work = committed_job(target_uri, uuid.uuid4().hex)
@@ -206,7 +206,7 @@ def test_reading_only_the_audio_fetches_only_its_samples_past_the_opening(
 def test_a_range_that_fails_once_is_retried_and_the_merge_succeeds(
     s3: S3, media: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
+    monkeypatch.setenv(contract.S3_READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
     key, target_uri = upload(s3, media["short"])
     spec = committed_job(target_uri, uuid.uuid4().hex)
     s3.proxy.forget_exchanges()
@@ -230,8 +230,8 @@ def test_a_range_that_keeps_failing_fails_the_merge_as_retryable_with_nothing_pu
     private_tmp: Path,
     worker_threads: Callable[[], list[Any]],
 ) -> None:
-    monkeypatch.setenv(storage.READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
-    monkeypatch.setenv(storage.S3_MAX_ATTEMPTS_VARIABLE, "2")
+    monkeypatch.setenv(contract.S3_READ_BLOCK_VARIABLE, WHOLE_FILE_BLOCK)
+    monkeypatch.setenv(contract.S3_MAX_ATTEMPTS_VARIABLE, "2")
     key, target_uri = upload(s3, media["short"])
     name = uuid.uuid4().hex
     spec = committed_job(target_uri, name)

@@ -19,9 +19,9 @@ from readback import frame_digests
 from skimage import data
 
 from facefusion_provider import storage, worker
+from facefusion_provider.contract import HELP_SECONDS_VARIABLE
 from facefusion_provider.media.images import encode_image
 from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
-from facefusion_provider.work.leases import HELP_SECONDS_VARIABLE
 
 FRAMES, SEGMENT = 12, 6
 OPTIONS: dict[str, Any] = {"trim_frame_end": FRAMES, "segment_size": SEGMENT, "output_video_quality": 90}

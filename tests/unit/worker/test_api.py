@@ -17,7 +17,7 @@ from committed import work_uri_for
 from readback import frame_digests
 from skimage import data
 
-from facefusion_provider import storage, worker
+from facefusion_provider import contract, storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.images import encode_image
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri
@@ -222,12 +222,12 @@ def test_the_allow_lists_in_the_environment_are_enforced_by_the_worker(
     make_video: MakeVideo, tmp_path: Path, work_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = make_video(frames=5)
-    monkeypatch.setenv(storage.ALLOWED_OUTPUT_PREFIXES_VARIABLE, str(tmp_path / "allowed"))
+    monkeypatch.setenv(contract.ALLOWED_OUTPUT_PREFIXES_VARIABLE, str(tmp_path / "allowed"))
     with pytest.raises(
         InvalidOptionError, match=r"output: .*/elsewhere/out.mp4 is outside the allowed output locations"
     ):
         worker.run([], target, str(tmp_path / "elsewhere" / "out.mp4"), work_root, **PASSTHROUGH)
-    monkeypatch.setenv(storage.ALLOWED_INPUT_PREFIXES_VARIABLE, str(tmp_path / "inputs"))
+    monkeypatch.setenv(contract.ALLOWED_INPUT_PREFIXES_VARIABLE, str(tmp_path / "inputs"))
     with pytest.raises(InvalidOptionError, match=r"target: .* is outside the allowed input locations"):
         worker.run([], target, str(tmp_path / "allowed" / "out.mp4"), work_root, **PASSTHROUGH)
 

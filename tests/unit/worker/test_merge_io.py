@@ -22,10 +22,10 @@ from committed import committed_work, segment_file_uri
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
+from facefusion_provider.contract import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.mp4index import top_level_boxes
 from facefusion_provider.media.probe import probe_video
-from facefusion_provider.output.merge import MERGE_PREFETCH_VARIABLE
 from facefusion_provider.output.remux import PendingSegment, SegmentFile, merge_segments
 from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.work.layout import WorkLayout
@@ -265,5 +265,7 @@ def test_the_prefetch_setting_is_checked(
 ) -> None:
     work_uri, _, target = remote_work
     monkeypatch.setenv(MERGE_PREFETCH_VARIABLE, "0")
-    with pytest.raises(InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: expected a whole number >= 1, got '0'"):
+    with pytest.raises(
+        InvalidOptionError, match=r"FACEFUSION_MERGE_PREFETCH: input should be greater than or equal to 1, got '0'"
+    ):
         worker.merge(work_uri, target, "/tmp/never-written.mov")

@@ -18,10 +18,10 @@ from committed import hold_run_lease, work_uri_for
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import FAULTS_VARIABLE
+from facefusion_provider.contract import FAULTS_VARIABLE, HELP_SECONDS_VARIABLE
 from facefusion_provider.work.claims import SegmentClaims, scan_work
 from facefusion_provider.work.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
-from facefusion_provider.work.leases import HELP_SECONDS_VARIABLE, live_standing_workers
+from facefusion_provider.work.leases import live_standing_workers
 
 from .conftest import MakeVideo
 
