@@ -94,7 +94,7 @@ def idle_worker(proxy: FaultyProxy, env: dict[str, str], seconds: float, warmup:
 
 
 def waiting_run(proxy: FaultyProxy, work_uri: str, seconds: float, warmup: float) -> dict[str, Any]:
-    from facefusion_provider.triggers.spans import RENEW_SECONDS, SpanCommittedTrigger
+    from facefusion_provider.triggers.span_committed import RENEW_SECONDS, SpanCommittedTrigger
 
     trigger = SpanCommittedTrigger(work_uri, 0, 2, run_key="waiting-run", no_worker_seconds=3600)
 

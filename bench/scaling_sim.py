@@ -76,7 +76,9 @@ class Pool:
     first_join_s: float = 0.0  # a standing worker's first run: its models load (and its code is imported) only then
     switch_s: float = 0.0  # a standing or helping worker moving to another run's work: work.json, listings, processor
     look_s: float = 0.0  # a standing or helping worker looking at one run's claims to choose where to go
-    trigger_poll_s: float = 5.0  # triggers/spans.py POLL_SECONDS: a deferred span task learns of its last commit
+    trigger_poll_s: float = (
+        5.0  # triggers/span_committed.py POLL_SECONDS: a deferred span task learns of its last commit
+    )
     lease_s: float = 60.0
     retry_delay_s: float = 30.0
 

@@ -30,15 +30,17 @@ def get_provider_info() -> dict[str, Any]:
                     "facefusion_provider.operators.validate",
                     "facefusion_provider.operators.local",
                     "facefusion_provider.operators.kubernetes",
-                    "facefusion_provider.operators.spans",
                     "facefusion_provider.operators.plan",
                     "facefusion_provider.operators.cleanup",
                     "facefusion_provider.operators.ingest",
                 ],
             }
         ],
+        "sensors": [
+            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.sensors.span_committed"]},
+        ],
         "triggers": [
-            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.triggers.spans"]},
+            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.triggers.span_committed"]},
         ],
         "hooks": [
             {

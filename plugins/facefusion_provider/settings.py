@@ -244,8 +244,17 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "Who works the spans: `task` (each swap_span task starts its own worker, a subprocess or a pod) or `standing` "
         "(a pool of `facefusion-worker serve` processes or pods, deploy/standing-workers.yaml, works every run's "
         "segments with its models loaded; swap_span tasks only wait, deferred, holding no pool slot, and fail when no "
-        "standing worker has been alive for two minutes).",
+        "standing worker has been alive for ten minutes, when every live one has given up on the run's work (naming "
+        "why), or after span_wait_hours).",
         "standing",
+    ),
+    SettingSpec(
+        "span_wait_hours",
+        "float",
+        "12",
+        "With span_workers = standing, a swap_span task fails (not retried) when its segments are not all committed "
+        "this long after it started waiting, so a run never waits forever.",
+        "48",
     ),
     SettingSpec(
         "help_other_runs_seconds",
@@ -410,6 +419,7 @@ class FaceFusionSettings:
     batch_max_active_spans: int
     help_other_runs_seconds: float
     span_workers: str
+    span_wait: timedelta
     allowed_input_prefixes: tuple[str, ...]
     allowed_output_prefixes: tuple[str, ...]
     keep_failed_work: timedelta
@@ -439,6 +449,7 @@ class FaceFusionSettings:
             batch_max_active_spans=_number(raw, "batch_max_active_spans", int, minimum=0),
             help_other_runs_seconds=_number(raw, "help_other_runs_seconds", float, minimum=0.0),
             span_workers=_choice(raw, "span_workers", SPAN_WORKERS),
+            span_wait=timedelta(hours=_number(raw, "span_wait_hours", float, minimum=0.001)),
             allowed_input_prefixes=_prefixes(raw, "allowed_input_prefixes"),
             allowed_output_prefixes=_prefixes(raw, "allowed_output_prefixes"),
             keep_failed_work=timedelta(hours=_number(raw, "keep_failed_work_hours", float, minimum=0.0)),

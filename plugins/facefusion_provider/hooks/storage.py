@@ -16,7 +16,7 @@ from facefusion_provider.settings import load_settings
 from facefusion_provider.work import leases
 from facefusion_provider.work.claims import scan_work
 from facefusion_provider.work.layout import RootLayout, WorkLayout, output_done
-from facefusion_provider.work.records import OutputMarker, RunLease, WorkSpec
+from facefusion_provider.work.records import OutputMarker, Refusal, RunLease, WorkSpec
 
 
 class FaceFusionStorageHook(BaseHook):
@@ -91,6 +91,11 @@ class FaceFusionStorageHook(BaseHook):
         """The standing workers (``facefusion-worker serve``) whose lease under ``work_root`` is live."""
         with self.storage_access(work_root):
             return leases.live_standing_workers(RootLayout.of(work_root))
+
+    def standing_refusal(self, work_uri: str, live_workers: list[str]) -> Refusal | None:
+        """Why no standing worker will work ``work_uri``, once every one of ``live_workers`` has refused it."""
+        with self.storage_access(work_uri):
+            return leases.standing_refusal(WorkLayout(work_uri), live_workers)
 
     def output_done(self, output_uri: str, work_id: str) -> OutputMarker | None:
         """The marker beside ``output_uri`` when it names ``work_id`` and the output exists: nothing is left to do."""

@@ -4,7 +4,7 @@
 a subprocess), ``kubernetes`` runs ``FaceFusionWorkerPodOperator`` (the same call as a pod). Both take ``command=``,
 ``work_uri=``, ``output_uri=``, ``run_key=`` and ``worker_args=`` (``prepare``, ``merge``), or ``target_uri=`` and
 ``span=`` (``swap-span``, mapped with ``expand``). ``[facefusion] span_workers = standing`` makes the span tasks
-``SpanCommittedOperator``: deferred waits for the standing workers, visible as such in the graph. A new backend is one
+``SpanCommittedSensor``: deferred waits for the standing workers, visible as such in the graph. A new backend is one
 loader in ``BACKEND_LOADERS``.
 """
 
@@ -53,7 +53,7 @@ def swap_span_operator(
     """The partial span task (map it with ``.expand(span=plan.output)``): a worker of the chosen backend per span, or,
     with standing workers (``[facefusion] span_workers = standing``), a deferred wait for them."""
     if (span_workers or load_settings().span_workers) == "standing":
-        from facefusion_provider.operators.spans import SpanCommittedOperator
+        from facefusion_provider.sensors.span_committed import SpanCommittedSensor
 
-        return SpanCommittedOperator.partial(task_id=task_id, **kwargs)
+        return SpanCommittedSensor.partial(task_id=task_id, **kwargs)
     return load_backend(backend).partial(task_id=task_id, command="swap-span", **kwargs)

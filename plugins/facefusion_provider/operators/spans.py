@@ -1,31 +1,24 @@
-"""A span's progress in Airflow's task state store (the same on every backend), and, with ``[facefusion]
-span_workers = standing``, the deferrable task that waits for the standing workers to commit a span instead of
-starting a worker: the DAG picks it when it is built, so the graph shows what runs."""
+"""What every span task does before its work, on every backend: whether there is anything to do, holding the run's
+work again, and the span's progress in Airflow's task state store (the standing workers' wait:
+``sensors.span_committed``)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
-
 from facefusion_provider.contract import progress_in_line
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import (
     WorkerCall,
     completed_work,
     fail_on_bad_input,
     span_segments,
-    worker_call,
 )
-from facefusion_provider.operators.links import OUTPUT_LINKS
-from facefusion_provider.triggers.spans import SpanCommittedTrigger
 from facefusion_provider.work.records import RunLease
 
 logger = logging.getLogger(__name__)  # an operator's own log shows in its task log like this one
@@ -116,84 +109,3 @@ def record_progress(context: Mapping[str, Any], progress: Mapping[str, Any]) -> 
 def _store(context: Mapping[str, Any]) -> Any:
     """``context["task_state_store"]`` (Airflow 3.3); None where a context has none (an older Airflow, a unit test)."""
     return context.get("task_state_store")
-
-
-class SpanCommittedOperator(BaseOperator):
-    """Wait, deferred (no pool slot, no process), until the standing workers have committed every segment of one span
-    of ``plan``'s list; fails naming what to start when no standing worker is alive. A span already committed, or an
-    output that already carries this work, succeeds at once.
-
-    :param work_uri: the shared work folder, from ``validate``.
-    :param output_uri: this run's output, from ``validate``.
-    :param output_done: whether ``validate`` found the output done already: nothing to wait for.
-    :param target_uri: this run's target, from ``validate``.
-    :param run_key: this run's lease key, from ``validate``: renewed while waiting.
-    :param span: one item of ``plan``'s list.
-    """
-
-    template_fields: Sequence[str] = (
-        *BaseOperator.template_fields,
-        "work_uri",
-        "output_uri",
-        "output_done",
-        "target_uri",
-        "run_key",
-        "span",
-    )
-    ui_color = "#fff3d6"
-    operator_extra_links = OUTPUT_LINKS
-    command = "swap-span"  # what the standing workers run for it (its output links are a swap-span's)
-
-    def __init__(
-        self,
-        *,
-        work_uri: str,
-        output_uri: str,
-        target_uri: str,
-        run_key: str,
-        span: dict[str, Any],
-        output_done: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.work_uri = work_uri
-        self.output_uri = output_uri
-        self.output_done = output_done
-        self.target_uri = target_uri
-        self.run_key = run_key
-        self.span = span
-
-    def execute(self, context: Context) -> None:
-        call = worker_call(
-            "swap-span",
-            self.work_uri,
-            self.output_uri,
-            output_done=self.output_done,
-            run_key=self.run_key,
-            target_uri=self.target_uri,
-            span=self.span,
-        )
-        hook = FaceFusionStorageHook()
-        call = decided_for_this_try(hook, call, context)
-        committed = span_committed_segments(hook, call)
-        reason = nothing_to_do(hook, call, context, committed)
-        if reason:
-            self.log.info("Nothing to do: %s", reason)
-            return
-        self.log.info("Standing workers work this span ([facefusion] span_workers = standing): waiting, deferred")
-        first, last = int(self.span["first"]), int(self.span["last"])
-        tags = run_metrics.run_tags(context["ti"])
-        # KEDA may start the first standing worker on this figure (scaled to zero while nothing waits).
-        run_metrics.segments_waiting(sum(1 for i in range(first, last) if i not in committed), tags=tags)
-        trigger = SpanCommittedTrigger(
-            self.work_uri, first, last, run_key=self.run_key, dag_id=tags["dag_id"], run_id=tags["run_id"]
-        )
-        self.defer(trigger=trigger, method_name="span_committed")
-
-    def span_committed(self, context: Context, event: Mapping[str, Any]) -> None:
-        if event.get("status") != "committed":
-            raise AirflowException(str(event.get("message") or event))  # retried: the workers may be starting
-        segments = int(event["segments"])
-        run_metrics.segments_waiting(0, tags=run_metrics.run_tags(context["ti"]))
-        self.log.info("Span %s: all %d segments committed by the standing workers", self.span["index"], segments)
-        record_progress(context, {"segments_committed": segments, "segments_total": segments})

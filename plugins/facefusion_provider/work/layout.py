@@ -78,6 +78,14 @@ class WorkLayout:
         return storage.join(self.work_uri, "sound.bin")
 
     @property
+    def refusals_dir(self) -> str:
+        return storage.join(self.work_uri, "refusals")
+
+    def refusal(self, worker: str) -> str:
+        """Why standing worker ``worker`` gave up on the work (``leases.record_refusal``)."""
+        return storage.join(self.refusals_dir, f"{worker}.json")
+
+    @property
     def deleting(self) -> str:
         """A sweep in progress (``Sweep``): created exclusively by the cleanup that removes the work."""
         return storage.join(self.work_uri, "deleting.json")

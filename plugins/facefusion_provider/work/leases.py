@@ -11,6 +11,7 @@ it) before it uses the work.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from facefusion_provider.exceptions import FaceFusionError, RetryableError
 from facefusion_provider.work import liveness
 from facefusion_provider.work.layout import RootLayout, WorkLayout, root_of
 from facefusion_provider.work.liveness import LeaseKind
-from facefusion_provider.work.records import RunHolder, RunLease, StandingWorker, Sweep
+from facefusion_provider.work.records import Refusal, RunHolder, RunLease, StandingWorker, Sweep
 
 logger = logging.getLogger(__name__)
 
@@ -247,13 +248,55 @@ def announce(root: RootLayout) -> None:
 
 
 def live_standing_workers(root: RootLayout) -> list[str]:
-    """The names of the standing workers whose lease is live (one listing)."""
-    ttl = liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER]
+    """The names of the standing workers whose lease is live by its own written TTL (one listing; a lease is read
+    once per version, and a worker rewrites the same bytes)."""
     return [
         item.uri.rsplit("/", 1)[-1].removesuffix(".json")
         for item in storage.list_files(root.workers_dir)
-        if item.uri.endswith(".json") and liveness.is_live(item.modified, ttl)
+        if item.uri.endswith(".json") and liveness.is_live(item.modified, _worker_ttl(item.uri, item.version))
     ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _worker_ttl(uri: str, version: str | None) -> float:
+    """The TTL written in a standing worker's lease (its kind's default where it cannot be read)."""
+    try:
+        return StandingWorker.model_validate_json(storage.read_bytes(uri)).ttl_seconds
+    except (FaceFusionError, ValueError):
+        return liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER]
+
+
+def record_refusal(layout: WorkLayout, worker: str, error: FaceFusionError) -> None:
+    """Say in the work why standing worker ``worker`` gave up on it (docs/protocol.md, "No unbounded wait")."""
+    refusal = Refusal(worker=worker, failure_class=error.failure_class, retryable=error.retryable, message=str(error))
+    storage.write_bytes_atomic(layout.refusal(worker), refusal.model_dump_json().encode())
+
+
+def withdraw_refusal(layout: WorkLayout, worker: str) -> None:
+    """Standing worker ``worker`` no longer refuses the work (it forgot it, or stops)."""
+    storage.delete(layout.refusal(worker))
+
+
+def standing_refusal(layout: WorkLayout, live_workers: list[str]) -> Refusal | None:
+    """Why no standing worker will work ``layout``: one refusal standing for all, once every live standing worker
+    (``live_workers``) has refused it; None while one has not (one listing, then one read per refusal). Retryable
+    only if one of them was."""
+    listed = {
+        item.uri.rsplit("/", 1)[-1].removesuffix(".json"): item.uri
+        for item in storage.list_files(layout.refusals_dir)
+        if item.uri.endswith(".json")
+    }
+    if not live_workers or not set(live_workers) <= listed.keys():
+        return None
+    refusals = []
+    for worker in sorted(live_workers):
+        try:
+            refusals.append(Refusal.model_validate_json(storage.read_bytes(listed[worker])))
+        except (FaceFusionError, ValueError):
+            return None  # withdrawn meanwhile, or unreadable: not a refusal to fail a run on
+    first = refusals[0]
+    retryable = any(refusal.retryable for refusal in refusals)
+    return first.model_copy(update={"retryable": retryable, "worker": ", ".join(sorted(live_workers))})
 
 
 @contextmanager

@@ -144,6 +144,17 @@ class StandingWorker(_Record):
     ttl_seconds: float = Field(gt=0)
 
 
+class Refusal(_Record):
+    """``refusals/NAME.json``: standing worker ``NAME`` gave up on the work (its models or its target cannot be
+    loaded there) and works none of its segments while it lives; a span that waits on standing workers fails with
+    this reason once every live one has refused."""
+
+    worker: str
+    failure_class: str
+    retryable: bool
+    message: str
+
+
 class RunHolder(_Record):
     """Who holds a run lease: an Airflow DAG run (``dag_id``, ``run_id``), or a ``facefusion-worker run`` process."""
 

@@ -127,22 +127,37 @@ class HelpMemory:
 
     specs: dict[str, WorkSpec] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
-    given_up: set[str] = field(default_factory=set)
+    given_up: dict[str, WorkLayout] = field(default_factory=dict)  # by work id: refused while it stays live
     leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
     free_runs: dict[str, FreeRun] = field(default_factory=dict)
     background: list[threading.Thread] = field(default_factory=list)  # sound being stored for works it prepared
+    refuses_as: str = ""  # a standing worker's name: it says in each work it gives up on why (``give_up``)
+
+    def give_up(self, layout: WorkLayout, error: FaceFusionError) -> None:
+        """Work no more on ``layout`` while it stays live; a standing worker says why in the work, where the spans
+        that wait for it see it (docs/protocol.md, "No unbounded wait")."""
+        logger.warning("work %s: not helped (%s)", layout.work_id, error)
+        self.given_up[layout.work_id] = layout
+        if self.refuses_as:
+            leases.record_refusal(layout, self.refuses_as, error)
 
     def finish(self) -> None:
-        """Waits for what it does in the background (storing a work's sound)."""
+        """Waits for what it does in the background (storing a work's sound); a standing worker stopping withdraws
+        its refusals."""
         for thread in self.background:
             thread.join()
         self.background = []
+        self.keep_only(set())
 
     def keep_only(self, live: set[str]) -> None:
         self.specs = {work: spec for work, spec in self.specs.items() if work in live}
         self.free_runs = {work: seen for work, seen in self.free_runs.items() if work in live}
         self.complete &= live
-        self.given_up &= live
+        for work, layout in list(self.given_up.items()):
+            if work not in live:  # forgotten: a later run over it is tried again
+                del self.given_up[work]
+                if self.refuses_as:
+                    leases.withdraw_refusal(layout, self.refuses_as)
         self.leases = {
             key: lease for key, lease in self.leases.items() if WorkLayout(key.rsplit("/runs/")[0]).work_id in live
         }
@@ -256,8 +271,7 @@ def _look(
         except InvalidWorkError:
             return None  # not prepared yet
         except FaceFusionError as error:
-            logger.warning("work %s: not helped (%s)", work, error)
-            memory.given_up.add(work)
+            memory.give_up(other.layout, error)
             return None
     if models is not None and not same_models(models, spec.options):
         return None
@@ -293,8 +307,7 @@ def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: H
             stop=scope.stop,
         )
     except FaceFusionError as error:
-        logger.warning("work %s: not helped (%s)", work, error)
-        memory.given_up.add(work)
+        memory.give_up(other.layout, error)
         return 0
     memory.free_runs[work] = FreeRun(0, False, time.monotonic())  # it took every free segment it found
     if result.committed:

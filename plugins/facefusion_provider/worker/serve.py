@@ -62,7 +62,7 @@ def serve(work_root: str, models_dir: str | None = None, *, idle_exit: float | N
         ttl_seconds=liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER],
     )
     began = idle_since = time.monotonic()
-    done, memory, looks = Helped(), HelpMemory(), 0
+    done, memory, looks = Helped(), HelpMemory(refuses_as=me.name), 0
     stop = threading.Event()
     scope = Scope(root.root_uri, f"standing/{me.name}", standing=True, stop=stop)
     logger.info("standing worker %s serves the runs under %s", me.name, root.root_uri)

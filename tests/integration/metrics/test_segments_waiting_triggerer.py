@@ -24,7 +24,7 @@ sys.path.insert(0, sys.argv[1])
 import airflow.jobs.triggerer_job_runner  # what `airflow triggerer` imports before it forks its trigger runner
 from pathlib import Path
 from written import commit_segment, write_work
-from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 
 work = write_work(Path(sys.argv[2]), Path(sys.argv[2]) / "out.mp4", frames=40, segment_size=8)
 commit_segment(work, 0)

@@ -4,7 +4,7 @@ import pytest
 
 from facefusion_provider.operators.backends import load_backend, swap_span_operator, worker_operator
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
-from facefusion_provider.operators.spans import SpanCommittedOperator
+from facefusion_provider.sensors.span_committed import SpanCommittedSensor
 
 SPAN = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 32, "label": "frames 0-31 (4 segments)"}
 
@@ -49,7 +49,7 @@ def test_with_standing_workers_the_span_task_is_a_wait_chosen_when_the_dag_is_bu
             run_key="standing--r1",
         ).expand(span=[SPAN])
 
-    assert mapped.operator_class is SpanCommittedOperator
+    assert mapped.operator_class is SpanCommittedSensor
 
 
 def test_unknown_backend_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,7 +69,7 @@ def test_the_swap_dag_shows_standing_mode_in_its_graph(monkeypatch: pytest.Monke
 
     assert bag.import_errors == {}
     tasks = {task.task_id: task for task in bag.dags["facefusion_swap"].tasks}
-    assert tasks["swap_span"].operator_class is SpanCommittedOperator  # type: ignore[union-attr]
+    assert tasks["swap_span"].operator_class is SpanCommittedSensor  # type: ignore[union-attr]
     assert tasks["plan"].wave == 1  # type: ignore[union-attr]
     assert isinstance(tasks["prepare"], FaceFusionWorkerOperator) and isinstance(
         tasks["merge"], FaceFusionWorkerOperator

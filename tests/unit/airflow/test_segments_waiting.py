@@ -18,8 +18,8 @@ from recorded_stats import RecordedStats
 
 from facefusion_provider import metric_names
 from facefusion_provider.operators.plan import span_list
-from facefusion_provider.operators.spans import SpanCommittedOperator
-from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 
 WAITING = metric_names.stat_name(metric_names.SEGMENTS_WAITING)
 RUN = {"dag_id": "facefusion_swap", "run_id": "manual__r1"}
@@ -36,7 +36,7 @@ def deferred_span_wait(tmp_path: Path, write_work: Callable[..., Any], committed
     work = write_work(tmp_path / "root", tmp_path / "out.mp4")
     span = span_list(work.spec, 1)[0]
     committed(work)
-    operator = SpanCommittedOperator(
+    operator = SpanCommittedSensor(
         task_id="swap_span",
         work_uri=work.work_uri,
         output_uri=work.output_uri,
@@ -82,7 +82,7 @@ def test_the_wait_reports_the_runs_waiting_segments_then_zero_once_committed(
     assert values[:2] == [total - 1, total - 1]  # the operator's, then the trigger's own count
     assert values[-1] == 0
 
-    wait.operator.span_committed(wait.context, event)
+    wait.operator.execute_complete(wait.context, event)
     assert waiting_values(stats_sent)[-1] == 0
 
 

@@ -14,8 +14,8 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from fresh_loop import run_async
 
 from facefusion_provider.operators.plan import span_list
-from facefusion_provider.operators.spans import SpanCommittedOperator
-from facefusion_provider.triggers.spans import SpanCommittedTrigger
+from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 
 
 def _events(trigger: SpanCommittedTrigger) -> list[dict[str, Any]]:
@@ -37,7 +37,7 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
 ) -> None:
     work = write_work(tmp_path / "root", tmp_path / "out.mp4")
     span = span_list(work.spec, 2)[0]
-    operator = SpanCommittedOperator(
+    operator = SpanCommittedSensor(
         task_id="swap_span",
         work_uri=work.work_uri,
         output_uri=work.output_uri,
@@ -53,14 +53,14 @@ def test_a_standing_span_task_defers_starts_no_worker_and_succeeds_once_committe
     trigger = deferred.value.trigger
     assert isinstance(trigger, SpanCommittedTrigger) and (trigger.first, trigger.last) == (span["first"], span["last"])
     assert trigger.run_key == "facefusion_swap--r1"  # validate's key, renewed while waiting
-    assert deferred.value.method_name == "span_committed"
+    assert deferred.value.method_name == "execute_complete"
 
     for index in range(span["first"], span["last"]):
         commit_segment(work, index)
     (event,) = _events(trigger)
-    operator.span_committed(context, event)  # succeeds
+    operator.execute_complete(context, event)  # succeeds
     with pytest.raises(AirflowException, match="no standing worker"):
-        operator.span_committed(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
+        operator.execute_complete(context, {"status": "no_standing_worker", "message": "no standing worker ..."})
     assert fake_worker() == []  # no process was started for the span
 
 
@@ -68,7 +68,7 @@ def test_a_committed_span_or_an_output_validate_found_done_does_not_wait(
     tmp_path: Path, write_work: Callable[..., Any]
 ) -> None:
     work = write_work(tmp_path / "root", tmp_path / "out.mp4")
-    operator = SpanCommittedOperator(
+    operator = SpanCommittedSensor(
         task_id="swap_span",
         work_uri=work.work_uri,
         output_uri=work.output_uri,

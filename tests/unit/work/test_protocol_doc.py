@@ -58,6 +58,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "run_lease": work.run_lease("facefusion_swap.manual-1.abc"),
         "sound_file": work.sound_file,
         "deleting": work.deleting,
+        "refusal": work.refusal("gpu-node-1-42"),
         "worker": root.worker("gpu-node-1-42"),
         "signal": root.signal,
         "analysis": AnalysisLayout.under("s3://bucket/root", "a1").segment_faces(3),
@@ -80,8 +81,8 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "run_lease",
         "sound_file",
     }
-    known |= {"deleting", "worker", "signal", "under", "of", "work_id", "work_uri", "root_uri"}
-    folders = {"segments_dir", "claims_dir", "runs_dir", "works_dir", "workers_dir"}
+    known |= {"deleting", "refusal", "worker", "signal", "under", "of", "work_id", "work_uri", "root_uri"}
+    folders = {"segments_dir", "claims_dir", "runs_dir", "refusals_dir", "works_dir", "workers_dir"}
     assert members - known - folders == set(), "a new path in the layout: name it in docs/protocol.md and here"
 
 

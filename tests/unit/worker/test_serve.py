@@ -5,6 +5,7 @@ meanwhile is picked up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,10 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
 from committed import hold_run_lease, work_uri_for
+from fresh_loop import run_async
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import FAULTS_VARIABLE
+from facefusion_provider.contract import ALLOWED_INPUT_PREFIXES_VARIABLE, FAULTS_VARIABLE
+from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.triggers import span_committed as span_trigger
 from facefusion_provider.work.claims import latest_claims, scan_work
 from facefusion_provider.work.layout import RootLayout, WorkLayout
 from facefusion_provider.work.leases import live_standing_workers
@@ -119,3 +125,40 @@ def test_an_idle_worker_reads_the_signal_and_picks_up_a_run_announced_meanwhile(
     result = json.loads(out.strip().splitlines()[-1])
     assert result["segments"] == 2
     assert result["looks"] <= 12  # about 11 s idle in all: a look every 2 s at most, and no listing loop
+
+
+def test_a_run_every_standing_worker_refuses_fails_at_once_naming_why(
+    make_video: MakeVideo, work_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standing workers may not read the run's target (their input allow-list): each says so in the work, the
+    span's wait sees that every live one refused and fails, not retried, with their reason; a worker that stops
+    takes its refusal back."""
+    target = make_video(frames=2 * SEGMENT)
+    work_uri = work_uri_for(work_root, [], target, **OPTIONS)
+    worker.prepare(work_uri, [], target, **OPTIONS)
+    layout = WorkLayout(work_uri)
+    hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri())
+    elsewhere = {ALLOWED_INPUT_PREFIXES_VARIABLE: (tmp_path / "somewhere-else").as_uri()}
+    standing = _serve(work_root, "--idle-exit", "20", env=elsewhere)
+    try:
+        _wait_for(lambda: bool(storage.list_files(layout.refusals_dir)), standing)
+        monkeypatch.setattr(span_trigger, "REFUSALS_EVERY_SECONDS", 0.0)
+        trigger = span_trigger.SpanCommittedTrigger(work_uri, 0, 2, poll_seconds=0.05)
+
+        async def first_event() -> dict[str, Any]:
+            async for event in trigger.run():
+                return dict(event.payload)
+            raise AssertionError("no event")
+
+        began = time.monotonic()
+        event = run_async(asyncio.wait_for(first_event(), timeout=30))
+        assert event["status"] == "refused" and time.monotonic() - began < 10
+        with pytest.raises(AirflowFailException, match=r"every live standing worker .* gave up .*somewhere-else"):
+            SpanCommittedSensor(
+                task_id="swap_span", work_uri=work_uri, output_uri="", target_uri=target, run_key="", span={}
+            ).execute_complete({}, event)
+        assert scan_work(layout).committed == frozenset()
+    finally:
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=60)
+    assert storage.list_files(layout.refusals_dir) == []  # withdrawn as it stopped

@@ -11,18 +11,22 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.operators import run_metrics
 from facefusion_provider.work.layout import WorkLayout, work_root_of
+from facefusion_provider.work.liveness import DEFAULT_TTL_SECONDS, LeaseKind, renew_every
 
 POLL_SECONDS = 10.0  # one HEAD a poll while nothing changes: about $0.10 a month per waiting run on S3 Standard
 NO_WORKER_SECONDS = 600.0  # a span waits this long for a live standing worker (KEDA may be scaling up from zero)
 WORKERS_EVERY_SECONDS = 300.0  # how often it lists the standing workers' leases (a LIST costs 12 GETs)
-RENEW_SECONDS = 1800.0  # how often the run's lease is renewed: a quarter of the default run TTL
+RENEW_SECONDS = renew_every(DEFAULT_TTL_SECONDS[LeaseKind.RUN])  # the sensor passes a quarter of the run's own TTL
+REFUSALS_EVERY_SECONDS = 60.0  # how often it looks whether every live standing worker has given up (one LIST)
 # How often the gauge of waiting segments is counted (one LIST): within KEDA's query window (last_over_time[2m]).
 WAITING_EVERY_SECONDS = 60.0
 
 
 class SpanCommittedTrigger(BaseTrigger):
-    """Fires ``{"status": "committed"}`` once segments ``[first, last)`` of the work are committed, or
-    ``{"status": "no_standing_worker"}`` when no standing worker has had a live lease for ``no_worker_seconds``.
+    """Fires ``{"status": "committed"}`` once segments ``[first, last)`` of the work are committed;
+    ``{"status": "refused", "refusal": ...}`` once every live standing worker has given up on the work (its reason);
+    ``{"status": "no_standing_worker"}`` when no standing worker has had a live lease for ``no_worker_seconds``;
+    ``{"status": "timeout"}`` after ``timeout_seconds`` (None: never).
 
     Cheap while it waits (docs/protocol.md, "The change signal"): each poll asks only whether the first segment not yet
     seen committed is committed now (one HEAD of its marker, then the next ones while they are); the standing workers'
@@ -41,13 +45,14 @@ class SpanCommittedTrigger(BaseTrigger):
         no_worker_seconds: float = NO_WORKER_SECONDS,
         run_key: str = "",
         renew_seconds: float = RENEW_SECONDS,
+        timeout_seconds: float | None = None,
         dag_id: str = "",
         run_id: str = "",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.work_uri, self.first, self.last = work_uri, first, last
         self.poll_seconds, self.no_worker_seconds = poll_seconds, no_worker_seconds
-        self.run_key, self.renew_seconds = run_key, renew_seconds
+        self.run_key, self.renew_seconds, self.timeout_seconds = run_key, renew_seconds, timeout_seconds
         self.dag_id, self.run_id = dag_id, run_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -59,6 +64,7 @@ class SpanCommittedTrigger(BaseTrigger):
             "no_worker_seconds": self.no_worker_seconds,
             "run_key": self.run_key,
             "renew_seconds": self.renew_seconds,
+            "timeout_seconds": self.timeout_seconds,
             "dag_id": self.dag_id,
             "run_id": self.run_id,
         }
@@ -85,11 +91,12 @@ class SpanCommittedTrigger(BaseTrigger):
         work_root = work_root_of(layout)
         loop = asyncio.get_running_loop()
         alone_since: float | None = None
-        renewed = workers_seen = loop.time()
+        began = renewed = workers_seen = refusals_seen = loop.time()
         waiting_counted = -WAITING_EVERY_SECONDS
         next_left = self.first  # segments before it were seen committed: a marker is never removed while we wait
         # Storage calls block: they run in a thread, never on the triggerer's event loop.
-        if not await asyncio.to_thread(hook.standing_workers, work_root):
+        live_workers = await asyncio.to_thread(hook.standing_workers, work_root)
+        if not live_workers:
             alone_since = loop.time()
         while True:
             if self.run_key and loop.time() - renewed >= self.renew_seconds:
@@ -105,10 +112,28 @@ class SpanCommittedTrigger(BaseTrigger):
                 await self._report_waiting(hook, next_left)
             if loop.time() - workers_seen >= min(WORKERS_EVERY_SECONDS, self.no_worker_seconds / 2):
                 workers_seen = loop.time()
-                if await asyncio.to_thread(hook.standing_workers, work_root):
+                live_workers = await asyncio.to_thread(hook.standing_workers, work_root)
+                if live_workers:
                     alone_since = None
                 elif alone_since is None:
                     alone_since = loop.time()
+            if live_workers and loop.time() - refusals_seen >= REFUSALS_EVERY_SECONDS:
+                refusals_seen = loop.time()
+                refusal = await asyncio.to_thread(hook.standing_refusal, self.work_uri, live_workers)
+                if refusal is not None:  # the workers seen may have gone meanwhile: ask about the live ones
+                    live_workers = await asyncio.to_thread(hook.standing_workers, work_root)
+                    refusal = await asyncio.to_thread(hook.standing_refusal, self.work_uri, live_workers)
+                if refusal is not None:
+                    yield _event({"status": "refused", "refusal": refusal.model_dump(mode="json")})
+                    return
+            if self.timeout_seconds is not None and loop.time() - began >= self.timeout_seconds:
+                left = self.last - next_left
+                message = (
+                    f"waited {(loop.time() - began) / 3600:.2f} h ([facefusion] span_wait_hours) for the standing "
+                    f"workers; at least {left} of the span's {self.last - self.first} segments are not committed"
+                )
+                yield _event({"status": "timeout", "message": message, "left": left})
+                return
             if alone_since is not None and loop.time() - alone_since >= self.no_worker_seconds:
                 left = self.last - next_left
                 message = (
