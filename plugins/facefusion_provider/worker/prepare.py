@@ -78,7 +78,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         frame_start=frame_start,
         frame_end=frame_end,
         segments=segments,
-        analysis_id=analysis_id(target_id, options) if options.processors else None,
+        analysis_id=_analysis_id(target_id, options),
         identity=_identity(uris, options, probe, models_dir) if options.processors else {},
     )
     if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
@@ -104,8 +104,16 @@ def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
     return start, end
 
 
+def _analysis_id(target_id: str, options: Options) -> str | None:
+    """The target analysis the chain reads, by the landmarks its processors need; None when none of them reads faces."""
+    from facefusion_provider.engine.processors.registry import analysis_needs
+
+    needs = analysis_needs(options)
+    return analysis_id(target_id, options, needs.landmarks) if needs.faces else None
+
+
 def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
-    from facefusion_provider.engine.processors import prepare_identity
+    from facefusion_provider.engine.processors.chain import prepare_identity
     from facefusion_provider.media.decode import decode_frame
     from facefusion_provider.media.images import rgb_array
 
