@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from facefusion_provider.exceptions import InvalidOptionError
 
-Processor = Literal["face_swapper", "face_enhancer"]
+Processor = Literal["face_swapper", "face_enhancer", "frame_enhancer"]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
@@ -57,6 +57,27 @@ FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3"]
 FaceParserModel = Literal["bisenet_resnet_34", "bisenet_resnet_18"]
 FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
 FaceEnhancerModel = Literal["gfpgan_1.4", "gpen_bfr_256", "gpen_bfr_512", "codeformer", "restoreformer_plus_plus"]
+FrameEnhancerModel = Literal[
+    "clear_reality_x4",
+    "face_dat_x4",
+    "nomos8k_sc_x4",
+    "real_esrgan_x2",
+    "real_esrgan_x2_fp16",
+    "real_esrgan_x4",
+    "real_esrgan_x4_fp16",
+    "real_esrgan_x8",
+    "real_esrgan_x8_fp16",
+    "real_hatgan_x4",
+    "real_web_photo_x4",
+    "realistic_rescaler_x4",
+    "remacri_x4",
+    "siax_x4",
+    "span_kendata_x4",
+    "swin2_sr_x4",
+    "tghq_face_x8",
+    "ultra_sharp_x4",
+    "ultra_sharp_2_x4",
+]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -114,7 +135,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, then optionally sharpen it. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -294,6 +315,24 @@ class FaceEnhancerOptions(BaseModel):
     )
 
 
+class FrameEnhancerOptions(BaseModel):
+    """The frame enhancer's own options (``engine/processors/frame_enhancer.py``)."""
+
+    frame_enhancer_model: FrameEnhancerModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="span_kendata_x4",
+        description="Only with the frame enhancer processor: the model that upscales the whole frame, by the factor "
+        "in its name (x2, x4, x8). A model file you install. Not in runs yet: prepare refuses a frame size change "
+        "until segments and the merge carry one.",
+    )
+    frame_enhancer_blend: Percent = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=80,
+        description="Only with the frame enhancer processor: how much of the upscaled frame is kept over the "
+        "original simply resized: 100 is all of it.",
+    )
+
+
 class _RunOptions(BaseModel):
     """Frames, segments, the output video and where the models run."""
 
@@ -354,12 +393,15 @@ class _RunOptions(BaseModel):
 PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
     "face_enhancer": FaceEnhancerOptions,
+    "frame_enhancer": FrameEnhancerOptions,
 }
 
 
 # pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
-# groups in the order faces, swapper, masks, enhancer, run.
-class Options(_RunOptions, FaceEnhancerOptions, _FaceMaskOptions, FaceSwapperOptions, _FacesOptions):
+# groups in the order faces, swapper, masks, face enhancer, frame enhancer, run.
+class Options(
+    _RunOptions, FrameEnhancerOptions, FaceEnhancerOptions, _FaceMaskOptions, FaceSwapperOptions, _FacesOptions
+):
     """Everything a user may set for one swap run."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)

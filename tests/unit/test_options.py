@@ -127,7 +127,7 @@ def test_json_schema_drives_the_ui_form() -> None:
     properties = schema["properties"]
     assert properties["output_video_quality"]["maximum"] == 100
     assert "libx264" in properties["output_video_encoder"]["enum"]
-    assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer"]
+    assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer", "frame_enhancer"]
     assert all(prop.get("description") for prop in properties.values())
 
 

@@ -63,6 +63,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
 
     with storage.open_input(uris.target_uri) as target:
         probe = probe_video(target, uris.target_uri)
+        _check_frame_size(options, probe)
         if judged_here(options.output_video_encoder, os.environ):
             check_encoder(encoder_settings(options, probe), probe.width, probe.height, Fraction(probe.frame_rate))
         frame_start, frame_end = trimmed_range(options, probe.frame_count)
@@ -102,6 +103,21 @@ def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
         )
     end = min(options.trim_frame_end or frame_count, frame_count)
     return start, end
+
+
+def _check_frame_size(options: Options, probe: VideoProbe) -> None:
+    """Segments and the merge carry the target's frame size only, so far: a chain that changes it is refused here."""
+    if not options.processors:
+        return
+    from facefusion_provider.engine.processors.registry import check_chain, output_size
+
+    check_chain(options)
+    size = output_size(options, probe.width, probe.height)
+    if size != (probe.width, probe.height):
+        raise InvalidOptionError(
+            f"options.processors: {', '.join(options.processors)} turns the target's {probe.width}x{probe.height} "
+            f"frames into {size[0]}x{size[1]}; segments of another size than the target's are not supported yet"
+        )
 
 
 def _analysis_id(target_id: str, options: Options) -> str | None:

@@ -38,7 +38,7 @@ def test_a_processor_owns_its_options_which_reach_the_form_and_the_flags(name: s
 
 
 @pytest.mark.parametrize("name", list(PROCESSORS))
-def test_every_model_a_processor_can_choose_is_in_the_catalogue_and_keeps_the_frame_size(name: str) -> None:
+def test_every_model_a_processor_can_choose_is_in_the_catalogue_with_its_frame_size(name: str) -> None:
     processor = PROCESSORS[name]
     model_field = f"{name}_model"
     for choice in get_args(Options.model_fields[model_field].annotation):
@@ -47,8 +47,10 @@ def test_every_model_a_processor_can_choose_is_in_the_catalogue_and_keeps_the_fr
         names = processor.model_names(options)
         assert names and set(names) <= set(MODELS), names
         assert choice in names or choice == "classic"  # classic is the face mesh's warp: no model of its own
-        assert processor.analysis(options).faces
-        assert processor.output_size(options, 1920, 1080) == (1920, 1080)
+        width, height = processor.output_size(options, 1920, 1080)
+        assert width * 1080 == height * 1920 and width >= 1920  # the picture's shape kept, never smaller
+        if processor.analysis(options).faces:  # the faces are found in the input frame: a face processor keeps its size
+            assert (width, height) == (1920, 1080)
 
 
 def test_the_swapper_names_the_helper_models_its_options_need() -> None:
@@ -61,6 +63,13 @@ def test_the_swapper_names_the_helper_models_its_options_need() -> None:
         "bisenet_resnet_34",
         "face_mesh_468",
     }
+
+
+def test_the_face_processors_read_faces_and_keep_the_frame_size() -> None:
+    for name in ("face_swapper", "face_enhancer"):
+        options = Options(processors=[name])
+        assert PROCESSORS[name].analysis(options).faces
+        assert PROCESSORS[name].output_size(options, 1920, 1080) == (1920, 1080)
 
 
 def test_the_analysis_runs_once_for_what_the_whole_chain_reads() -> None:

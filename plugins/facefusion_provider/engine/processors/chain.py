@@ -35,7 +35,7 @@ from facefusion_provider.engine.processors.base import (
     ProcessedFrame,
     timed,
 )
-from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, follows_faces
+from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
 from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
@@ -58,6 +58,7 @@ def prepare_identity(
     """The work's identity for ``work.json``: the source files' names, what each processor of the chain takes from
     the sources (``Processor.prepare``), and in reference mode the embedding of the largest face in
     ``reference_frame``."""
+    check_chain(options)
     store = store_from_environment(models_dir)
     require_recognizer(options, store)
     identity: dict[str, Any] = {
@@ -231,6 +232,7 @@ class FrameProcessor:
 def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FrameProcessor:
     """A processor for ``options`` and the work's identity: the analysis's models loaded now (where the chain reads
     faces), then each processor's pre-check and models, in the chain's order."""
+    check_chain(options)
     log_providers(options.execution_providers)
     store = store_from_environment(models_dir)
     chain, needs = chain_of(options), analysis_needs(options)
