@@ -213,31 +213,3 @@ def face_with_68(center: tuple[float, float], size: float, angle_degrees: float 
     rotation = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
     dense = ((landmarks_68_template() - 64.0) @ rotation.T) * (size / 128.0) + np.asarray(center)
     return face.with_(landmark_dense=dense.astype(np.float32))
-
-
-def upscale_model(path: Path, scale: int, *, invert: bool = False, batch: Dim = "n", input_name: str = "input") -> Path:
-    """A frame enhancer stand-in: ``input`` (N, 3, H, W) RGB 0..1 -> a bilinear x``scale`` resize with half-pixel
-    centres (OpenCV's INTER_LINEAR), or ``1 -`` that with ``invert``; H and W free, as in FaceFusion's exports."""
-    nodes = [
-        helper.make_node(
-            "Resize",
-            [input_name, "", "scales"],
-            ["resized" if invert else "output"],
-            mode="linear",
-            coordinate_transformation_mode="half_pixel",
-        )
-    ]
-    initializers: list[np.ndarray] = [np.array([1.0, 1.0, scale, scale], np.float32)]
-    names = ["scales"]
-    if invert:
-        nodes.append(helper.make_node("Sub", ["one", "resized"], ["output"]))
-        initializers.append(np.array(1.0, np.float32))
-        names.append("one")
-    return save_model(
-        path,
-        nodes,
-        [value_info(input_name, [batch, 3, "h", "w"])],
-        [value_info("output", [batch, 3, "oh", "ow"])],
-        initializers,
-        names,
-    )

@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from standins import frame_enhancer_standin
 
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.frame_tiles import cut_tiles
@@ -20,7 +21,7 @@ from facefusion_provider.engine.processors.registry import analysis_needs, check
 from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatibleError
 from facefusion_provider.options import Options
 
-from .builders import StoreFactory, upscale_model
+from .builders import StoreFactory
 
 TOLERANCE = 1  # levels
 
@@ -54,7 +55,7 @@ def test_every_output_pixel_is_the_bilinear_resize_tile_borders_included(
     models_dir: Path, model: str, height: int, width: int
 ) -> None:
     facts = frame_enhance_facts(model)
-    upscale_model(models_dir / f"{model}.onnx", facts.scale)
+    frame_enhancer_standin(models_dir, model)
     options = Options(processors=["frame_enhancer"], frame_enhancer_model=model, frame_enhancer_blend=100)
     frames = [_noise(height, width), _noise(height, width, seed=4)]
     processor = build_frame_processor(options, {}, str(models_dir))
@@ -68,7 +69,7 @@ def test_every_output_pixel_is_the_bilinear_resize_tile_borders_included(
 
 
 def test_the_blend_mixes_the_model_frame_with_the_frame_resized(models_dir: Path, store_for: StoreFactory) -> None:
-    upscale_model(models_dir / "real_esrgan_x2.onnx", 2, invert=True)  # the model's frame is 255 - the resize
+    frame_enhancer_standin(models_dir, "real_esrgan_x2", invert=True)  # the model's frame is 255 - the resize
     frame = _noise(90, 140)
     resized = _resized(frame, 2)
     (kept,) = _load(models_dir, store_for, "real_esrgan_x2", 100)([frame], [[]], None)
@@ -82,8 +83,8 @@ def test_the_blend_mixes_the_model_frame_with_the_frame_resized(models_dir: Path
 def test_tiles_go_in_batches_where_the_model_allows_with_the_same_frames(
     tmp_path: Path, store_for: StoreFactory
 ) -> None:
-    upscale_model(tmp_path / "free" / "real_web_photo_x4.onnx", 4)
-    upscale_model(tmp_path / "one" / "real_web_photo_x4.onnx", 4, batch=1)
+    frame_enhancer_standin(tmp_path / "free", "real_web_photo_x4")
+    frame_enhancer_standin(tmp_path / "one", "real_web_photo_x4", batch=1)
     batched = _load(tmp_path / "free", store_for, "real_web_photo_x4", 80)
     single = _load(tmp_path / "one", store_for, "real_web_photo_x4", 80)
     assert (batched.tiles_per_call, single.tiles_per_call) == (128, 1)  # 2**23 output pixels / 256**2 a tile
@@ -94,10 +95,10 @@ def test_tiles_go_in_batches_where_the_model_allows_with_the_same_frames(
 def test_a_model_of_another_scale_or_other_inputs_is_refused_when_it_loads(
     tmp_path: Path, store_for: StoreFactory
 ) -> None:
-    upscale_model(tmp_path / "scale" / "real_esrgan_x4.onnx", 2)
+    frame_enhancer_standin(tmp_path / "scale", "real_esrgan_x4", scale=2)
     with pytest.raises(ModelIncompatibleError, match=r"real_esrgan_x4\.onnx does not look like .*\(x4\)"):
         _load(tmp_path / "scale", store_for, "real_esrgan_x4", 80)
-    upscale_model(tmp_path / "inputs" / "real_esrgan_x2.onnx", 2, input_name="image")
+    frame_enhancer_standin(tmp_path / "inputs", "real_esrgan_x2", input_name="image")
     with pytest.raises(ModelIncompatibleError, match=r"expected inputs input \?x3x\?x\?, found image"):
         _load(tmp_path / "inputs", store_for, "real_esrgan_x2", 80)
 
