@@ -18,6 +18,7 @@ from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.models import FrameEnhanceFacts
 
 Tiles = npt.NDArray[np.uint8]  # (N, tile, tile, 3), row by row
+PlanarTiles = npt.NDArray[np.uint8]  # (N, 3, size, size): the model's layout, row by row
 
 
 @dataclass(frozen=True)
@@ -60,16 +61,19 @@ def cut_tiles(frame: Frame, facts: FrameEnhanceFacts) -> tuple[Tiles, TileGrid]:
     return tiles, grid
 
 
-def merge_tiles(outputs: Tiles, grid: TileGrid) -> Frame:
-    """The model's ``outputs`` (``scale`` times each tile, row by row) as one frame ``scale`` times the original."""
+def merge_tiles(outputs: PlanarTiles, grid: TileGrid) -> Frame:
+    """The model's ``outputs`` (``scale`` times each tile, row by row, in its own layout) as one frame ``scale`` times
+    the original: each tile's middle copied once, into place."""
     facts, scale = grid.facts, grid.facts.scale
     kept, margin = facts.step * scale, facts.overlap * scale
-    expected = (grid.rows * grid.columns, facts.tile * scale, facts.tile * scale, 3)
+    expected = (grid.rows * grid.columns, 3, facts.tile * scale, facts.tile * scale)
     if outputs.shape != expected:
         raise ValueError(f"tile outputs of shape {outputs.shape}, not {expected}: the model's scale is not x{scale}")
-    middles = outputs[:, margin : margin + kept, margin : margin + kept]
-    merged = middles.reshape(grid.rows, grid.columns, kept, kept, 3).transpose(0, 2, 1, 3, 4)
-    merged = merged.reshape(grid.rows * kept, grid.columns * kept, 3)
+    merged = np.empty((grid.rows * kept, grid.columns * kept, 3), np.uint8)
+    for index, tile in enumerate(outputs):
+        row, column = divmod(index, grid.columns)
+        middle = tile[:, margin : margin + kept, margin : margin + kept]
+        merged[row * kept : (row + 1) * kept, column * kept : (column + 1) * kept] = middle.transpose(1, 2, 0)
     width, height = grid.output_size
     offset = facts.pad * scale
     return np.ascontiguousarray(merged[offset : offset + height, offset : offset + width])
