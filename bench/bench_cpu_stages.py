@@ -445,15 +445,16 @@ def measure_classic(images: list[Any], folder: Path) -> tuple[dict[str, dict[str
     and after, alternating frame by frame over the clip's consecutive frames. Before, the detector runs on every frame;
     after, every ``face_detector_interval`` frames (the default), the face mesh following the face between. Returns
     the stages and the swapped frames of each variant."""
-    from facefusion_provider.engine import detect, landmarks, processors, swap_classic
+    from facefusion_provider.engine import detect, landmarks, swap_classic
+    from facefusion_provider.engine.processors import chain, face_swapper
     from facefusion_provider.options import Options
 
-    identity = processors.prepare_identity([write_source_image(folder)], None, Options(), None)
+    identity = chain.prepare_identity([write_source_image(folder)], None, Options(), None)
     engines = {
-        "before": processors.build_frame_processor(
+        "before": chain.build_frame_processor(
             Options(execution_thread_count=1, face_detector_interval=1), identity, None
         ),
-        "after": processors.build_frame_processor(Options(execution_thread_count=1), identity, None),
+        "after": chain.build_frame_processor(Options(execution_thread_count=1), identity, None),
     }
     for variant, engine in engines.items():
         with variant_path(variant):
@@ -470,9 +471,9 @@ def measure_classic(images: list[Any], folder: Path) -> tuple[dict[str, dict[str
                 meter.wrap(detect, "run_session", "inference: detector")
                 meter.wrap(landmarks, "_run_face_mesh", "inference: face mesh (with its crop)")
                 for name in ("detect_faces", "select_faces", "mesh_landmarks", "follow_face_mesh"):
-                    meter.wrap(processors, name, name)
+                    meter.wrap(chain, name, name)
                 meter.wrap(swap_classic, "classic_swap", "classic_swap (one face, before its blend)")
-                meter.wrap(processors.FaceProcessor, "swap_classic", "swap_classic (a frame's faces, blended)")
+                meter.wrap(face_swapper.ClassicSwap, "swap", "swap_classic (a frame's faces, blended)")
                 try:
                     with cpu_clock(meter, "classic processor (whole)"):
                         found, followed[variant] = engine.analyse_followed([image], followed[variant])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -34,7 +35,8 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
-# The functions FaceProcessor calls, by stage; each is wrapped with a timer in facefusion_provider.engine.processors.
+# The functions the frame processor calls, by stage; each is wrapped with a timer where the chain or a processor module
+# (facefusion_provider.engine.processors.*) calls it.
 STAGES = ("detect_faces", "select_faces", "mesh_landmarks", "classic_patch", "swap_faces", "enhance_face")
 
 
@@ -98,7 +100,7 @@ def peak_rss_mib() -> float:
 
 def run_one(path_name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One path in this process: prepare the identity, load models, then time the processor on the frames."""
-    from facefusion_provider.engine import processors
+    from facefusion_provider.engine.processors import chain, face_enhancer, face_swapper
     from facefusion_provider.engine.runtime import resolve_providers
     from facefusion_provider.options import Options
 
@@ -128,10 +130,10 @@ def run_one(path_name: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as temp:
         source = write_source_image(Path(temp))
         start = time.perf_counter()
-        identity = processors.prepare_identity([source], None, options, models_dir)
+        identity = chain.prepare_identity([source], None, options, models_dir)
         result["prepare_identity_s"] = round(time.perf_counter() - start, 3)
     start = time.perf_counter()
-    processor = processors.build_frame_processor(options, identity, models_dir)
+    processor = chain.build_frame_processor(options, identity, models_dir)
     result["build_processor_s"] = round(time.perf_counter() - start, 3)
     measured = frames
     runs = []
@@ -140,15 +142,16 @@ def run_one(path_name: str, args: argparse.Namespace) -> dict[str, Any]:
         processor.process_batch(measured[:batch_size])
         timings: dict[str, float] = {}
         calls: dict[str, int] = {}
-        instrument(processors, timings, calls)
+        for module in (chain, face_swapper, face_enhancer):
+            instrument(module, timings, calls)
         start = time.perf_counter()
         for first in range(0, len(measured), batch_size):
             processor.process_batch(measured[first : first + batch_size])
         elapsed = time.perf_counter() - start
-        for name in STAGES:  # undo the wrappers before the next batch size
-            wrapped = getattr(processors, name, None)
+        for module, name in itertools.product((chain, face_swapper, face_enhancer), STAGES):  # undo the wrappers
+            wrapped = getattr(module, name, None)
             if wrapped is not None and hasattr(wrapped, "__wrapped__"):
-                setattr(processors, name, wrapped.__wrapped__)
+                setattr(module, name, wrapped.__wrapped__)
         runs.append(
             {
                 "batch_size": batch_size,

@@ -127,7 +127,7 @@ def variants() -> list[tuple[str, Callable[[Image], Image]]]:
 def make_faces(folder: Path, count: int = FACES) -> list[dict[str, Any]]:
     """``count`` face images, the two people in turn, each one whose face the engine's source step finds and meshes."""
     from facefusion_provider import storage
-    from facefusion_provider.engine.processors import prepare_identity
+    from facefusion_provider.engine.processors.chain import prepare_identity
     from facefusion_provider.exceptions import FaceFusionError
     from facefusion_provider.media.images import encode_image
     from facefusion_provider.options import Options

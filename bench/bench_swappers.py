@@ -46,7 +46,8 @@ def measure(model: str, models_dir: str, frame_count: int, pixel_boost: str | No
     from skimage import data
 
     from facefusion_provider.engine.detect import detect_faces
-    from facefusion_provider.engine.processors import _source_faces, _swap_identity
+    from facefusion_provider.engine.processors.face_swapper import _swap_identity
+    from facefusion_provider.engine.sources import source_faces
     from facefusion_provider.engine.store import ModelStore
     from facefusion_provider.engine.swap_models import swap_faces
     from facefusion_provider.options import Options
@@ -61,7 +62,7 @@ def measure(model: str, models_dir: str, frame_count: int, pixel_boost: str | No
 
         source = str(Path(folder) / "astronaut.png")
         cv2.imwrite(source, data.astronaut()[:, :, ::-1])  # type: ignore[no-untyped-call]
-        identity = _swap_identity(_source_faces([source], options, store), options, store)
+        identity = _swap_identity(source_faces([source], options, store), options, store)
     frames = carphone_frames(frame_count, 1280, 720)
     faces = [detect_faces(frame, options, store)[:1] for frame in frames]
     swap_faces(frames[:1], faces[:1], identity, options, store)  # warm up: sessions, cached masks

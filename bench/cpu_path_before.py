@@ -135,12 +135,12 @@ def classic_swap_before(frame: Frame, face: Any, source: Any, options: Any) -> A
 
 def swap_classic_before(self: Any, frame: Frame, faces: list[Any]) -> Frame:
     """The old classic swap of a frame's faces: each swapped into a new copy of the whole frame."""
-    from facefusion_provider.engine.processors import _mesh_found
+    from facefusion_provider.engine.landmarks import mesh_found
     from facefusion_provider.engine.swap_classic import swap_face_classic
 
     for face in faces:
-        if _mesh_found(face):
-            frame = swap_face_classic(frame, face, self.classic_source, self.options)
+        if mesh_found(face):
+            frame = swap_face_classic(frame, face, self.source, self.options)
             self.stats.add(swapped=1)
     return frame
 
@@ -169,7 +169,7 @@ def encoder_input_after(result: Any, image: Frame, original: av.VideoFrame, pix_
 
 def _replacements() -> list[tuple[ModuleType | type[Any], str, Any]]:
     from facefusion_provider.engine import detect, paste, swap_classic
-    from facefusion_provider.engine.processors import FaceProcessor
+    from facefusion_provider.engine.processors.face_swapper import ClassicSwap
     from facefusion_provider.worker import pipeline
 
     return [
@@ -179,7 +179,7 @@ def _replacements() -> list[tuple[ModuleType | type[Any], str, Any]]:
         (paste, "paste_back", paste_back_before),
         (pipeline, "write_back", write_back_before),
         (swap_classic, "classic_swap", classic_swap_before),
-        (FaceProcessor, "swap_classic", swap_classic_before),
+        (ClassicSwap, "swap", swap_classic_before),
     ]
 
 

@@ -341,7 +341,7 @@ def swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, flo
 
     from facefusion_provider.engine.align import warp_face
     from facefusion_provider.engine.paste import color_weight, create_crop_mask, match_color_statistics, paste_back
-    from facefusion_provider.engine.processors import FaceProcessor
+    from facefusion_provider.engine.processors.chain import FrameProcessor
     from facefusion_provider.engine.store import ModelStore
     from facefusion_provider.engine.swap_models import (
         MODEL_SIZE,
@@ -357,7 +357,7 @@ def swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, flo
     frame: Frame = rgb_array(decoded)
     options = Options(face_swapper_model="inswapper_128")
     store = cast("ModelStore", _ReplayStore(ModelStore(cache_dir=str(scratch / "models"))))
-    processor = FaceProcessor(options, store, batch_size=1)
+    processor = FrameProcessor(options, store, batch_size=1)
     faces = processor.select(frame)  # untimed: the detector runs once; its sessions replay that output from now on
     if not faces:
         raise RuntimeError("the detector found no face in the 1080p carphone frame")

@@ -1,6 +1,9 @@
 """The one options model. It generates the worker's CLI flags, the DAG's Params schema and work.json's ``options``.
 
 Field names follow FaceFusion's (``face_swapper_blend`` is ``--face-swapper-blend``). Adding an option is one edit here.
+Each processor's own options are a class of their own (``FaceSwapperOptions``, ...), composed into ``Options`` and named
+in ``PROCESSOR_OPTIONS``; its module in ``engine/processors/`` points at that class. They live here, not in the engine,
+because the Airflow side builds its form and validates confs from them without numpy or onnxruntime.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from facefusion_provider.exceptions import InvalidOptionError
 
-Processor = Literal["face_swapper", "face_enhancer"]
+Processor = Literal["face_swapper", "face_enhancer", "frame_enhancer"]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
@@ -54,6 +57,27 @@ FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3"]
 FaceParserModel = Literal["bisenet_resnet_34", "bisenet_resnet_18"]
 FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
 FaceEnhancerModel = Literal["gfpgan_1.4", "gpen_bfr_256", "gpen_bfr_512", "codeformer", "restoreformer_plus_plus"]
+FrameEnhancerModel = Literal[
+    "clear_reality_x4",
+    "face_dat_x4",
+    "nomos8k_sc_x4",
+    "real_esrgan_x2",
+    "real_esrgan_x2_fp16",
+    "real_esrgan_x4",
+    "real_esrgan_x4_fp16",
+    "real_esrgan_x8",
+    "real_esrgan_x8_fp16",
+    "real_hatgan_x4",
+    "real_web_photo_x4",
+    "realistic_rescaler_x4",
+    "remacri_x4",
+    "siax_x4",
+    "span_kendata_x4",
+    "swin2_sr_x4",
+    "tghq_face_x8",
+    "ultra_sharp_x4",
+    "ultra_sharp_2_x4",
+]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -106,14 +130,12 @@ DEFAULT_PIXEL_BOOST: FaceSwapperPixelBoost = "128x128"
 RENAMED_OPTIONS: dict[str, str] = {"chunk_size": "segment_size"}
 
 
-class Options(BaseModel):
-    """Everything a user may set for one swap run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
+class _FacesOptions(BaseModel):
+    """The chain, and how the faces it works on are found and chosen (the analysis every face processor shares)."""
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, then optionally sharpen it. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -183,6 +205,11 @@ class Options(BaseModel):
         "found at the next search. Each segment starts with a search. 1 searches every frame, as FaceFusion does; so "
         "does the face tracker.",
     )
+
+
+class FaceSwapperOptions(BaseModel):
+    """The face swapper's own options (``engine/processors/face_swapper.py``)."""
+
     face_swapper_model: FaceSwapperModel = Field(
         default="classic",
         description="The model that draws the new face. classic comes with the provider; the others are model files you install.",
@@ -202,6 +229,33 @@ class Options(BaseModel):
         default=True,
         description="The new face takes the skin tone and light of the face it replaces.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pixel_boost_of_the_model(cls, data: Any) -> Any:
+        """The default (or no) pixel boost is the swapper's own size, as in FaceFusion: the trigger form always sends it."""
+        if isinstance(data, dict) and data.get("face_swapper_pixel_boost") in (None, DEFAULT_PIXEL_BOOST):
+            size = SWAPPER_MODEL_SIZES.get(str(data.get("face_swapper_model")))
+            if size is not None and size > 128:
+                return {**data, "face_swapper_pixel_boost": f"{size}x{size}"}
+        return data
+
+    @model_validator(mode="after")
+    def _pixel_boost_fits_the_model(self) -> FaceSwapperOptions:
+        size = SWAPPER_MODEL_SIZES.get(self.face_swapper_model)
+        boost = int(self.face_swapper_pixel_boost.partition("x")[0])
+        if size is not None and (boost < size or boost % size):
+            allowed = ", ".join(f"{n}x{n}" for n in (128, 256, 384, 512, 768, 1024) if n >= size and n % size == 0)
+            raise ValueError(
+                f"face_swapper_pixel_boost {self.face_swapper_pixel_boost} does not fit face_swapper_model "
+                f"{self.face_swapper_model} (its size is {size}x{size}): choose one of {allowed}"
+            )
+        return self
+
+
+class _FaceMaskOptions(BaseModel):
+    """Where a swapped face may cover the frame (FaceFusion's face masker: options of no one processor)."""
+
     face_mask_types: list[FaceMaskType] = Field(
         json_schema_extra=SECTION_SWAP,
         default=["box"],
@@ -244,6 +298,11 @@ class Options(BaseModel):
         default=(0, 0, 0, 0),
         description="Shrink the box mask from each side, in percent of the face: top, right, bottom, left.",
     )
+
+
+class FaceEnhancerOptions(BaseModel):
+    """The face enhancer's own options (``engine/processors/face_enhancer.py``)."""
+
     face_enhancer_model: FaceEnhancerModel = Field(
         json_schema_extra=SECTION_SWAP,
         default="gfpgan_1.4",
@@ -254,6 +313,29 @@ class Options(BaseModel):
         default=80,
         description="Only with the face enhancer processor: how much of the sharpened face is kept: 100 is all of it.",
     )
+
+
+class FrameEnhancerOptions(BaseModel):
+    """The frame enhancer's own options (``engine/processors/frame_enhancer.py``)."""
+
+    frame_enhancer_model: FrameEnhancerModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="span_kendata_x4",
+        description="Only with the frame enhancer processor: the model that upscales the whole frame, by the factor "
+        "in its name (x2, x4, x8). A model file you install. Not in runs yet: prepare refuses a frame size change "
+        "until segments and the merge carry one.",
+    )
+    frame_enhancer_blend: Percent = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=80,
+        description="Only with the frame enhancer processor: how much of the upscaled frame is kept over the "
+        "original simply resized: 100 is all of it.",
+    )
+
+
+class _RunOptions(BaseModel):
+    """Frames, segments, the output video and where the models run."""
+
     trim_frame_start: int | None = Field(
         json_schema_extra=SECTION_FRAMES,
         default=None,
@@ -306,6 +388,24 @@ class Options(BaseModel):
         description="On a CPU: threads per model. On a GPU: frames worked on side by side.",
     )
 
+
+# A processor's options: its own fields, one class each; ``engine.processors`` maps each name to its module.
+PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
+    "face_swapper": FaceSwapperOptions,
+    "face_enhancer": FaceEnhancerOptions,
+    "frame_enhancer": FrameEnhancerOptions,
+}
+
+
+# pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
+# groups in the order faces, swapper, masks, face enhancer, frame enhancer, run.
+class Options(
+    _RunOptions, FrameEnhancerOptions, FaceEnhancerOptions, _FaceMaskOptions, FaceSwapperOptions, _FacesOptions
+):
+    """Everything a user may set for one swap run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
+
     @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas", "face_mask_regions")
     @classmethod
     def _no_repeats(cls, value: list[str]) -> list[str]:
@@ -319,28 +419,6 @@ class Options(BaseModel):
         if not value:
             raise ValueError("name at least one value")
         return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _pixel_boost_of_the_model(cls, data: Any) -> Any:
-        """The default (or no) pixel boost is the swapper's own size, as in FaceFusion: the trigger form always sends it."""
-        if isinstance(data, dict) and data.get("face_swapper_pixel_boost") in (None, DEFAULT_PIXEL_BOOST):
-            size = SWAPPER_MODEL_SIZES.get(str(data.get("face_swapper_model")))
-            if size is not None and size > 128:
-                return {**data, "face_swapper_pixel_boost": f"{size}x{size}"}
-        return data
-
-    @model_validator(mode="after")
-    def _pixel_boost_fits_the_model(self) -> Options:
-        size = SWAPPER_MODEL_SIZES.get(self.face_swapper_model)
-        boost = int(self.face_swapper_pixel_boost.partition("x")[0])
-        if size is not None and (boost < size or boost % size):
-            allowed = ", ".join(f"{n}x{n}" for n in (128, 256, 384, 512, 768, 1024) if n >= size and n % size == 0)
-            raise ValueError(
-                f"face_swapper_pixel_boost {self.face_swapper_pixel_boost} does not fit face_swapper_model "
-                f"{self.face_swapper_model} (its size is {size}x{size}): choose one of {allowed}"
-            )
-        return self
 
     @model_validator(mode="after")
     def _trim_in_order(self) -> Options:
@@ -360,21 +438,6 @@ class Options(BaseModel):
                 "face_swapper_model classic has not: choose another face_swapper_model, or leave them out"
             )
         return self
-
-    def analysis_landmarks(self) -> Literal["mesh", "2dfan4", "none"]:
-        """The dense landmarks a target's analysis holds for these options: what the swapper reads besides boxes."""
-        if "face_swapper" not in self.processors:
-            return "none"
-        if self.face_swapper_model == "classic":
-            return "mesh"
-        if self.face_landmarker_model == "2dfan4":
-            return "2dfan4"
-        return "mesh" if "area" in self.face_mask_types else "none"  # the area mask is drawn from the face mesh
-
-    def follows_faces(self) -> bool:
-        """Whether the face mesh follows the faces between detections (``face_detector_interval``): only where it
-        places them anyway, and not under the face tracker, which links a detection in every frame."""
-        return self.face_detector_interval > 1 and self.analysis_landmarks() == "mesh" and self.face_tracker_score == 0
 
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the work id."""

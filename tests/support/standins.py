@@ -9,6 +9,8 @@ can check:
 - converters: ``output = input @ converter_matrix(name)``.
 - enhancers, ``echo`` or ``paint`` (flat ENHANCER_COLOUR in [-1, 1]); CodeFormer blends input and result by its
   float64 ``weight``: output = input x (1 - weight) + result x weight.
+- frame enhancers: a bilinear resize by the model's scale with half-pixel centres (OpenCV's INTER_LINEAR), or ``1 -``
+  that with ``invert``; the tile's height and width free, as in FaceFusion's exports.
 """
 
 from __future__ import annotations
@@ -180,6 +182,40 @@ def enhancer_standin(folder: Path, name: str, kind: str = "echo") -> Path:
     return _save(folder / spec.file_name, _model(name, nodes, inputs, _dims(crop_shape), initializers))
 
 
+def frame_enhancer_standin(
+    folder: Path,
+    name: str,
+    *,
+    invert: bool = False,
+    batch: int | str = BATCH,
+    input_name: str = "input",
+    scale: int | None = None,
+) -> Path:
+    """``name``'s stand-in, by its catalogue scale unless ``scale`` says otherwise (a mismatched file)."""
+    facts = MODELS[name].frame_enhance
+    assert facts is not None, f"{name} is not a frame enhancer"
+    factor = float(scale or facts.scale)
+    nodes = [
+        helper.make_node(
+            "Resize",
+            [input_name, "", "scales"],
+            ["resized"],
+            mode="linear",
+            coordinate_transformation_mode="half_pixel",
+        ),
+        helper.make_node("Sub", ["one", "resized"], ["output"])
+        if invert
+        else helper.make_node("Identity", ["resized"], ["output"]),
+    ]
+    initializers = [
+        _const("scales", np.array([1.0, 1.0, factor, factor], np.float32)),
+        _const("one", np.array(1.0, np.float32)),
+    ]
+    inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, "H", "W"])]
+    model = _model(name, nodes, inputs, [batch, 3, "OH", "OW"], initializers)
+    return _save(folder / MODELS[name].file_name, model)
+
+
 def recognizer_standin(folder: Path) -> Path:
     """arcface_w600k_r50: 1x3x112x112 -> 1x512, a fixed projection of the crop's 4x4 colour layout (plus an offset, so
     its raw output is not unit length)."""
@@ -195,7 +231,7 @@ def recognizer_standin(folder: Path) -> Path:
 
 
 def write_standins(folder: Path, *, swapper_kind: str = "paint", enhancer_kind: str = "paint") -> Path:
-    """``folder`` with a stand-in for every catalogue swapper, converter and enhancer, and the recogniser."""
+    """``folder`` with a stand-in for every catalogue swapper, converter, face and frame enhancer, and the recogniser."""
     for name, spec in MODELS.items():
         if spec.role == "swap":
             swapper_standin(folder, name, swapper_kind)
@@ -203,5 +239,7 @@ def write_standins(folder: Path, *, swapper_kind: str = "paint", enhancer_kind: 
             converter_standin(folder, name)
         elif spec.role == "enhance":
             enhancer_standin(folder, name, enhancer_kind)
+        elif spec.role == "upscale":
+            frame_enhancer_standin(folder, name)
     recognizer_standin(folder)
     return folder

@@ -117,13 +117,8 @@ def test_the_work_id_follows_only_pixel_options() -> None:
     assert work_id("t", ["s"], Options(segment_size=64)) != base  # segment files are part of the work folder
 
 
-def test_the_detector_interval_names_another_analysis_and_applies_only_where_the_mesh_places_faces() -> None:
-    assert analysis_id("t", Options(face_detector_interval=4)) != analysis_id("t", Options())
-    assert Options().follows_faces()  # classic places faces by their mesh: followed between detections
-    assert not Options(face_detector_interval=1).follows_faces()
-    assert not Options(face_tracker_score=0.3).follows_faces()  # the tracker links a detection in every frame
-    assert not Options(face_swapper_model="inswapper_128").follows_faces()  # no mesh to follow with
-    assert Options(face_swapper_model="inswapper_128", face_mask_types=["box", "area"]).follows_faces()
+def test_the_detector_interval_names_another_analysis() -> None:
+    assert analysis_id("t", Options(face_detector_interval=4), "mesh") != analysis_id("t", Options(), "mesh")
 
 
 def test_json_schema_drives_the_ui_form() -> None:
@@ -132,7 +127,7 @@ def test_json_schema_drives_the_ui_form() -> None:
     properties = schema["properties"]
     assert properties["output_video_quality"]["maximum"] == 100
     assert "libx264" in properties["output_video_encoder"]["enum"]
-    assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer"]
+    assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer", "frame_enhancer"]
     assert all(prop.get("description") for prop in properties.values())
 
 

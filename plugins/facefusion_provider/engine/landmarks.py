@@ -186,3 +186,16 @@ def detect_landmarks(frame: Frame, face: Face, options: Options, store: ModelSto
     if options.face_landmarker_model == "2dfan4":
         return landmark_2dfan4(frame, face, options, store)
     return landmark_face_mesh(frame, face, store)
+
+
+def mesh_landmarks(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
+    """The 468-point mesh a face processor reads; with 2dfan4 chosen, its 5/68 points steer the mesh crop first."""
+    if options.face_landmarker_model == "2dfan4":
+        face = landmark_2dfan4(frame, face, options, store)
+    return landmark_face_mesh(frame, face, store)
+
+
+def mesh_found(face: Face) -> bool:
+    """Whether the mesh model saw a face in its crop (else its points are noise and the face is left alone)."""
+    score = face.extras.get("landmark_dense_score")
+    return isinstance(score, float) and score >= MESH_MIN_SCORE

@@ -5,16 +5,18 @@ Shapes use ``None`` for a dimension the catalog does not pin (a batch or detecto
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
-ModelRole = Literal["detect", "landmarks", "identity", "swap", "convert", "enhance", "mask"]
+ModelRole = Literal["detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale"]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
 Shape = tuple[int | None, ...]
 TensorSpec = tuple[tuple[str, Shape], ...]  # (name, shape) pairs in the model's order
 
 USER_SOURCES: tuple[ModelSource, ...] = ("models_dir", "models_uri")
+FactsT = TypeVar("FactsT")
 
 # The five-point templates the models were trained on (engine.align holds their points): arcface_112 is FaceFusion's
 # arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's.
@@ -65,6 +67,23 @@ class EnhanceFacts:
 
 
 @dataclass(frozen=True)
+class FrameEnhanceFacts:
+    """A frame enhancer's tiling: input ``input`` RGB 0..1 NCHW tiles of ``tile`` pixels, of which ``overlap`` on each
+    side is context dropped from the output; the frame is widened by ``pad`` on each side first; each output tile is
+    ``scale`` times its input."""
+
+    tile: int
+    pad: int
+    overlap: int
+    scale: int
+
+    @property
+    def step(self) -> int:
+        """The pixels of each tile the output keeps, along each side: tiles start this far apart."""
+        return self.tile - 2 * self.overlap
+
+
+@dataclass(frozen=True)
 class PackagedFile:
     """A model file shipped inside an installed distribution, found by path and never imported."""
 
@@ -89,6 +108,7 @@ class ModelSpec:
     packaged: PackagedFile | None = None
     swap: SwapFacts | None = None
     enhance: EnhanceFacts | None = None
+    frame_enhance: FrameEnhanceFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -105,6 +125,7 @@ def _user_model(
     vendor: str,
     swap: SwapFacts | None = None,
     enhance: EnhanceFacts | None = None,
+    frame_enhance: FrameEnhanceFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -118,6 +139,7 @@ def _user_model(
         sources=USER_SOURCES,
         swap=swap,
         enhance=enhance,
+        frame_enhance=frame_enhance,
     )
 
 
@@ -150,6 +172,20 @@ def _enhancer(name: str, facts: EnhanceFacts, *, weight: bool = False, licence: 
     )
 
 
+def _frame_enhancer(name: str, facts: FrameEnhanceFacts, *, licence: str, vendor: str) -> ModelSpec:
+    """An upscaler: ``input`` (N, 3, H, W) RGB 0..1 -> ``output`` (N, 3, H x scale, W x scale); sizes not pinned, as
+    exports differ (the tile size is what this project feeds)."""
+    return _user_model(
+        name,
+        "upscale",  # fp16 files have the same interface; runtime casts the feeds to their input types
+        inputs=(("input", (None, 3, None, None)),),
+        outputs=(("output", (None, 3, None, None)),),
+        licence=licence,
+        vendor=vendor,
+        frame_enhance=facts,
+    )
+
+
 INSWAPPER = SwapFacts("arcface_128", 128, UNIT_MEAN, UNIT_STD, "emap", denormalize_output=False)
 HYPERSWAP = SwapFacts("arcface_128", 256, HALF, HALF, "embedding", denormalize_output=True)
 SIMSWAP = SwapFacts(
@@ -165,6 +201,27 @@ BLENDSWAP = SwapFacts(
 UNIFACE = SwapFacts("ffhq_512", 256, HALF, HALF, "image", True, source_template="ffhq_512", source_size=256)
 FFHQ_512 = EnhanceFacts("ffhq_512", 512)
 UNVERIFIED_LICENCE = "see FaceFusion's model card"
+# FaceFusion 3.8.1's frame enhancers: (tile, pad, overlap, scale), licence, vendor.
+FRAME_ENHANCERS: dict[str, tuple[FrameEnhanceFacts, str, str]] = {
+    "clear_reality_x4": (FrameEnhanceFacts(128, 8, 4, 4), "Non-Commercial", "Kim2091"),
+    "face_dat_x4": (FrameEnhanceFacts(128, 8, 4, 4), "CC-BY-4.0", "Helaman"),
+    "nomos8k_sc_x4": (FrameEnhanceFacts(128, 8, 4, 4), "CC-BY-4.0", "Phhofm"),
+    **{
+        f"real_esrgan_x{scale}{precision}": (FrameEnhanceFacts(256, 16, 8, scale), "BSD-3-Clause", "xinntao")
+        for scale in (2, 4, 8)
+        for precision in ("", "_fp16")
+    },
+    "real_hatgan_x4": (FrameEnhanceFacts(256, 16, 8, 4), "Apache-2.0", "XPixelGroup"),
+    "real_web_photo_x4": (FrameEnhanceFacts(64, 4, 2, 4), "CC-BY-4.0", "Helaman"),
+    "realistic_rescaler_x4": (FrameEnhanceFacts(128, 8, 4, 4), "WTFPL", "Mutin Choler"),
+    "remacri_x4": (FrameEnhanceFacts(128, 8, 4, 4), "Non-Commercial", "FoolhardyVEVO"),
+    "siax_x4": (FrameEnhanceFacts(128, 8, 4, 4), "WTFPL", "NMKD"),
+    "span_kendata_x4": (FrameEnhanceFacts(128, 8, 4, 4), "Non-Commercial", "terrainer"),
+    "swin2_sr_x4": (FrameEnhanceFacts(128, 8, 4, 4), "Apache-2.0", "mv-lab"),
+    "tghq_face_x8": (FrameEnhanceFacts(128, 8, 4, 8), "GPL-3.0", "TorrentGuy"),
+    "ultra_sharp_x4": (FrameEnhanceFacts(128, 8, 4, 4), "Non-Commercial", "Kim2091"),
+    "ultra_sharp_2_x4": (FrameEnhanceFacts(1024, 64, 32, 4), "Non-Commercial", "Kim2091"),
+}
 
 _SCRFD_OUTPUTS: TensorSpec = tuple(
     (f"{kind}_{stride}", (None, width))
@@ -297,6 +354,10 @@ MODELS: dict[str, ModelSpec] = {
         _enhancer(
             "restoreformer_plus_plus", FFHQ_512, licence=UNVERIFIED_LICENCE, vendor="wzhouxiff (RestoreFormer++)"
         ),
+        *(
+            _frame_enhancer(name, facts, licence=licence, vendor=vendor)
+            for name, (facts, licence, vendor) in FRAME_ENHANCERS.items()
+        ),
     )
 }
 
@@ -310,16 +371,21 @@ def model_spec(name: str) -> ModelSpec:
 
 def swap_facts(name: str) -> SwapFacts:
     """The swap facts of a catalogue swapper; KeyError naming the swappers for any other name."""
-    spec = MODELS.get(name)
-    if spec is None or spec.swap is None:
-        swappers = ", ".join(sorted(n for n, s in MODELS.items() if s.swap is not None))
-        raise KeyError(f"{name!r} is not a catalogue swapper; the swappers are {swappers}")
-    return spec.swap
+    return _facts(name, "swapper", lambda spec: spec.swap)
 
 
 def enhance_facts(name: str) -> EnhanceFacts:
+    return _facts(name, "enhancer", lambda spec: spec.enhance)
+
+
+def frame_enhance_facts(name: str) -> FrameEnhanceFacts:
+    return _facts(name, "frame enhancer", lambda spec: spec.frame_enhance)
+
+
+def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:
     spec = MODELS.get(name)
-    if spec is None or spec.enhance is None:
-        enhancers = ", ".join(sorted(n for n, s in MODELS.items() if s.enhance is not None))
-        raise KeyError(f"{name!r} is not a catalogue enhancer; the enhancers are {enhancers}")
-    return spec.enhance
+    found = None if spec is None else facts_of(spec)
+    if found is None:
+        names = ", ".join(sorted(other for other, listed in MODELS.items() if facts_of(listed) is not None))
+        raise KeyError(f"{name!r} is not a catalogue {kind}; the {kind}s are {names}")
+    return found

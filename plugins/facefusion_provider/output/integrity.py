@@ -41,7 +41,7 @@ class Damage:
 
 
 class SegmentsDamaged(InvalidWorkError):
-    """Committed segments failed their checks. The merge heals them (``worker.merge.merge_work``); it reaches the
+    """Committed segments failed their checks. The merge heals them (``output.merge.merge_work``); it reaches the
     user only when the same segments are damaged again after every recomputation."""
 
     def __init__(self, damage: list[Damage]) -> None:

@@ -29,16 +29,17 @@ def work_id(target_content_id: str, source_content_ids: list[str], options: Opti
     )
 
 
-def analysis_id(target_content_id: str, options: Options) -> str:
-    """What every frame's faces depend on besides the pixels: the target and the options that change detection,
-    landmarks and selection (and the segment grid they are stored by). The source faces play no part."""
+def analysis_id(target_content_id: str, options: Options, landmarks: str) -> str:
+    """What every frame's faces depend on besides the pixels: the target, the options that change detection and
+    selection (and the segment grid they are stored by), and the dense ``landmarks`` the processors read (the engine
+    says which: ``engine.processors.registry.analysis_needs``). The source faces play no part."""
     values = options.model_dump(mode="json")
     return _digest(
         {
             "format": WORK_FORMAT_VERSION,
             "target": target_content_id,
             "options": {name: values[name] for name in sorted(ANALYSIS_OPTIONS)},
-            "landmarks": options.analysis_landmarks(),
+            "landmarks": landmarks,
         }
     )
 

@@ -27,7 +27,7 @@ from facefusion_provider.work.records import WorkSpec
 if TYPE_CHECKING:
     from facefusion_provider.engine.face import Face, Frame
     from facefusion_provider.engine.paste import PendingFrame
-    from facefusion_provider.engine.processors import FaceProcessor, Followed
+    from facefusion_provider.engine.processors.chain import Followed, FrameProcessor
     from facefusion_provider.engine.track import TrackerSettings, TrackerState
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class AnalysedProcessor:
     """The pipeline's frame processor: faces from the stored analysis where there is one, else analysed here (and
     stored once a whole segment's frames are), then the engine's processors applied to them."""
 
-    engine: FaceProcessor
+    engine: FrameProcessor
     spec: WorkSpec
     layout: AnalysisLayout | None
     metrics: WorkerMetrics
@@ -73,12 +73,12 @@ class AnalysedProcessor:
         numbers = [self._numbers[p] for p in pts]
         faces = [self._stored_faces(number) for number in numbers]
         missing = [i for i, found in enumerate(faces) if found is None]
-        tracking = self.spec.options.face_tracker_score > 0
+        tracking = self.engine.tracks_faces
         if missing:
             chosen, picked = [numbers[i] for i in missing], [frames[i] for i in missing]
             if tracking:
                 analysed = self.engine.analyse_batch(picked, track=self._tracking(chosen))
-            elif self.spec.options.follows_faces():
+            elif self.engine.follows_faces:
                 analysed = self._following(picked, chosen)
             else:
                 analysed = self.engine.analyse_batch(picked)
@@ -111,7 +111,7 @@ class AnalysedProcessor:
         """Frames to decode before a segment reached by a seek: the face tracker's seed (none with it off)."""
         from facefusion_provider.engine.track import PRE_ROLL_FRAMES
 
-        return PRE_ROLL_FRAMES if self.spec.options.face_tracker_score > 0 else 0
+        return PRE_ROLL_FRAMES if self.engine.tracks_faces else 0
 
     def _tracking(self, numbers: list[int]) -> Callable[[list[list[Face]]], list[list[Face]]]:
         """The face tracker over the detections of frames ``numbers`` (consecutive, in order): a segment's first frame,

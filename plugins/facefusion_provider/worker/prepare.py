@@ -63,6 +63,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
 
     with storage.open_input(uris.target_uri) as target:
         probe = probe_video(target, uris.target_uri)
+        _check_frame_size(options, probe)
         if judged_here(options.output_video_encoder, os.environ):
             check_encoder(encoder_settings(options, probe), probe.width, probe.height, Fraction(probe.frame_rate))
         frame_start, frame_end = trimmed_range(options, probe.frame_count)
@@ -78,7 +79,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         frame_start=frame_start,
         frame_end=frame_end,
         segments=segments,
-        analysis_id=analysis_id(target_id, options) if options.processors else None,
+        analysis_id=_analysis_id(target_id, options),
         identity=_identity(uris, options, probe, models_dir) if options.processors else {},
     )
     if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
@@ -104,8 +105,31 @@ def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
     return start, end
 
 
+def _check_frame_size(options: Options, probe: VideoProbe) -> None:
+    """Segments and the merge carry the target's frame size only, so far: a chain that changes it is refused here."""
+    if not options.processors:
+        return
+    from facefusion_provider.engine.processors.registry import check_chain, output_size
+
+    check_chain(options)
+    size = output_size(options, probe.width, probe.height)
+    if size != (probe.width, probe.height):
+        raise InvalidOptionError(
+            f"options.processors: {', '.join(options.processors)} turns the target's {probe.width}x{probe.height} "
+            f"frames into {size[0]}x{size[1]}; segments of another size than the target's are not supported yet"
+        )
+
+
+def _analysis_id(target_id: str, options: Options) -> str | None:
+    """The target analysis the chain reads, by the landmarks its processors need; None when none of them reads faces."""
+    from facefusion_provider.engine.processors.registry import analysis_needs
+
+    needs = analysis_needs(options)
+    return analysis_id(target_id, options, needs.landmarks) if needs.faces else None
+
+
 def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
-    from facefusion_provider.engine.processors import prepare_identity
+    from facefusion_provider.engine.processors.chain import prepare_identity
     from facefusion_provider.media.decode import decode_frame
     from facefusion_provider.media.images import rgb_array
 

@@ -86,13 +86,14 @@ def live_works(work_root: str, *, besides: str, seen: dict[str, RunLease] | None
 def same_models(one: Options, other: Options) -> bool:
     """Whether a worker loaded for ``one`` has every model ``other`` needs: helping then loads nothing."""
 
+    from facefusion_provider.engine.processors.registry import chain_of
+
     def models(options: Options) -> tuple[object, ...]:
         return (
             tuple(options.processors),
             options.face_detector_model,
             options.face_landmarker_model,
-            options.face_swapper_model,
-            options.face_enhancer_model,
+            tuple(processor.model(options) for processor in chain_of(options)),
             tuple(options.execution_providers),
             options.execution_thread_count,
         )

@@ -90,11 +90,11 @@ class FrameProcessors:
             return None
         if self._processor is None:
             began = time.perf_counter()
-            from facefusion_provider.engine.processors import build_frame_processor
+            from facefusion_provider.engine.processors.chain import build_frame_processor
 
             engine = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
             self.load_seconds = time.perf_counter() - began
-            metrics.model_load(self._spec.options.face_swapper_model, self.load_seconds)
+            metrics.model_load(engine.model_label, self.load_seconds)
             analysis = self._spec.analysis_id
             layout = AnalysisLayout.under(self._work_root, analysis) if analysis and self._work_root else None
             self._processor = AnalysedProcessor(engine, self._spec, layout, metrics)

@@ -256,7 +256,11 @@ def test_every_option_is_its_own_typed_field() -> None:
     assert encoder.schema["section"] == "Output video" and "libx264" in encoder.schema["enum"]
     segment = params["segment_size"]
     assert segment.schema["type"] == ["integer", "null"] and segment.value is None
-    assert params["processors"].schema["examples"] == ["face_swapper", "face_enhancer"]  # a multi-select
+    assert params["processors"].schema["examples"] == [
+        "face_swapper",
+        "face_enhancer",
+        "frame_enhancer",
+    ]  # a multi-select
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
     assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)
     assert params["face_enhancer_model"].schema["enum"] == [

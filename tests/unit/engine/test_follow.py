@@ -11,15 +11,15 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_provider.engine import processors
 from facefusion_provider.engine.face import Face, Frame
-from facefusion_provider.engine.processors import FaceProcessor, build_frame_processor, prepare_identity
+from facefusion_provider.engine.processors import chain
+from facefusion_provider.engine.processors.chain import FrameProcessor, build_frame_processor, prepare_identity
 from facefusion_provider.options import Options
 
 INTERVAL = 8
 
 
-def _processor(image_files: dict[str, str], interval: int) -> FaceProcessor:
+def _processor(image_files: dict[str, str], interval: int) -> FrameProcessor:
     options = Options(face_detector_interval=interval, execution_thread_count=1)
     return build_frame_processor(options, prepare_identity([image_files["astronaut"]], None, options, None), None)
 
@@ -27,7 +27,7 @@ def _processor(image_files: dict[str, str], interval: int) -> FaceProcessor:
 @pytest.fixture
 def detected_frames(monkeypatch: pytest.MonkeyPatch, carphone_frames: list[Frame]) -> list[int]:
     """Counts the detector's runs on the clip's frames (not on the source photo): one entry per call."""
-    detect: Callable[..., list[Face]] = processors.detect_faces
+    detect: Callable[..., list[Face]] = chain.detect_faces
     calls: list[int] = []
 
     def counted(frame: Frame, *args: Any) -> list[Face]:
@@ -35,7 +35,7 @@ def detected_frames(monkeypatch: pytest.MonkeyPatch, carphone_frames: list[Frame
             calls.append(frame.shape[0])
         return detect(frame, *args)
 
-    monkeypatch.setattr(processors, "detect_faces", counted)
+    monkeypatch.setattr(chain, "detect_faces", counted)
     return calls
 
 

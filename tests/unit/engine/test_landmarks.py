@@ -135,7 +135,8 @@ def test_a_worker_without_litert_builds_a_processor_that_needs_no_face_mesh() ->
 
     script = (
         "import sys; sys.modules['ai_edge_litert'] = None\n"
-        "from facefusion_provider.engine import processors, landmarks\n"
+        "from facefusion_provider.engine import landmarks\n"
+        "from facefusion_provider.engine.processors import chain\n"
         "try:\n"
         "    landmarks.tflite_interpreter('face_landmark.tflite')\n"
         "except ImportError as error:\n"

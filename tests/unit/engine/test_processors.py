@@ -14,11 +14,11 @@ from engine_onnx.builders import gfpgan_model, inswapper_model, save_model, valu
 from onnx import helper
 from PIL import Image
 
-from facefusion_provider.engine import processors
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.landmarks import landmark_5_from_mesh
-from facefusion_provider.engine.processors import build_frame_processor, prepare_identity
+from facefusion_provider.engine.processors import chain
+from facefusion_provider.engine.processors.chain import build_frame_processor, prepare_identity
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import (
     InputMissingError,
@@ -277,13 +277,13 @@ def test_frames_processed_side_by_side_come_out_exactly_as_in_turn(
     frames = [pair, astronaut, no_face, pair, astronaut]
     in_turn = build_frame_processor(options, identity, user_models).process_batch(frames)
     threads: set[str] = set()
-    real_detect = processors.detect_faces
+    real_detect = chain.detect_faces
 
     def recording_detect(*args: Any) -> Any:
         threads.add(threading.current_thread().name)
         return real_detect(*args)
 
-    monkeypatch.setattr(processors, "detect_faces", recording_detect)
+    monkeypatch.setattr(chain, "detect_faces", recording_detect)
     side_by_side = build_frame_processor(options, identity, user_models)
     side_by_side.frame_threads = 3
 
@@ -297,8 +297,6 @@ def test_frames_processed_side_by_side_come_out_exactly_as_in_turn(
 
 def test_frames_go_side_by_side_only_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     options = Options(execution_providers=["cuda", "cpu"], execution_thread_count=6)
-    assert (
-        processors._frame_threads(options) == 1
-    )  # no CUDA in this onnxruntime: the CPU runs, its threads do inference
+    assert chain._frame_threads(options) == 1  # no CUDA in this onnxruntime: the CPU runs, its threads do inference
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    assert processors._frame_threads(options) == 6 and processors._batch_size(options) == processors.GPU_BATCH_SIZE
+    assert chain._frame_threads(options) == 6 and chain._batch_size(options) == chain.GPU_BATCH_SIZE

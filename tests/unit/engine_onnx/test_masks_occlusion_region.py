@@ -23,7 +23,7 @@ from facefusion_provider.engine.face_masks import (
     parser_input,
     region_mask,
 )
-from facefusion_provider.engine.processors import build_frame_processor
+from facefusion_provider.engine.processors.chain import build_frame_processor
 from facefusion_provider.engine.swap_models import swap_faces
 from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatibleError, ModelMissingError
 from facefusion_provider.options import Options, parse_options

@@ -7,7 +7,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import fsspec
 import numpy as np
@@ -24,6 +24,7 @@ from facefusion_provider.exceptions import (
     ModelIncompatibleError,
     ModelMissingError,
 )
+from facefusion_provider.options import FrameEnhancerModel
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
 
@@ -65,7 +66,9 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "xseg_3",
         "bisenet_resnet_34",
         "bisenet_resnet_18",
+        *get_args(FrameEnhancerModel),
     }
+    assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert MODELS["inswapper_128_fp16"].file_name == "inswapper_128_fp16.onnx"
     assert MODELS["inswapper_128"].input_names == ("target", "source")
     assert {spec.role for spec in MODELS.values()} == {
@@ -76,6 +79,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "convert",
         "enhance",
         "mask",
+        "upscale",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

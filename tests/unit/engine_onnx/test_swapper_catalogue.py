@@ -24,7 +24,7 @@ from standins import (
 from facefusion_provider.engine import enhance, swap_models
 from facefusion_provider.engine.face import Face
 from facefusion_provider.engine.models import MODELS, swap_facts
-from facefusion_provider.engine.processors import prepare_identity
+from facefusion_provider.engine.processors.chain import prepare_identity
 from facefusion_provider.engine.recognize import normalize_embedding
 from facefusion_provider.engine.swap_models import SwapIdentity, identity_from_json, swap_face
 from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatibleError

@@ -51,12 +51,13 @@ def test_a_work_of_an_older_format_gets_another_id_and_is_refused_by_the_worker(
 
 
 def test_analysis_id_ignores_the_source_and_the_swap_but_not_detection() -> None:
-    base = analysis_id("t", Options())
-    assert base == analysis_id("t", Options(face_swapper_blend=10, output_video_quality=50))
-    assert base != analysis_id("t", Options(face_detector_score=0.7))
-    assert base != analysis_id("t", Options(face_selector_mode="many"))
-    assert base != analysis_id("t", Options(segment_size=32))
-    assert base != analysis_id("t2", Options())
+    base = analysis_id("t", Options(), "mesh")
+    assert base != analysis_id("t", Options(), "none")  # the landmarks the processors read are stored with the faces
+    assert base == analysis_id("t", Options(face_swapper_blend=10, output_video_quality=50), "mesh")
+    assert base != analysis_id("t", Options(face_detector_score=0.7), "mesh")
+    assert base != analysis_id("t", Options(face_selector_mode="many"), "mesh")
+    assert base != analysis_id("t", Options(segment_size=32), "mesh")
+    assert base != analysis_id("t2", Options(), "mesh")
 
 
 def test_run_keys_are_storage_safe_and_distinct() -> None:

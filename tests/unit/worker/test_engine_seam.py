@@ -15,9 +15,9 @@ import pytest
 from committed import work_uri_for
 from readback import frame_digests
 
-import facefusion_provider.engine.processors as engine
+import facefusion_provider.engine.processors.chain as engine
 from facefusion_provider import storage, worker
-from facefusion_provider.engine.processors import FaceStats
+from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.media.decode import decode_frame
 from facefusion_provider.media.images import encode_image, read_image, rgb_array
 from facefusion_provider.media.probe import probe_video
@@ -32,6 +32,8 @@ class BlackSquare:
     """Stands in for the face swapper: paints a known region black (it finds no faces to analyse)."""
 
     batch_size = 3
+    tracks_faces = follows_faces = False
+    model_label = "black_square"
 
     def __init__(self) -> None:
         self.calls = 0

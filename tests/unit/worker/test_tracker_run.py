@@ -18,8 +18,8 @@ from people import carphone, person_file
 from readback import frame_digests
 
 from facefusion_provider import worker
-from facefusion_provider.engine import processors
 from facefusion_provider.engine.face import Face, Frame
+from facefusion_provider.engine.processors import chain
 
 SEGMENT = 8
 FRAMES = 3 * SEGMENT
@@ -57,7 +57,7 @@ def blind_detector(clip: Clip, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The detector finds nothing in the target's frames ``MISSED`` (told apart by their pixels, whichever thread or
     pre-roll asks). Returns the numbers of the frames it was blind on, one entry per call."""
     thumbnails = np.stack([_thumbnail(frame) for frame in clip.frames])
-    detect: Callable[..., list[Face]] = processors.detect_faces
+    detect: Callable[..., list[Face]] = chain.detect_faces
     blind: list[int] = []
 
     def missing_some(frame: Frame, *args: Any) -> list[Face]:
@@ -69,7 +69,7 @@ def blind_detector(clip: Clip, monkeypatch: pytest.MonkeyPatch) -> list[int]:
                 return []
         return detect(frame, *args)
 
-    monkeypatch.setattr(processors, "detect_faces", missing_some)
+    monkeypatch.setattr(chain, "detect_faces", missing_some)
     return blind
 
 

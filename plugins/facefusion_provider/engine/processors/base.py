@@ -1,0 +1,114 @@
+"""What every frame processor is: one module per processor (``face_swapper``, ``face_enhancer``, ...), each holding
+one ``Processor`` that the registry maps its name to.
+
+A processor says which ``Options`` fields are its own (its options class in ``options.py``), which catalogue models it
+runs, what it needs of the target's analysis, the size of the frames it returns, what it adds to the work's identity
+in prepare, and, loaded (its pre-check passed, its models in memory), its call over a batch of frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel
+
+from facefusion_provider.engine.face import Face, Frame
+from facefusion_provider.engine.paste import PendingFrame
+from facefusion_provider.engine.store import ModelStore
+from facefusion_provider.options import Options
+
+# The dense landmarks a target's analysis holds, least to most: none, 2dfan4's 68, the face mesh's 468 (steered by
+# 2dfan4 when that is the landmarker).
+Landmarks = Literal["none", "2dfan4", "mesh"]
+LANDMARK_ORDER: tuple[Landmarks, ...] = ("none", "2dfan4", "mesh")
+ProcessedFrame = Frame | PendingFrame  # a frame, or one whose faces are still to be written (the swapper's)
+
+
+@dataclass(frozen=True)
+class AnalysisNeeds:
+    """What a processor reads of each frame's analysis: the selected faces, and which dense landmarks on them."""
+
+    faces: bool = False
+    landmarks: Landmarks = "none"
+
+    def __or__(self, other: AnalysisNeeds) -> AnalysisNeeds:
+        """What two processors in one chain need: the analysis runs once for both."""
+        landmarks = max(self.landmarks, other.landmarks, key=LANDMARK_ORDER.index)
+        return AnalysisNeeds(self.faces or other.faces, landmarks)
+
+
+NO_ANALYSIS = AnalysisNeeds()
+
+
+@dataclass
+class FaceStats:
+    """What a processor did, summed over its batches: faces found and swapped, seconds per stage."""
+
+    detected: int = 0
+    swapped: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, *, detected: int = 0, swapped: int = 0, seconds: dict[str, float] | None = None) -> None:
+        with self.lock:
+            self.detected += detected
+            self.swapped += swapped
+            for stage, value in (seconds or {}).items():
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + value
+
+
+@contextlib.contextmanager
+def timed(stats: FaceStats, stage: str) -> Iterator[None]:
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        stats.add(seconds={stage: time.perf_counter() - began})
+
+
+class FrameStep(Protocol):
+    """A loaded processor's call: ``frames`` (RGB, never changed) with their selected ``faces`` (empty lists when it
+    needs none) in, the processed frames out, in order; ``pool`` runs frames side by side where given."""
+
+    def __call__(
+        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None
+    ) -> Sequence[ProcessedFrame]: ...
+
+
+class Processor(ABC):
+    """One frame processor. Subclasses live one per module in ``engine/processors/`` and are registered by name."""
+
+    name: ClassVar[str]
+    options: ClassVar[type[BaseModel]]  # its own fields of ``Options`` (``options.PROCESSOR_OPTIONS[name]``)
+
+    @abstractmethod
+    def model(self, options: Options) -> str:
+        """The model these options choose (its ``<name>_model`` option): what the worker's load metric names."""
+
+    @abstractmethod
+    def model_names(self, options: Options) -> tuple[str, ...]:
+        """The catalogue entries (``engine.models``) it runs with these options, every helper model included."""
+
+    @abstractmethod
+    def analysis(self, options: Options) -> AnalysisNeeds:
+        """What it reads of each frame's analysis (faces, landmarks), or ``NO_ANALYSIS``."""
+
+    def output_size(self, options: Options, width: int, height: int) -> tuple[int, int]:
+        """The size of the frames it returns for frames of ``width`` x ``height``: the same, unless it scales."""
+        return width, height
+
+    def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
+        """What it adds to the work's identity (``work.json``), once in prepare: nothing, unless it reads the sources."""
+        return {}
+
+    @abstractmethod
+    def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
+        """Its pre-check (models present and sound, identity and options coherent: raises naming what is wrong) and
+        its models loaded; the call the chain makes on every batch, reporting into ``stats``."""
