@@ -49,16 +49,16 @@ class IngestLedgerHook(FaceFusionStorageHook):
             histories[job].pending = self.read_claim(ledger_prefix, job, attempt)
         return histories
 
-    def read_claim(self, ledger_prefix: str, job: str, attempt: int) -> ingest.JobClaim | None:
+    def read_claim(self, ledger_prefix: str, job: str, attempt: int) -> ingest.JobAttempt | None:
         uri = ingest.claim_uri(ledger_prefix, job, attempt)
         try:
             with self.storage_access(uri):
-                return ingest.JobClaim.model_validate_json(storage.read_bytes(uri))
+                return ingest.JobAttempt.model_validate_json(storage.read_bytes(uri))
         except (InputMissingError, ValidationError, ValueError):
             self.log.warning("Unreadable claim %s: its job stays in flight until an outcome is recorded", uri)
             return None
 
-    def claim(self, ledger_prefix: str, claim: ingest.JobClaim) -> bool:
+    def claim(self, ledger_prefix: str, claim: ingest.JobAttempt) -> bool:
         """Create the claim of this attempt; False when another run created it first (that run owns the attempt).
 
         A conditional PUT whose answer was lost is retried and then finds its own object: reading it back tells a
@@ -81,5 +81,5 @@ class IngestLedgerHook(FaceFusionStorageHook):
         return recorded
 
 
-def _json(record: ingest.JobClaim | ingest.Outcome) -> bytes:
+def _json(record: ingest.JobAttempt | ingest.Outcome) -> bytes:
     return json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True).encode()

@@ -33,7 +33,7 @@ from facefusion_provider.ingest.config import (
 from facefusion_provider.ingest.discovery import FoundJobs, Job, JobReport, Listed, ReportKind, find_jobs, job_id_of
 from facefusion_provider.ingest.events import NotificationQueue, Notified, notified_files, notified_objects
 from facefusion_provider.ingest.ledger import (
-    JobClaim,
+    JobAttempt,
     JobHistory,
     Outcome,
     OutcomeState,
@@ -58,7 +58,7 @@ __all__ = [
     "IngestMode",
     "IngestPlan",
     "Job",
-    "JobClaim",
+    "JobAttempt",
     "JobHistory",
     "JobReport",
     "Listed",

@@ -1,4 +1,4 @@
-"""The ledger's schema (``{ledger_prefix}jobs/{job_id}/``): one claim per attempt, created exclusively, and one outcome
+"""The ledger's schema (``{ledger_prefix}jobs/{job_id}/``): one record per attempt, created exclusively, and one outcome
 per finished attempt whose state is in its name, so one listing tells the state of every job."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ BAD_INPUT_FAILURE_CLASSES = frozenset({"invalid_input", "invalid_option", "input
 deployment's, mended by whoever runs it."""
 
 
-class JobClaim(IngestRecord):
+class JobAttempt(IngestRecord):
     """``attempt-NNN.json``: this attempt of this job belongs to the ingestion run that created the object."""
 
     job_id: str
@@ -33,7 +33,7 @@ class JobClaim(IngestRecord):
     attempt: int = Field(ge=1)
     run_id: str
     claimed_at: datetime
-    claimed_by: str  # the ingestion DAG run that created the claim
+    claimed_by: str  # the ingestion DAG run that created the attempt
 
 
 OutcomeState = Literal["success", "failed", "rejected"]
@@ -52,11 +52,11 @@ class Outcome(IngestRecord):
 
 @dataclass
 class JobHistory:
-    """What the ledger's listing says about one job, plus the content of its latest claim while that is unfinished."""
+    """What the ledger's listing says about one job, plus the content of its latest attempt while that is unfinished."""
 
     attempts: set[int] = field(default_factory=set)
     outcomes: dict[int, OutcomeState] = field(default_factory=dict)
-    pending: JobClaim | None = None  # loaded only for an unfinished latest attempt (its run must be looked up)
+    pending: JobAttempt | None = None  # loaded only for an unfinished latest attempt (its run must be looked up)
 
     @property
     def latest_attempt(self) -> int:

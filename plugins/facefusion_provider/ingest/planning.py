@@ -9,7 +9,7 @@ from typing import Any
 
 from facefusion_provider.ingest.config import IngestConfig
 from facefusion_provider.ingest.discovery import Job, JobReport
-from facefusion_provider.ingest.ledger import JobClaim, JobHistory, RunState, swap_run_id
+from facefusion_provider.ingest.ledger import JobAttempt, JobHistory, RunState, swap_run_id
 from facefusion_provider.work.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
 
 
@@ -17,7 +17,7 @@ from facefusion_provider.work.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KE
 class Start:
     """A swap run to start. ``claim`` is new (to create exclusively first) unless ``resume`` is set."""
 
-    claim: JobClaim
+    claim: JobAttempt
     resume: bool = False
 
 
@@ -81,13 +81,13 @@ def plan_ingest(
     return IngestPlan(starts=starts, reports=reports)
 
 
-def _orphaned(claim: JobClaim, now: datetime, ingest_run: str, config: IngestConfig) -> bool:
+def _orphaned(claim: JobAttempt, now: datetime, ingest_run: str, config: IngestConfig) -> bool:
     """No run for this claim: its own ingestion run is retrying, or that run died before it triggered anything."""
     return claim.claimed_by == ingest_run or now - claim.claimed_at >= timedelta(minutes=config.orphan_after_minutes)
 
 
-def _claim(job: Job, attempt: int, *, now: datetime, ingest_run: str) -> JobClaim:
-    return JobClaim(
+def _claim(job: Job, attempt: int, *, now: datetime, ingest_run: str) -> JobAttempt:
+    return JobAttempt(
         job_id=job.job_id,
         label=job.label,
         conf=job.conf,
@@ -98,7 +98,7 @@ def _claim(job: Job, attempt: int, *, now: datetime, ingest_run: str) -> JobClai
     )
 
 
-def swap_conf(claim: JobClaim) -> dict[str, Any]:
+def swap_conf(claim: JobAttempt) -> dict[str, Any]:
     """The swap DAG's conf of one attempt, flat as the trigger form sends it. The job's own conf keeps its options
     nested and the versions that only made its id: its id, and the claims already in ledgers, depend on that shape."""
     return {**{key: claim.conf[key] for key in CONF_INPUT_FIELDS}, **claim.conf.get(NESTED_OPTIONS_KEY, {})}

@@ -57,6 +57,7 @@ from facefusion_provider.storage.objects import (
     stat,
     write_bytes_atomic,
     write_bytes_exclusive,
+    write_bytes_if_unchanged,
     write_json_atomic,
 )
 from facefusion_provider.storage.ranges import (
@@ -147,5 +148,6 @@ __all__ = [
     "using_s3_credentials",
     "write_bytes_atomic",
     "write_bytes_exclusive",
+    "write_bytes_if_unchanged",
     "write_json_atomic",
 ]

@@ -150,6 +150,31 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
             fs.pipe_file(path, data)  # an object store PUT is atomic: the key appears only when complete
 
 
+def write_bytes_if_unchanged(uri: str, data: bytes, version: str) -> bool:
+    """Replace the object at ``uri`` with ``data`` only while it is still ``version`` (``stat``): True if replaced,
+    False if it is gone or was replaced since. On S3 one conditional PUT (``If-Match``); locally a look then a rename
+    (a window of microseconds between them, where a replace or delete by another process can be missed)."""
+    fs, path = filesystem(uri)
+    with storage_errors(uri, fs, missing_is_input=False):
+        if is_local(fs):
+            found = stat(uri)
+            if found is None or found.version != version:
+                return False
+            _write_local_atomic(path, data)
+            return True
+        bucket, key = path.split("/", 1)
+        try:
+            fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=f'"{version}"')
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            if error_code(error) in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"):
+                return False
+            raise
+        fs.invalidate_cache(path)
+        return True
+
+
 def write_json_atomic(uri: str, value: Any) -> None:
     write_bytes_atomic(uri, json.dumps(value, indent=2, sort_keys=True).encode())
 

@@ -27,7 +27,13 @@ from facefusion_provider import storage
 from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import FaceFusionError, StorageDeniedError
 from facefusion_provider.work import liveness
-from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, parse_claim_name, segment_claim_name
+from facefusion_provider.work.layout import (
+    SegmentIncarnations,
+    WorkLayout,
+    parse_claim_name,
+    segment_claim_name,
+    work_root_of,
+)
 from facefusion_provider.work.liveness import LeaseKind, repeating
 from facefusion_provider.work.records import Claim, RetiredCommit, SegmentMarker
 
@@ -104,7 +110,7 @@ class SegmentClaims:
         self.owner = owner or self.holder
         self.lease = lease if lease is not None else lease_seconds()
         self._held: dict[str, int] = {}  # claim name -> generation
-        self._owners: dict[tuple[str, int], str] = {}  # (name, generation) -> owner: a claim's owner never changes
+        self._records: dict[tuple[str, int], Claim] = {}  # (name, generation) -> its record: owner and TTL never change
         self._incarnations: dict[int, int] = {}  # segment -> the incarnation it was claimed in
         self._lock = threading.Lock()
 
@@ -119,7 +125,22 @@ class SegmentClaims:
         claim = state.named.get(name)
         if claim is None or claim.ended:
             return True
-        return not liveness.is_live(claim.written_at, self.lease) or self._previous_try(claim)
+        ttl = self._written_ttl(claim)  # its holder's TTL, not this worker's
+        return ttl is None or not liveness.is_live(claim.written_at, ttl, self._now()) or self._previous_try(claim)
+
+    def _now(self) -> float:
+        return liveness.store_now(work_root_of(self.layout))
+
+    def _written_ttl(self, claim: ClaimState) -> float | None:
+        """The TTL its holder wrote in the claim, read once per generation (a listing shows no more than its name and
+        time); None when it is gone since the listing or unreadable: free."""
+        key = (claim.name, claim.generation)
+        if key not in self._records:
+            try:
+                self._records[key] = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
+            except (FaceFusionError, ValueError):
+                return None
+        return self._records[key].ttl_seconds
 
     def take(self, index: int, state: WorkState) -> bool:
         """Claim segment ``index`` if it is free in ``state``; False if it is not, or another worker was first. Its
@@ -206,15 +227,13 @@ class SegmentClaims:
         if self.owner == self.holder:  # outside Airflow: no task, so no previous try
             return False
         key = (claim.name, claim.generation)
-        if key not in self._owners:  # read each claim once: balancing asks about the same claims again and again
+        if key not in self._records:  # read each claim once: balancing asks about the same claims again and again
             try:
-                record = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
+                self._records[key] = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
             except (FaceFusionError, ValueError):
                 return False
-            if record.holder == self.holder:
-                return False
-            self._owners[key] = record.owner
-        return self._owners[key] == self.owner
+        record = self._records[key]
+        return record.holder != self.holder and record.owner == self.owner
 
 
 def commit_marker(

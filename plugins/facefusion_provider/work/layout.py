@@ -125,6 +125,10 @@ class RootLayout:
         """A standing worker's lease."""
         return storage.join(self.workers_dir, f"{name}.json")
 
+    def clock_probe(self, name: str) -> str:
+        """A process's probe of the store's clock (``liveness.measure_offset``): written, read back, deleted."""
+        return storage.join(self.root_uri, "clocks", f"{name}.json")
+
     @property
     def signal(self) -> str:
         """Rewritten whenever work may have appeared: idle standing workers read it instead of listing."""

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, RetryableError
+from facefusion_provider.exceptions import FaceFusionError, InputMissingError, RetryableError
 from facefusion_provider.work import liveness
-from facefusion_provider.work.layout import RootLayout, WorkLayout, root_of
+from facefusion_provider.work.layout import RootLayout, WorkLayout, root_of, work_root_of
 from facefusion_provider.work.liveness import LeaseKind
 from facefusion_provider.work.records import Refusal, RunHolder, RunLease, StandingWorker, Sweep
 
@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 DELETION_WAIT_SECONDS = 300.0  # how long a run waits for another run's sweep to finish removing the work
 POLL_SECONDS = 1.0
+
+
+RENEW_ATTEMPTS = 5  # a renewal raced by the run's other holders looks and writes again this often
 
 
 class LeaseLostError(RetryableError):
@@ -45,10 +48,12 @@ class HeldLease:
     key: str
     lease: RunLease
     written: float
+    work_root: str  # whose store's clock judges it
 
     @property
     def live(self) -> bool:
-        return liveness.is_live(self.written, self.lease.ttl_seconds)
+        """Live by its own written TTL, on the store's clock."""
+        return liveness.is_live(self.written, self.lease.ttl_seconds, liveness.store_now(self.work_root))
 
     @property
     def wants_work(self) -> bool:
@@ -84,19 +89,27 @@ def hold(layout: WorkLayout, run_key: str, lease: RunLease, *, wait: float = DEL
 
 
 def renew(layout: WorkLayout, run_key: str, lease: RunLease | None = None) -> None:
-    """Rewrite this run's lease (its modification time is its renewal). Raises ``LeaseLostError`` when it is gone (a
-    sweep removed it: the work may be gone too); with ``lease`` given, that record is written (a new state or TTL)."""
+    """Rewrite this run's lease (its modification time is its renewal) by a conditional replace of the version just
+    looked at, never while a sweep decides: so a renewal never recreates a lease a sweep removed. Raises
+    ``LeaseLostError`` when it is gone (the work may be gone too). With ``lease`` given, that record is written (a new
+    state or TTL). Another holder of the same run (its other tasks, the span's wait) renewing meanwhile is no loss:
+    the look and the write are tried again."""
     uri = layout.run_lease(run_key)
-    try:
-        data = storage.read_bytes(uri)
-    except FaceFusionError:
-        if storage.exists(uri):
-            raise
-        raise LeaseLostError(
-            f"{layout.work_uri}: the lease of run {run_key} was removed (not renewed within its TTL, the work was "
-            "swept); run again to rebuild the work"
-        ) from None
-    storage.write_bytes_atomic(uri, lease.model_dump_json().encode() if lease is not None else data)
+    for _ in range(RENEW_ATTEMPTS):
+        found = storage.stat(uri)
+        if found is None or storage.exists(layout.deleting):
+            raise LeaseLostError(
+                f"{layout.work_uri}: the lease of run {run_key} was removed (not renewed within its TTL, the work "
+                "was swept); run again to rebuild the work"
+            )
+        try:
+            record = lease.model_dump_json().encode() if lease is not None else storage.read_bytes(uri)
+        except InputMissingError:
+            continue  # removed since the look: the next look says so
+        if storage.write_bytes_if_unchanged(uri, record, found.version):
+            return
+    if lease is not None:
+        raise RetryableError(f"{uri}: rewritten by others {RENEW_ATTEMPTS} times while this run wrote its state")
 
 
 def keep_for_retry(layout: WorkLayout, run_key: str, ttl_seconds: float) -> None:
@@ -161,7 +174,7 @@ def run_leases(layout: WorkLayout) -> list[HeldLease]:
     for item in storage.list_files(layout.runs_dir):
         key = item.uri.rsplit("/", 1)[-1].removesuffix(".json")
         lease = read_lease(item.uri) or unreadable_lease(key)
-        found.append(HeldLease(key, lease, item.modified))
+        found.append(HeldLease(key, lease, item.modified, work_root_of(layout)))
     return found
 
 
@@ -239,7 +252,8 @@ def _sweep(layout: WorkLayout) -> _SweepSeen | None:
         return None  # it ended between the listing and the read
     except ValueError:  # half-written by a crashed writer on a store without atomic writes: treat as lapsed
         return _SweepSeen("?", False)
-    return _SweepSeen(sweep.run_key, liveness.is_live(listed.modified, sweep.ttl_seconds))
+    now = liveness.store_now(work_root_of(layout))
+    return _SweepSeen(sweep.run_key, liveness.is_live(listed.modified, sweep.ttl_seconds, now))
 
 
 def announce(root: RootLayout) -> None:
@@ -250,10 +264,11 @@ def announce(root: RootLayout) -> None:
 def live_standing_workers(root: RootLayout) -> list[str]:
     """The names of the standing workers whose lease is live by its own written TTL (one listing; a lease is read
     once per version, and a worker rewrites the same bytes)."""
+    now = liveness.store_now(root.root_uri)
     return [
         item.uri.rsplit("/", 1)[-1].removesuffix(".json")
         for item in storage.list_files(root.workers_dir)
-        if item.uri.endswith(".json") and liveness.is_live(item.modified, _worker_ttl(item.uri, item.version))
+        if item.uri.endswith(".json") and liveness.is_live(item.modified, _worker_ttl(item.uri, item.version), now)
     ]
 
 

@@ -1,20 +1,28 @@
 """The one liveness rule of the coordination protocol (docs/protocol.md): a lease is live while its holder rewrites it
 within its TTL, whoever the holder is. Claims, run leases, standing workers' leases and sweeps all use it.
 
-The clock is the module's ``clock`` object, so the deterministic simulation can run the real protocol code on its
-own time (``tests/unit/work/simulation.py``).
+A lease's age is judged on the store's clock: its written time is the store's modification time, and "now" is this
+process's clock moved by the offset between the two, measured by writing a probe under the work root and reading its
+modification time back (``store_now``). So a host whose clock is off declares nobody dead early; it says so in its log.
+
+The process clock is the module's ``clock`` object, so the deterministic simulation can run the real protocol code on
+its own time (``tests/unit/work/simulation.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 
+from facefusion_provider import storage
 from facefusion_provider.exceptions import FaceFusionError
+from facefusion_provider.work.layout import RootLayout
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +61,50 @@ class Clock:
 clock = Clock()
 
 
-def is_live(written: float, ttl_seconds: float, now: float | None = None) -> bool:
-    """The rule: live while ``now - written <= ttl`` (``written``: the store's modification time of the lease)."""
-    return (clock.now() if now is None else now) - written <= ttl_seconds
+def is_live(written: float, ttl_seconds: float, now: float) -> bool:
+    """The rule: live while ``now - written <= ttl``, both on the store's clock (``written``: the store's modification
+    time of the lease; ``now``: ``store_now``)."""
+    return now - written <= ttl_seconds
+
+
+CLOCK_CHECK_SECONDS = 300.0  # how often a process measures its clock against the store's again
+CLOCK_WARNING_SECONDS = 5.0  # an offset beyond this is worth a line in the log: the host's clock is off
+_offsets: dict[str, tuple[float, float]] = {}  # work root -> (store clock - process clock, when measured: monotonic)
+_offsets_lock = threading.Lock()
+
+
+def store_now(root_uri: str) -> float:
+    """Now on the clock of the store that holds ``root_uri`` (a work root): this process's clock plus the offset
+    measured every ``CLOCK_CHECK_SECONDS`` (``measure_offset``)."""
+    with _offsets_lock:
+        known = _offsets.get(root_uri)
+    if known is None or clock.monotonic() - known[1] >= CLOCK_CHECK_SECONDS:
+        known = (measure_offset(root_uri), clock.monotonic())
+        with _offsets_lock:
+            _offsets[root_uri] = known
+    return clock.now() + known[0]
+
+
+def measure_offset(root_uri: str) -> float:
+    """The store's clock minus this process's, from a probe written under ``root_uri/clocks/`` and its modification
+    time (one PUT, one HEAD, one DELETE); logged when it exceeds ``CLOCK_WARNING_SECONDS``."""
+    probe = RootLayout(root_uri).clock_probe(f"{socket.gethostname()}-{os.getpid()}")
+    before = clock.now()
+    storage.write_bytes_atomic(probe, b"{}")
+    after = clock.now()
+    written = storage.stat(probe)
+    storage.delete(probe)
+    if written is None:  # deleted under us (a sweep of the root): judge by this clock this time
+        return 0.0
+    offset = written.modified - (before + after) / 2
+    if abs(offset) > CLOCK_WARNING_SECONDS + (after - before):
+        logger.warning(
+            "this host's clock is %.0f s %s the clock of the store at %s; leases are judged on the store's clock",
+            abs(offset),
+            "behind" if offset > 0 else "ahead of",
+            root_uri,
+        )
+    return offset
 
 
 def renew_every(ttl_seconds: float) -> float:

@@ -73,7 +73,7 @@ def live_works(work_root: str, *, besides: str, seen: dict[str, RunLease] | None
             key = f"{item.uri}@{item.version}"
             if key not in seen:
                 seen[key] = leases.read_lease(item.uri) or leases.unreadable_lease(item.uri)
-            held = leases.HeldLease(item.uri, seen[key], item.modified)
+            held = leases.HeldLease(item.uri, seen[key], item.modified, work_root)
             if held.wants_work:
                 wanting.append(held.lease)
         if wanting:

@@ -155,7 +155,7 @@ def test_a_claim_whose_answer_was_lost_is_still_this_runs(s3: S3Stack, tmp_path:
 
     from facefusion_provider import ingest
 
-    claim = ingest.JobClaim(
+    claim = ingest.JobAttempt(
         job_id="a" * 24,
         label="s3://videos/in/a.mp4",
         conf={"target_uri": "s3://videos/in/a.mp4", "output_uri": "s3://videos/out/a.mp4"},

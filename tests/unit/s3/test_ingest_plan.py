@@ -52,7 +52,7 @@ def test_videos_mode_swaps_each_new_video_with_the_fixed_faces() -> None:
     )
     confs = {
         job.label: ingest.swap_conf(
-            ingest.JobClaim(
+            ingest.JobAttempt(
                 job_id=job.job_id, label=job.label, conf=job.conf, attempt=1, run_id="r", claimed_at=NOW, claimed_by="i"
             )
         )
@@ -246,7 +246,7 @@ def test_a_run_failed_by_the_deployment_is_failed_not_rejected_so_a_later_scan_r
 
 def test_a_claim_without_a_run_is_resumed_by_its_own_scan_or_once_orphaned() -> None:
     job = find([listed("a.mp4")], config()).jobs[0]
-    claim = ingest.JobClaim(
+    claim = ingest.JobAttempt(
         job_id=job.job_id,
         label=job.label,
         conf=job.conf,

@@ -239,6 +239,14 @@ class SimStore:
         self.on_create(uri)
         return True
 
+    def write_bytes_if_unchanged(self, uri: str, data: bytes, version: str) -> bool:
+        self.scheduler.point(f"put if-match {uri}")
+        entry = self.objects.get(uri)
+        if entry is None or str(entry.version) != version:
+            return False
+        self._put(uri, data)
+        return True
+
     def delete(self, uri: str) -> None:
         self.scheduler.point(f"delete {uri}")
         if self.objects.pop(uri, None) is not None:
@@ -294,6 +302,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch, scheduler: Scheduler, store: SimS
         "read_bytes",
         "write_bytes_atomic",
         "write_bytes_exclusive",
+        "write_bytes_if_unchanged",
         "delete",
         "stat",
         "list_files",

@@ -3,6 +3,7 @@ taken over, a retry of the same task taking over its previous try's claims at on
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -126,3 +127,26 @@ def test_longest_free_run_is_the_busiest_spans_tail() -> None:
     free = {2, 3, 4, 7, 8, 9, 10, 11, 14}
     assert longest_free_run(range(16), free.__contains__) == [7, 8, 9, 10, 11]
     assert longest_free_run(range(4), lambda index: False) == []
+
+
+def test_a_claim_is_judged_by_the_ttl_its_holder_wrote_not_the_readers(tmp_path: Path) -> None:
+    """A worker configured with a 5 s claim TTL beside one with 60 s: the 60 s worker's claim is live for 60 s."""
+    layout = WorkLayout(str(tmp_path / "work" / "w1"))
+    patient, hasty = SegmentClaims(layout, lease=60.0), SegmentClaims(layout, lease=5.0)
+    assert patient.take(0, scan_work(layout))
+    claim_file = Path(storage.local_path(layout.claim("00000", 1)) or "")
+
+    def written_ago(seconds: float) -> None:
+        stamp = time.time() - seconds
+        os.utime(claim_file, (stamp, stamp))
+
+    written_ago(30)  # lapsed by the hasty worker's own 5 s, live by the 60 s its holder wrote
+    assert not hasty.is_free(0, scan_work(layout)) and not hasty.take(0, scan_work(layout))
+    written_ago(61)
+    assert hasty.take(0, scan_work(layout))
+    # And the other way round: the hasty worker's claim (generation 2, 5 s) lapses at 5 s for a 60 s reader too.
+    reader = SegmentClaims(layout, lease=60.0)
+    assert not reader.is_free(0, scan_work(layout))
+    stamp = time.time() - 6
+    os.utime(Path(storage.local_path(layout.claim("00000", 2)) or ""), (stamp, stamp))
+    assert reader.is_free(0, scan_work(layout))

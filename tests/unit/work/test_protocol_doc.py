@@ -61,6 +61,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "refusal": work.refusal("gpu-node-1-42"),
         "worker": root.worker("gpu-node-1-42"),
         "signal": root.signal,
+        "clock_probe": root.clock_probe("gpu-node-1-42"),
         "analysis": AnalysisLayout.under("s3://bucket/root", "a1").segment_faces(3),
         "output marker": output_marker_uri("s3://out/clip.mp4"),
         "preview": preview_uri_of("s3://out/clip.mp4"),
@@ -81,7 +82,18 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "run_lease",
         "sound_file",
     }
-    known |= {"deleting", "refusal", "worker", "signal", "under", "of", "work_id", "work_uri", "root_uri"}
+    known |= {
+        "deleting",
+        "refusal",
+        "clock_probe",
+        "worker",
+        "signal",
+        "under",
+        "of",
+        "work_id",
+        "work_uri",
+        "root_uri",
+    }
     folders = {"segments_dir", "claims_dir", "runs_dir", "refusals_dir", "works_dir", "workers_dir"}
     assert members - known - folders == set(), "a new path in the layout: name it in docs/protocol.md and here"
 
