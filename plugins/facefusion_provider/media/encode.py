@@ -34,9 +34,10 @@ ENCODER_THREADS = 8
 X265_THREADS = f"pools={ENCODER_THREADS}:frame-threads=2"  # x265 ignores FFmpeg's thread count
 # x264's AVX-512 macroblock tree (``mbtree_propagate_list_avx512``) works 8 macroblocks at a time and, where a frame's
 # width in 16-pixel macroblocks is no multiple of 8, also propagates the lanes past a row's end: on the last row, from
-# memory beyond x264's arrays. The same frames then gave other bytes after other work in the process (bench/
-# bench_x264_determinism.py); its other SIMD levels stay in the row and agree with each other. So x264 runs with every
-# CPU feature its own detection finds here but AVX-512, the macroblock tree kept (it saves about a third of the file).
+# memory beyond x264's arrays, so the same frames gave other bytes after other work in the process. Without AVX-512,
+# x86-64 CPUs with SSE4.2 or AVX2 give the same bytes (SSE2-only ones and plain C give others, as with ``mbtree=0``;
+# ARM not measured), and the tree stays on: ``mbtree=0`` made files 1.4-1.7x as large at the same quality
+# (bench/bench_x264_determinism.py). So x264 runs with every CPU feature its own detection finds here but AVX-512.
 X264_CPU_AVX512 = 1 << 16  # x264.h
 NVIDIA_DRIVER = "libcuda.so.1"
 KUBERNETES_VARIABLE = "KUBERNETES_SERVICE_HOST"  # set in every Kubernetes pod
