@@ -585,7 +585,7 @@ def markdown(report: dict[str, Any]) -> str:
         "the frame's height, a close-up; one face).",
         "",
         "## Media: decode, the engine's RGB input, encoder (libx264, default quality "
-        f"{report['default_quality']}, `mbtree=0`, per preset; the default is {DEFAULT_PRESET}); unchanged",
+        f"{report['default_quality']}, the segment encoder's settings, per preset; the default is {DEFAULT_PRESET}); unchanged",
         "",
         *table(lambda entry, _: entry["media"]["stages_ms"], [(size, "after") for size in sizes]),
         "",

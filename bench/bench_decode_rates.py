@@ -1,10 +1,11 @@
 """Decode CPU per 1080p frame against the input's bitrate: the figure that decides a GPU pod's cores.
 
 bench_cpu_stages.py decodes a file the worker itself would write (libx264 at the default quality 80, crf 10): about
-27 Mbit/s at 1080p30, far above what people feed in. H.264's decode cost grows with the bits it entropy-decodes, so
-this bench encodes the same frames (carphone's face upscaled to a 1080p close-up, as there) at that quality and at
-fixed bitrates that inputs have (a phone camera records 1080p30 at about 17 Mbit/s, streaming services deliver 5-8),
-then decodes each with the worker's ``decode_frames`` on one core, the file opened once, and reports CPU ms per frame.
+27 Mbit/s at 1080p30 with ``mbtree=0`` (about 0.6x that with the macroblock tree, back on since issue 41), far above
+what people feed in. H.264's decode cost grows with the bits it entropy-decodes, so this bench encodes the same frames
+(carphone's face upscaled to a 1080p close-up, as there) at that quality and at fixed bitrates that inputs have (a
+phone camera records 1080p30 at about 17 Mbit/s, streaming services deliver 5-8), then decodes each with the worker's
+``decode_frames`` on one core, the file opened once, and reports CPU ms per frame.
 
     python bench/bench_decode_rates.py [--frames 90] [--out bench/results/decode-rates]
 """

@@ -4,6 +4,7 @@ work is encoded alike, on any machine), keeping each frame's original timestamp.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,13 +30,15 @@ LABEL_TAG = "comment"  # a container tag that says which work and frames a segme
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
 # resumed segment would differ. A fixed count makes segments the same on every machine; 8 frame threads cost nothing
 # measurable on 2 cores (720p veryfast: about 115 fps, as auto), and cap one encoder at about 8 cores.
-# x264's macroblock tree with threads depends on timing as well: on a loaded machine up to half the encodes of the
-# same frames differed. Without it (``mbtree=0``) every encode was equal, at no cost in speed, but files about 50%
-# larger at the same quality setting (720p veryfast crf 23). Single-threaded x264 (mbtree kept) was deterministic too,
-# at about two thirds of the speed on 2 cores and one core per encoder on any machine.
 ENCODER_THREADS = 8
 X265_THREADS = f"pools={ENCODER_THREADS}:frame-threads=2"  # x265 ignores FFmpeg's thread count
-X264_DETERMINISTIC = "mbtree=0"
+# x264's AVX-512 macroblock tree (``mbtree_propagate_list_avx512``) works 8 macroblocks at a time and, where a frame's
+# width in 16-pixel macroblocks is no multiple of 8, also propagates the lanes past a row's end: on the last row, from
+# memory beyond x264's arrays, so the same frames gave other bytes after other work in the process. Without AVX-512,
+# x86-64 CPUs with SSE4.2 or AVX2 give the same bytes (SSE2-only ones and plain C give others, as with ``mbtree=0``;
+# ARM not measured), and the tree stays on: ``mbtree=0`` made files 1.4-1.7x as large at the same quality
+# (bench/bench_x264_determinism.py). So x264 runs with every CPU feature its own detection finds here but AVX-512.
+X264_CPU_AVX512 = 1 << 16  # x264.h
 NVIDIA_DRIVER = "libcuda.so.1"
 KUBERNETES_VARIABLE = "KUBERNETES_SERVICE_HOST"  # set in every Kubernetes pod
 _opened: set[tuple[object, ...]] = set()  # encoder settings and sizes this process has opened once
@@ -141,13 +144,30 @@ def _why_not(codec: str) -> str:
 
 
 def fixed_thread_options(settings: EncoderSettings) -> dict[str, str]:
-    """The encoder's options made deterministic: thread settings FFmpeg's thread count does not reach, x264's mbtree."""
+    """The encoder's options made deterministic: thread settings FFmpeg's thread count does not reach, x264's SIMD."""
     options = dict(settings.options)
     if settings.codec == "libx265":
         options["x265-params"] = ":".join(filter(None, (options.get("x265-params"), X265_THREADS)))
-    if settings.codec == "libx264":
-        options["x264-params"] = ":".join(filter(None, (options.get("x264-params"), X264_DETERMINISTIC)))
+    if settings.codec == "libx264" and (cpu_flags := x264_cpu_flags()) is not None:
+        options["x264-params"] = ":".join(filter(None, (options.get("x264-params"), f"asm={cpu_flags}")))
     return options
+
+
+@functools.cache
+def x264_cpu_flags() -> int | None:
+    """The CPU features x264 finds here less AVX-512 (``X264_CPU_AVX512``), asked of the libx264 this process loaded
+    with PyAV's FFmpeg; None where none is loaded (no libx264 to run)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split(maxsplit=5)[5].strip() for line in maps if "libx264" in line})
+    except OSError:
+        return None
+    for path in paths:
+        detect = getattr(ctypes.CDLL(path), "x264_cpu_detect", None)
+        if detect is not None:
+            detect.restype = ctypes.c_uint32
+            return int(detect()) & ~X264_CPU_AVX512
+    return None
 
 
 def _fix_threads(context: av.VideoCodecContext) -> None:
