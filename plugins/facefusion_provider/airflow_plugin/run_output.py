@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from facefusion_provider.airflow_plugin.run_notes import PROVIDER_NOTE_PREFIXES  # a reason the provider wrote
 from facefusion_provider.work.records import OutputMarker, RunHolder
 
 VALIDATE_OPERATOR = "ValidateSwapConfOperator"  # its ``work_uri`` and ``output_uri`` XComs name the run's output
@@ -77,6 +78,7 @@ class RunFacts:
     work_id: str | None = None  # validate's: None until validate succeeded
     output_uri: str | None = None
     work_uri: str | None = None
+    note: str = ""  # the run's note: a failed run's reason, written by the scheduler as the run fails (run_notes)
 
     def succeeded(self, task_id: str) -> bool:
         states = self.task_states.get(task_id, ())
@@ -143,6 +145,8 @@ def stage_line(stage: Stage, run: RunFacts, stored: StoredOutput | None, segment
         return "Waiting: the run has not started yet."
     if stage is Stage.CHECKING:
         return "Checking the inputs."
+    if stage in (Stage.REFUSED, Stage.FAILED) and run.note.startswith(PROVIDER_NOTE_PREFIXES):
+        return run.note  # the reason itself, as the run's note has it (the run's header shows it after a reload)
     if stage is Stage.REFUSED:
         return "Refused: the run's inputs were not accepted; the run's note says why."
     if stage is Stage.FAILED:

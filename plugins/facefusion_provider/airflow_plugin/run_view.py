@@ -197,12 +197,10 @@ def read_run_facts(dag_id: str, run_id: str) -> RunFacts | None:
 
     tasks = dag_tasks(dag_id)
     with create_session() as session:
-        found = session.execute(
-            select(DagRun.id, DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
-        ).first()
-        if found is None:
+        dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if dag_run is None:
             return None
-        run_state = found[1] or "queued"
+        run_state, note = str(dag_run.state or "queued"), str(dag_run.note or "")
         task_states: dict[str, tuple[str | None, ...]] = {}
         rows = session.execute(
             select(TaskInstance.task_id, TaskInstance.state).where(
@@ -216,12 +214,13 @@ def read_run_facts(dag_id: str, run_id: str) -> RunFacts | None:
     accepted = isinstance(work_uri, str) and bool(work_uri) and isinstance(output_uri, str) and bool(output_uri)
     return RunFacts(
         run_id=run_id,
-        run_state=str(run_state),
+        run_state=run_state,
         task_states=task_states,
         tasks=tasks,
         work_id=WorkLayout(str(work_uri)).work_id if accepted else None,
         work_uri=str(work_uri) if accepted else None,
         output_uri=str(output_uri) if accepted else None,
+        note=note,
     )
 
 

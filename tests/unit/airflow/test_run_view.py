@@ -136,6 +136,12 @@ def test_a_finished_run_never_says_preparing() -> None:
     assert output_stage(refused, None) is Stage.REFUSED and REFRESH not in _page(refused, None)
     assert "Refused: the run's inputs were not accepted" in html.unescape(_page(refused, None))
     assert output_stage(_run("failed", done=()), None) is Stage.FAILED  # failed as it started (a missing pool)
+    # The reason itself once the scheduler wrote the run's note (with the failed state): the tab shows it live.
+    reason = "Failed in validate: Output video (output_uri): '..' is not allowed"
+    noted = RunFacts("manual_a", "failed", {"validate": ("failed",)}, TASKS, note=reason)
+    assert stage_line(output_stage(noted, None), noted, None, None) == reason
+    written_by_a_person = RunFacts("manual_a", "failed", {"validate": ("failed",)}, TASKS, note="looking into it")
+    assert stage_line(Stage.REFUSED, written_by_a_person, None, None).startswith("Refused: ")
     refusal = link_refusal(refused, None)
     assert refusal is not None and refusal.status == 404
 
