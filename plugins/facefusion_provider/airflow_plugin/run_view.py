@@ -99,7 +99,9 @@ def run_page_html(
     parts = [f'<p id="progress">{html.escape(stage_line(stage, run, stored, segments))}</p>']
     marker = stored.marker if stored is not None else None
     if stage is Stage.REPLACED and marker is not None and marker.run is not None and marker.run.kind == "airflow":
-        parts.append(f'<p id="replaced-by">Its output now: run {run_link(marker.run.dag_id, marker.run.run_id)}.</p>')
+        parts.append(
+            f'<p id="replaced-by">The run that replaced it: {run_link(marker.run.dag_id, marker.run.run_id)}.</p>'
+        )
     if stage is Stage.DONE:
         name = html.escape((run.output_uri or "").rsplit("/", 1)[-1])
         parts.append(

@@ -161,6 +161,12 @@ class TriggerForm:
     def set_run_id(self, run_id: str) -> None:
         self.open_section("Advanced Options").get_by_label("Run ID").fill(run_id)
 
+    def overlapped_help(self, section: str) -> list[str]:
+        """The labels of the section's fields whose help text has a line drawn over another (its boxes, text and
+        inline elements, overlap without one holding the other), as the browser lays it out now; opens it."""
+        helps = self.open_section(section).locator('[data-part="helper-text"]')
+        return list(helps.evaluate_all(_OVERLAPPED_HELP_JS))
+
     # Errors and submit
 
     def field_errors(self) -> dict[str, str]:
@@ -423,6 +429,17 @@ class AirflowUI:
         assert response.value.ok, f"clearing {chosen}: {response.value.status} {response.value.text()}"
         dialog.wait_for(state="hidden")
         return affected
+
+
+_OVERLAPPED_HELP_JS = """helps => helps.filter(help => {
+  const range = document.createRange();
+  range.selectNodeContents(help);
+  const boxes = [...range.getClientRects()].filter(box => box.width > 0 && box.height > 0);
+  const holds = (a, b) => a.left <= b.left && a.right >= b.right && a.top <= b.top && a.bottom >= b.bottom;
+  return boxes.some((a, i) => boxes.slice(i + 1).some(b =>
+    a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1
+    && !holds(a, b) && !holds(b, a)));
+}).map(help => help.closest('[role="group"]').querySelector('label').innerText.trim())"""
 
 
 def _task_instance_row(row: Locator) -> UiTaskInstance:
