@@ -162,9 +162,11 @@ class TriggerForm:
         self.open_section("Advanced Options").get_by_label("Run ID").fill(run_id)
 
     def overlapped_help(self, section: str) -> list[str]:
-        """The labels of the section's fields whose help text has a line drawn over another (its boxes, text and
-        inline elements, overlap without one holding the other), as the browser lays it out now; opens it."""
+        """The labels of the section's fields whose help text has a line drawn over another (two of its boxes, text
+        or inline elements with their padding, overlap without one holding the other), as the browser lays it out
+        now; opens it."""
         helps = self.open_section(section).locator('[data-part="helper-text"]')
+        assert helps.count(), f"no help texts in {section}"
         return list(helps.evaluate_all(_OVERLAPPED_HELP_JS))
 
     # Errors and submit
@@ -432,11 +434,19 @@ class AirflowUI:
 
 
 _OVERLAPPED_HELP_JS = """helps => helps.filter(help => {
-  const range = document.createRange();
-  range.selectNodeContents(help);
-  const boxes = [...range.getClientRects()].filter(box => box.width > 0 && box.height > 0);
+  const boxes = [];
+  const walker = document.createTreeWalker(help, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const range = document.createRange();
+    range.selectNodeContents(text);
+    boxes.push(...range.getClientRects());
+  }
+  for (const element of help.querySelectorAll("*")) {  // inline boxes: their padding and background too (a chip)
+    if (getComputedStyle(element).display.startsWith("inline")) boxes.push(...element.getClientRects());
+  }
+  const shown = boxes.filter(box => box.width > 0 && box.height > 0);
   const holds = (a, b) => a.left <= b.left && a.right >= b.right && a.top <= b.top && a.bottom >= b.bottom;
-  return boxes.some((a, i) => boxes.slice(i + 1).some(b =>
+  return shown.some((a, i) => shown.slice(i + 1).some(b =>
     a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1
     && !holds(a, b) && !holds(b, a)));
 }).map(help => help.closest('[role="group"]').querySelector('label').innerText.trim())"""
