@@ -3,16 +3,17 @@
 Puts the face from your pictures (**Source faces**) into a video (**Target video**) and writes the result to
 **Output video**. Fill those three fields and press Trigger; every other field has a sensible default.
 
-**Where to look while it runs**: the run's **Output** tab says how many pieces of the video are done, and, once the
-run has finished, shows a preview (original frames above, swapped frames below) and a link to the video. The same
-links are under Extra Links on the `merge` task.
+**Where to look while it runs**: the run's **Output** tab says how many segments of the video are saved, and, once
+the run has finished, shows a preview (original frames above, swapped frames below) and a link that downloads the
+video. The same links are under Extra Links on the `merge` task. A later run that writes the same Output video
+replaces it: this run's tab then says by which run, and its links serve nothing.
 
-**If it fails**: the run's note says why, naming the field to fix (for example `Output video (output_uri): ...`).
-Fix it and trigger again. A piece that failed on the way (a `swap_span` task) can be cleared alone: it starts again
-where it stopped, and nothing already done is redone.
+**If it fails**: the run's note (and the Output tab) says why, naming the field to fix (for example `Output video
+(output_uri): ...`). Fix it and trigger again. A `swap_span` task that failed on the way can be cleared alone: it
+starts again at its first segment not saved, and nothing already saved is redone.
 
-Steps: `validate` (checks the fields) → `prepare` (reads the video) → `plan` → `swap_span` (the work, in pieces labelled
-by frame range) → `merge` (joins the pieces, keeps the sound) → `cleanup`.
+Steps: `validate` (checks the fields) → `prepare` (reads the video) → `plan` → `swap_span` (the work, segment by
+segment, each task labelled by its frame range) → `merge` (joins the segments, keeps the sound) → `cleanup`.
 
 For the administrator: where the work runs, where it is stored, the GPU pool and retries are `[facefusion]` settings
 (the provider's README). Runs over the same video, faces and picture options share their work.

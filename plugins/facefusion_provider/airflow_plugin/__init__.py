@@ -10,8 +10,10 @@ a provider's ``get_provider_info()["plugins"]`` only with ``[core] lazy_discover
 - ``conf_limits``: a conf holding a number no task can receive (beyond int64) is refused at the trigger (a middleware)
   or as the run starts (``run_notes``), naming the field: otherwise every task would fail with an empty log.
 - ``outputs``: the view the output links lead to (``/facefusion/outputs/<dag>/<run>/video``), mounted in the API server:
-  it checks the user's access to the DAG's runs, then redirects to a short-lived presigned URL or sends the local file.
-- ``run_view``: the run page's "Output" tab (an external view): segments saved of all, then the preview and the video.
+  it checks the user's access to the DAG's runs and that the output's marker names the run's work, then redirects to a
+  short-lived presigned URL or sends the local file (another run's output there: 409; none: 404, saying why).
+- ``run_view``: the run page's "Output" tab (an external view): where the output stands (``run_output``: from the task
+  states and storage together), then the preview and the video; an ingestion run's tab lists the runs it started.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class FaceFusionPlugin(AirflowPlugin):
     fastapi_apps: list[Any] = [
         {"name": "facefusion outputs", "app": LazyOutputsApp(), "url_prefix": OUTPUTS_URL_PREFIX}
     ]
-    # A tab on every run's page (this provider's runs fill it; another DAG's run says it has no output).
+    # A tab on every run's page: Airflow 3.3's UI lists a plugin's external views by destination alone (no per-DAG
+    # filter, and one plugin list for the whole UI), so another DAG's run gets the tab too and it says it has nothing.
     external_views: list[Any] = [
         {
             "name": "Output",

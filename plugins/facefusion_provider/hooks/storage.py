@@ -15,7 +15,7 @@ from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.settings import load_settings
 from facefusion_provider.work import leases
 from facefusion_provider.work.claims import scan_work
-from facefusion_provider.work.layout import RootLayout, WorkLayout, output_done
+from facefusion_provider.work.layout import RootLayout, WorkLayout, output_done, read_output_marker
 from facefusion_provider.work.records import OutputMarker, Refusal, RunLease, WorkSpec
 
 
@@ -101,6 +101,11 @@ class FaceFusionStorageHook(BaseHook):
         """The marker beside ``output_uri`` when it names ``work_id`` and the output exists: nothing is left to do."""
         with self.storage_access(output_uri):
             return output_done(work_id, output_uri)
+
+    def output_marker(self, output_uri: str) -> OutputMarker | None:
+        """The marker beside ``output_uri``: which work and run wrote what is there now (None: none, or unreadable)."""
+        with self.storage_access(output_uri):
+            return read_output_marker(output_uri)
 
     def content_id(self, uri: str) -> str:
         with self.storage_access(uri):

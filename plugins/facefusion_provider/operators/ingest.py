@@ -323,7 +323,7 @@ class ScanForNewJobsOperator(BaseOperator):
             triggers, reports = self._claim(hook, plan, config, swap_dag_id)
         report = _report(unlisted + found.reports + reports, newly_failed, config, swap_dag_id)
         ti.xcom_push(key="report", value=report)
-        for line in _summary(report):
+        for line in report_lines(report):
             self.log.info("%s", line)
         return triggers
 
@@ -444,7 +444,8 @@ def _report(
     }
 
 
-def _summary(report: Mapping[str, Any]) -> list[str]:
+def report_lines(report: Mapping[str, Any]) -> list[str]:
+    """The scan report in lines: the counts by kind first ("s3://in/ (videos): 2 started"), then each job not done."""
     counts: dict[str, int] = {}
     for job in report["jobs"]:
         counts[job["kind"]] = counts.get(job["kind"], 0) + 1
@@ -481,7 +482,7 @@ class IngestReportOperator(BaseOperator):
         report = context["ti"].xcom_pull(task_ids=self.scan_task_id, key="report")
         if not report:
             raise AirflowFailException(f"no report from {self.scan_task_id}: the scan failed, see its log")
-        for line in _summary(report):
+        for line in report_lines(report):
             self.log.info("%s", line)
         failed = report["newly_failed"]
         if failed:

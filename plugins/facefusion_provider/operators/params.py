@@ -15,7 +15,8 @@ What Airflow 3.3's form does with a schema, and so what each field's schema hold
 - ``minimum``/``maximum`` make a number field clamp an out-of-range value silently when it loses focus: the bounds sit
   in ``allOf`` instead, which the form does not read and the API checks, so 150 is refused naming the field;
 - ``description_md`` is rendered as markdown (``description`` as plain text on one line): plain words, then the key,
-  the range or the choices on a second line.
+  the range or the choices on a second line, as plain text: an inline code chip is taller than the help's line, so a
+  chip on the second line covered the last line of wrapped help above it.
 """
 
 from __future__ import annotations
@@ -109,15 +110,16 @@ def technical_line(name: str, prop: dict[str, Any]) -> str:
     low, high = numeric.get("minimum", items.get("minimum")), numeric.get("maximum", items.get("maximum"))
     choices = prop.get("enum") or items.get("enum") or ([prop["const"]] if "const" in prop else [])
     if choices:
-        return "choices: " + ", ".join(f"`{choice}`" for choice in choices)
+        return "choices: " + ", ".join(str(choice) for choice in choices)
     if low is not None and high is not None:
         return f"from {low} to {high}; anything outside is refused"
     return ""
 
 
 def help_text(plain: str, key: str, technical: str) -> str:
-    """Markdown: the plain sentence, then (a line break) the key and the technical detail."""
-    second = f"`{key}`" + (f" · {technical}" if technical else "")
+    """Markdown: the plain sentence, then (a line break) the key and the technical detail, in plain text (no code
+    chip: it is taller than the line and covered the wrapped help above it)."""
+    second = key + (f" · {technical}" if technical else "")
     return f"{plain}  \n{second}"
 
 

@@ -22,6 +22,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
@@ -31,8 +32,9 @@ from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.media.faststart import FASTSTART_EXTENSIONS, faststart_head, media_start, moov_at_end
 from facefusion_provider.media.mp4index import UnsupportedLayoutError
 from facefusion_provider.output import MergeResult
+from facefusion_provider.work import leases
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri, preview_uri_of
-from facefusion_provider.work.records import OutputMarker, WorkSpec
+from facefusion_provider.work.records import OutputMarker, RunHolder, WorkSpec
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
@@ -347,6 +349,8 @@ def finish_merge(
         size=size,
         timings=rounded,
         method=method,
+        run=_run_of(layout, output_uri),
+        written_at=datetime.now(UTC),
     )
     storage.write_bytes_atomic(output_marker_uri(output_uri), marker.model_dump_json(indent=2).encode())
     logger.info(
@@ -360,6 +364,13 @@ def finish_merge(
         preview_uri,
     )
     return MergeResult(output_uri, preview_uri, frames, skipped=False, timings=rounded, method=method)
+
+
+def _run_of(layout: WorkLayout, output_uri: str) -> RunHolder | None:
+    """The run this output is written for: the newest lease on the work that names it (a task's, a standing worker's
+    or a CLI run's merge all hold one); None when no lease names it."""
+    named = [held.lease for held in leases.run_leases(layout) if held.lease.output_uri == output_uri]
+    return max(named, key=lambda lease: lease.created_at).holder if named else None
 
 
 def _preview(spec: WorkSpec, layout: WorkLayout) -> bytes:

@@ -232,16 +232,21 @@ def output_marker_uri(output_uri: str) -> str:
     return output_uri[: len(output_uri) - len(parsed.path)] + posixpath.join(directory, f".{name}.facefusion.json")
 
 
-def output_done(work_id: str, output_uri: str) -> OutputMarker | None:
-    """The output's marker when it names ``work_id`` and the output file exists (an unreadable marker: None)."""
+def read_output_marker(output_uri: str) -> OutputMarker | None:
+    """The marker beside the output: which work (and run) wrote what is there now; None when missing or unreadable."""
     marker_uri = output_marker_uri(output_uri)
     if not storage.exists(marker_uri):
         return None
     try:
-        marker = OutputMarker.model_validate_json(storage.read_bytes(marker_uri))
+        return OutputMarker.model_validate_json(storage.read_bytes(marker_uri))
     except ValueError:
         return None
-    if marker.work_id != work_id or not storage.exists(output_uri):
+
+
+def output_done(work_id: str, output_uri: str) -> OutputMarker | None:
+    """The output's marker when it names ``work_id`` and the output file exists (an unreadable marker: None)."""
+    marker = read_output_marker(output_uri)
+    if marker is None or marker.work_id != work_id or not storage.exists(output_uri):
         return None
     return marker
 

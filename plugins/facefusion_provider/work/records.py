@@ -107,7 +107,8 @@ class RetiredCommit(_Record):
 
 class OutputMarker(_Record):
     """Written beside the output by its run's merge: which work made the file, so a repeat run can stop early, and
-    how long the merge took (``timings["total_s"]``, read by ``cleanup`` for the run's metrics)."""
+    how long the merge took (``timings["total_s"]``, read by ``cleanup`` for the run's metrics); for whom and when, so
+    an earlier run over the same output says by whom it was replaced."""
 
     work_id: str
     output_uri: str
@@ -117,6 +118,8 @@ class OutputMarker(_Record):
     # Optional, so the markers of earlier merges still read: the work a marker names is unchanged, so no format bump.
     timings: dict[str, float] = Field(default_factory=dict)
     method: str = "remux"  # "index": the moov built from the segments' indexes, the media data copied as it is
+    run: RunHolder | None = None  # the run whose lease names this output (None: a marker of an earlier version)
+    written_at: datetime | None = None
 
 
 class Claim(_Record):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from playwright.sync_api import Locator, Page, Response
+from playwright.sync_api import Frame, Locator, Page, Response
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 MONACO = ".monaco-editor"  # the JSON editor (help texts hold <code> too, so not by the "code" role)
@@ -160,6 +160,14 @@ class TriggerForm:
 
     def set_run_id(self, run_id: str) -> None:
         self.open_section("Advanced Options").get_by_label("Run ID").fill(run_id)
+
+    def overlapped_help(self, section: str) -> list[str]:
+        """The labels of the section's fields whose help text has a line drawn over another (two of its boxes, text
+        or inline elements with their padding, overlap without one holding the other), as the browser lays it out
+        now; opens it."""
+        helps = self.open_section(section).locator('[data-part="helper-text"]')
+        assert helps.count(), f"no help texts in {section}"
+        return list(helps.evaluate_all(_OVERLAPPED_HELP_JS))
 
     # Errors and submit
 
@@ -321,6 +329,12 @@ class AirflowUI:
         frame.locator("#progress").wait_for()
         return frame
 
+    def output_frame(self) -> Frame:
+        """The open Output tab's frame itself (a frame locator cannot follow the frame's own navigation)."""
+        frame = self.page.locator('iframe[title="Output"]').element_handle().content_frame()
+        assert frame is not None, "no Output tab open"
+        return frame
+
     def grid_states(self, run_id: str) -> dict[str, str | None]:
         """``{task_id: state}`` from the open run's grid column: each cell shows its state as an icon, so its tooltip
         ("Task ID: ... State: Success ...") is read. A mapped task's cell summarises all its map indexes."""
@@ -373,6 +387,26 @@ class AirflowUI:
         _wait_for(lambda: set(names) <= set(shown()), f"extra links {list(names)}, shown {list(shown())}")
         return shown()
 
+    def extra_link(self, dag_id: str, run_id: str, task_id: str, name: str, map_index: int | None = None) -> Locator:
+        """The task instance's extra link ``name`` on its Details tab, to click (a same-origin link opens in the page
+        itself: Airflow's UI gives it ``target="_self"``)."""
+        self.extra_links(dag_id, run_id, task_id, map_index, names=(name,))
+        heading = self.page.get_by_role("heading", name="Extra Links", exact=True)
+        return heading.locator("xpath=..").get_by_role("link", name=name, exact=True)
+
+    def download_by_click(self, link: Locator, timeout: float = 30) -> bytes:
+        """Click a link as a person does and return the bytes the browser saved (the click must start a download)."""
+        with self.page.expect_download(timeout=timeout * 1000) as download:
+            link.click()
+        return Path(download.value.path()).read_bytes()
+
+    def answer_to_click(self, link: Locator, url_part: str, timeout: float = 30) -> Response:
+        """Click a link that opens in the page and return the answer of the first request whose URL holds
+        ``url_part``."""
+        with self.page.expect_response(lambda response: url_part in response.url, timeout=timeout * 1000) as answer:
+            link.click()
+        return answer.value
+
     def clear_task_instance(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None = None, *, downstream: bool = True
     ) -> list[tuple[str, int]]:
@@ -397,6 +431,25 @@ class AirflowUI:
         assert response.value.ok, f"clearing {chosen}: {response.value.status} {response.value.text()}"
         dialog.wait_for(state="hidden")
         return affected
+
+
+_OVERLAPPED_HELP_JS = """helps => helps.filter(help => {
+  const boxes = [];
+  const walker = document.createTreeWalker(help, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const range = document.createRange();
+    range.selectNodeContents(text);
+    boxes.push(...range.getClientRects());
+  }
+  for (const element of help.querySelectorAll("*")) {  // inline boxes: their padding and background too (a chip)
+    if (getComputedStyle(element).display.startsWith("inline")) boxes.push(...element.getClientRects());
+  }
+  const shown = boxes.filter(box => box.width > 0 && box.height > 0);
+  const holds = (a, b) => a.left <= b.left && a.right >= b.right && a.top <= b.top && a.bottom >= b.bottom;
+  return shown.some((a, i) => shown.slice(i + 1).some(b =>
+    a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1
+    && !holds(a, b) && !holds(b, a)));
+}).map(help => help.closest('[role="group"]').querySelector('label').innerText.trim())"""
 
 
 def _task_instance_row(row: Locator) -> UiTaskInstance:

@@ -1,17 +1,24 @@
 """The first runs from the Airflow UI, in a real browser, on a fresh ``airflow standalone`` (no Variable, nothing set up
 by hand; ``[facefusion] pool`` names a pool that does not exist yet):
 - the trigger form is a real form (a typed field per option, dropdowns, help texts, sections) that shows no error
-  before the user acts, refuses Face swapper blend 150 naming the field (never clamps it to 100), and names an empty
-  required field;
+  before the user acts, no help text drawn over another at 1280 and 1920 px, refuses Face swapper blend 150 naming
+  the field (never clamps it to 100), and names an empty required field;
 - a run in the missing pool fails at once with a note naming the pool; created and cleared, it runs, the note goes,
-  its Output tab shows the preview, and its local output link answers the video's bytes;
-- a run with a bad output fails in validate and its page says why, naming the field by its title and key;
+  its Output tab shows the preview; clicked, its video link downloads the output's bytes and the preview opens in the
+  tab's sandboxed frame;
+- a run with a bad output fails in validate and its page (and its Output tab) says why, naming the field by its title
+  and key;
 - a run with one span failed (the worker's fault switch) says which span failed, is cleared alone from its panel, and
-  succeeds with frame-range labels and output links to S3 (moto; presigned URLs);
-- the ingestion DAG says it is not configured, does nothing and shows nothing failed.
+  succeeds with frame-range labels and output links to S3 (moto; presigned URLs): clicked, the video downloads and
+  the preview opens;
+- two runs writing one output: the first's tab says by which run and when it was replaced, links that run, and its
+  links serve nothing (409); the second's serve its file; removed, the tab says so and stops reloading;
+- the ingestion DAG says it is not configured, does nothing and shows nothing failed; triggered with its prefixes, its
+  run's tab lists the swap run it started, a link that opens that run.
 
 Screenshots: ``$FACEFUSION_TEST_ARTIFACTS`` (see conftest); the best ones are kept in docs/ (``ui-trigger-form.png``,
-``ui-grid.png``, ``ui-failed-run.png``, ``ui-finished-run.png``).
+``ui-trigger-form-1920.png``, ``ui-grid.png``, ``ui-failed-run.png``, ``ui-finished-run.png``, ``ui-replaced-run.png``,
+``ui-ingestion-run.png``).
 """
 
 from __future__ import annotations
@@ -126,7 +133,16 @@ def test_the_trigger_form_is_a_typed_field_per_option_in_sections(ui: AirflowUI)
     padding = form.field("Face mask padding", "Swap, masks and enhancer")  # four numbers: a JSON list editor
     assert padding.locator(MONACO).count() == 1 and "top, right, bottom, left" in padding.inner_text()
     assert form.field_errors() == {}
-    form.open_section(DEFAULT_SECTION)
+    # No help text drawn over (its key line once covered the last line of a help that wraps), at two widths.
+    viewport = ui.page.viewport_size
+    for width in (1280, 1920):
+        ui.page.set_viewport_size({"width": width, "height": 1000})
+        overlapped = {section: form.overlapped_help(section) for section in form.sections()[:-1]}
+        assert [label for labels in overlapped.values() for label in labels] == [], overlapped
+        form.open_section(DEFAULT_SECTION)
+        ui.screenshot_element(form.dialog, f"trigger-form-{width}")
+    assert viewport is not None
+    ui.page.set_viewport_size(viewport)
     ui.screenshot_element(form.dialog, "trigger-form")
 
 
@@ -195,17 +211,22 @@ def test_a_run_in_a_missing_pool_says_so_and_once_the_pool_exists_runs_and_shows
     # The run's Output tab: done, the preview shown, the video one click away.
     tab = ui.output_tab(DAG_ID, run_id)
     assert tab.locator("#progress").inner_text() == "Done: the output video is ready."
+    assert tab.locator('meta[http-equiv="refresh"]').count() == 0  # done: no more reloads
     preview = tab.locator("#preview")
     preview.wait_for()
     ui.page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=preview.element_handle())
     ui.screenshot("finished-run")
 
-    # The local output's link answers the video itself (a file:// link would show nothing).
+    # Clicked as a person does, in Airflow's sandboxed frame (no popups there): the video downloads, the local
+    # output's own bytes (a file:// link would show nothing), and the preview opens in the frame itself.
     href = str(tab.locator("#output-video").get_attribute("href"))
     assert href == f"{ui.base_url}/facefusion/outputs/{DAG_ID}/{quote(run_id, safe='')}/video"
-    video = ui.page.request.get(href)
-    assert (video.status, video.headers["content-type"]) == (200, "video/mp4")
-    assert video.body() == output.read_bytes()
+    saved = ui.download_by_click(tab.locator("#output-video"))
+    assert (len(saved), saved[4:8]) == (output.stat().st_size, b"ftyp") and saved == output.read_bytes()
+    frame = ui.output_frame()
+    tab.locator("#preview-link").click()
+    frame.wait_for_url(re.compile(r"/preview$"))  # the frame now shows the picture alone
+    frame.wait_for_function("() => [...document.images].some(img => img.complete && img.naturalWidth > 0)")
 
 
 def test_a_run_with_a_bad_output_says_why_on_its_page_naming_the_field(
@@ -221,6 +242,11 @@ def test_a_run_with_a_bad_output_says_why_on_its_page_naming_the_field(
     ui.open_run(DAG_ID, run_id)  # the page read the run as it failed, maybe before the scheduler wrote the note
     ui.wait_for_text("Failed in validate: Output video (output_uri):")
     ui.screenshot("failed-run")
+    # The Output tab, which reloads itself while the run works, says the reason too (the header's note does not
+    # refresh on a page left open), and stops reloading.
+    tab = ui.output_tab(DAG_ID, run_id)
+    assert tab.locator("#progress").inner_text() == note
+    assert tab.locator("meta[http-equiv='refresh']").count() == 0
 
 
 def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_succeeds_with_output_links(
@@ -270,19 +296,73 @@ def test_a_run_from_the_form_has_a_failed_span_cleared_alone_from_the_ui_then_su
     assert _note(browser_airflow, run_id) is None
     assert browser_airflow.xcom(run_id, SWAP_TASKS.validate, "options")["processors"] == []  # null means none
 
-    # merge's page links to the provider's view (same origin: no credential stored in the link); the logged-in
-    # browser's session opens it, and the view redirects to a presigned URL of a few minutes.
+    # merge's page links to the provider's view (same origin: no credential stored in the link); clicked, the
+    # logged-in browser's session opens it, the view redirects to a presigned URL of a few minutes, and S3 answers
+    # the video as a download and the preview as a picture, which opens in the page.
     links = ui.extra_links(DAG_ID, run_id, SWAP_TASKS.merge, names=("Output video", "Output preview"))
     run_path = f"/facefusion/outputs/{DAG_ID}/{quote(run_id, safe='')}"
     assert links["Output video"].endswith(f"{run_path}/video") and "X-Amz" not in links["Output video"]
     assert links["Output preview"].endswith(f"{run_path}/preview")
-    video = ui.page.request.get(ui.base_url + f"{run_path}/video")
-    assert video.ok and video.url.startswith(f"{moto.url}/{BUCKET}/out/clip.mp4?X-Amz-Algorithm=AWS4-HMAC-SHA256")
-    (tmp_path / "output.mp4").write_bytes(video.body())
-    assert count_frames(tmp_path / "output.mp4") == 3 * SEGMENT
-    assert ui.page.request.get(ui.base_url + f"{run_path}/preview").body()[:3] == b"\xff\xd8\xff"  # a JPEG
     ui.screenshot("merge-links")
+    saved = ui.download_by_click(ui.extra_link(DAG_ID, run_id, SWAP_TASKS.merge, "Output video"))
+    stored = moto.client().get_object(Bucket=BUCKET, Key="out/clip.mp4")["Body"].read()
+    assert (saved, saved[4:8]) == (stored, b"ftyp")
+    (tmp_path / "output.mp4").write_bytes(saved)
+    assert count_frames(tmp_path / "output.mp4") == 3 * SEGMENT
+    answer = ui.answer_to_click(ui.extra_link(DAG_ID, run_id, SWAP_TASKS.merge, "Output preview"), "/out/clip.")
+    assert answer.url.startswith(f"{moto.url}/{BUCKET}/out/clip.preview.jpg?") and "X-Amz-Signature=" in answer.url
+    assert (answer.status, answer.headers["content-type"], answer.body()[:3]) == (200, "image/jpeg", b"\xff\xd8\xff")
     assert "Output video" in ui.extra_links(DAG_ID, run_id, SWAP_TASKS.swap, 0, names=("Output video",))
+
+
+def test_two_runs_writing_one_output_the_first_says_replaced_and_serves_nothing_and_a_removed_output_says_so(
+    ui: AirflowUI, browser_airflow: StandaloneAirflow, tmp_path: Path
+) -> None:
+    face, output = make_image(tmp_path / "face.png"), tmp_path / "out" / "shared.mp4"
+    runs = []
+    for seed in (7, 8):  # two clips, so two works, written one after the other to the same output
+        clip = make_clip(tmp_path / f"clip{seed}.mp4", SEGMENT, seed=seed)
+        conf = {"source_uris": [str(face)], "target_uri": str(clip), "output_uri": str(output), "processors": []}
+        run_id = _trigger(browser_airflow, {**conf, "segment_size": SEGMENT, "output_video_preset": "ultrafast"})
+        assert ui.wait_for_run_state(DAG_ID, run_id, timeout=120) == "success"
+        runs.append(run_id)
+    first, second = runs
+
+    # The first run's tab says by whom and when its output was replaced, links that run, shows nothing of it.
+    tab = ui.output_tab(DAG_ID, first)
+    line = tab.locator("#progress").inner_text()
+    assert re.fullmatch(
+        rf"Replaced: \S*/out/shared\.mp4 now holds the output of run {re.escape(second)} of {DAG_ID} at "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.",
+        line,
+    ), line
+    assert tab.locator("#output-video, #preview, meta[http-equiv='refresh']").count() == 0
+    ui.screenshot("replaced")
+    # Its merge's links, clicked, serve nothing of the other run's output: one line saying why.
+    for name in ("Output video", "Output preview"):
+        answer = ui.answer_to_click(ui.extra_link(DAG_ID, first, SWAP_TASKS.merge, name), "/facefusion/outputs/")
+        assert (answer.status, answer.headers["content-type"]) == (409, "text/plain; charset=utf-8")
+        assert answer.text().startswith("replaced: ") and f"run {second} of {DAG_ID}" in answer.text()
+    # The tab's link opens the run that replaced it, in Airflow's page (the frame may not navigate it itself).
+    ui.output_tab(DAG_ID, first).locator("#replaced-by a.run-link").click()
+    ui.page.get_by_test_id("header-card").get_by_role("heading", name=second, exact=True).wait_for()
+
+    # The second run's tab and links serve its own file.
+    tab = ui.output_tab(DAG_ID, second)
+    assert tab.locator("#progress").inner_text() == "Done: the output video is ready."
+    saved = ui.download_by_click(tab.locator("#output-video"))
+    assert (saved, saved[4:8]) == (output.read_bytes(), b"ftyp")
+    assert ui.download_by_click(ui.extra_link(DAG_ID, second, SWAP_TASKS.merge, "Output video")) == saved
+
+    # Removed: the tab says so and stops reloading; the link finds nothing.
+    output.unlink()
+    tab = ui.output_tab(DAG_ID, second)
+    assert re.fullmatch(
+        r"Removed: the output is no longer at \S*/out/shared\.mp4\.", tab.locator("#progress").inner_text()
+    )
+    assert tab.locator("meta[http-equiv='refresh'], #output-video").count() == 0
+    answer = ui.answer_to_click(ui.extra_link(DAG_ID, second, SWAP_TASKS.merge, "Output video"), "/facefusion/")
+    assert answer.status == 404 and answer.text().startswith("removed: ")
 
 
 def test_the_ingestion_dag_does_nothing_until_configured_and_its_form_requires_the_prefixes(
@@ -310,3 +390,33 @@ def test_the_ingestion_dag_does_nothing_until_configured_and_its_form_requires_t
     assert form.can_submit()
     labels = [label for section in form.sections()[:-1] for label in form.labels(section)]
     assert [label for label in labels if not label or "_" in label] == [], labels  # every param titled
+
+
+def test_an_ingestion_runs_tab_lists_the_runs_it_started_each_a_link_to_its_run(
+    ui: AirflowUI, browser_airflow: StandaloneAirflow, moto: MotoServer, tmp_path: Path
+) -> None:
+    s3 = moto.client()
+    s3.put_object(Bucket=BUCKET, Key="ingest/in/clip.mp4", Body=make_clip(tmp_path / "clip.mp4", SEGMENT).read_bytes())
+    s3.put_object(Bucket=BUCKET, Key="ingest/face.png", Body=make_image(tmp_path / "face.png").read_bytes())
+    conf = {
+        "mode": "videos",
+        "input_prefix": f"s3://{BUCKET}/ingest/in/",
+        "output_prefix": f"s3://{BUCKET}/ingest/out/",
+        "source_uris": [f"s3://{BUCKET}/ingest/face.png"],
+        "processors": [],
+    }
+    browser_airflow.api("PATCH", f"/api/v2/dags/{INGEST_DAG_ID}", json={"is_paused": False})  # after the test above
+    body = {"logical_date": None, "conf": conf}
+    run_id = str(browser_airflow.api("POST", f"/api/v2/dags/{INGEST_DAG_ID}/dagRuns", json=body)["dag_run_id"])
+    assert ui.wait_for_run_state(INGEST_DAG_ID, run_id, timeout=120) == "success"
+
+    tab = ui.output_tab(INGEST_DAG_ID, run_id)
+    assert tab.locator("#progress").inner_text() == f"Scanned s3://{BUCKET}/ingest/in/ (videos): 1 start."
+    rows = tab.locator("#jobs tr").all_inner_texts()
+    assert len(rows) == 2 and rows[1].startswith(f"s3://{BUCKET}/ingest/out/clip.mp4"), rows
+    link = tab.locator("#jobs a.run-link")
+    started = link.inner_text()
+    ui.screenshot("ingestion-run")
+    link.click()  # the swap run's page, in Airflow's page
+    ui.page.get_by_test_id("header-card").get_by_role("heading", name=started, exact=True).wait_for()
+    assert "/dags/facefusion_swap_batch/runs/" in ui.page.url

@@ -248,7 +248,9 @@ def test_every_option_is_its_own_typed_field() -> None:
     )
     assert "minimum" not in blend.schema and "maximum" not in blend.schema
     assert blend.schema["title"] == "Face swapper blend"
-    assert blend.schema["description_md"].endswith("`face_swapper_blend` · from 0 to 100; anything outside is refused")
+    assert blend.schema["description_md"].endswith(
+        "  \nface_swapper_blend · from 0 to 100; anything outside is refused"
+    )
     assert "section" not in blend.schema  # an everyday option: in the open first section
     mode = params["face_selector_mode"]
     assert mode.schema["enum"] == ["one", "many", "reference"]

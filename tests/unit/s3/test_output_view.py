@@ -1,7 +1,9 @@
 """The output links: what the xcom table stores (a link to the provider's view, with no credential and no location)
 and what the view answers, behind Airflow's own authentication (the simple auth manager's JWTs, on a throwaway SQLite
-database): 401 without a token, 403 without access, the bytes of a local output or a redirect to a short-lived
-presigned URL of an S3 one (moto) for a user allowed to read the DAG's runs."""
+database): 401 without a token, 403 without access, the bytes of a local output (the video as a download) or a
+redirect to a short-lived presigned URL of an S3 one (moto) for a user allowed to read the DAG's runs, and only while
+the output's marker names the run's work: another run's output at the same path is refused (409), a removed one not
+found (404), each saying why."""
 
 from __future__ import annotations
 
@@ -18,14 +20,41 @@ import pytest
 from fastapi.testclient import TestClient
 from s3_servers import MotoServer
 
-from facefusion_provider.airflow_plugin import FaceFusionPlugin, LazyOutputsApp, output_link_path
+from facefusion_provider.airflow_plugin import FaceFusionPlugin, LazyOutputsApp, output_link_path, run_view
 from facefusion_provider.airflow_plugin import outputs as outputs_view
+from facefusion_provider.airflow_plugin.run_output import DagTasks, RunFacts
 from facefusion_provider.operators.links import OutputPreviewLink, OutputVideoLink
+from facefusion_provider.work.layout import output_marker_uri
+from facefusion_provider.work.records import OutputMarker, RunHolder
 
 DAG_ID, RUN_ID = "facefusion_swap", "manual__2026-01-01T00:00:00+00:00"
 KEY_ID, SECRET = "AKIAOUTPUTVIEWTEST01", "output-view-secret-do-not-store-3c9e"
 VIDEO, PREVIEW = b"\x00\x00\x00\x18ftypmp42 the output", b"\xff\xd8\xff the preview"
 CONN_ID = "facefusion_s3"
+WORK_ID, OTHER_WORK_ID = "w-this-run", "w-a-later-run"
+TASKS = DagTasks(validate="validate", plan="plan")
+
+
+def _accepted(output_uri: str, run_id: str = RUN_ID, work_id: str = WORK_ID) -> RunFacts:
+    """A finished run whose validate accepted ``output_uri`` for work ``work_id``."""
+    states: dict[str, tuple[str | None, ...]] = {"validate": ("success",), "plan": ("success",)}
+    return RunFacts(run_id, "success", states, TASKS, work_id, output_uri, f"file:///work/work/{work_id}")
+
+
+def _marker(output_uri: str, work_id: str = WORK_ID, run_id: str = RUN_ID) -> bytes:
+    holder = RunHolder(kind="airflow", dag_id=DAG_ID, run_id=run_id)
+    marker = OutputMarker(work_id=work_id, output_uri=output_uri, frame_count=1, sha256=None, size=1, run=holder)
+    return marker.model_dump_json().encode()
+
+
+def _write_local(folder: Path, work_id: str = WORK_ID, run_id: str = RUN_ID) -> str:
+    """A local output with its preview and its marker naming ``work_id``; its URI."""
+    (folder / "clip.mp4").write_bytes(VIDEO)
+    (folder / "clip.preview.jpg").write_bytes(PREVIEW)
+    uri = (folder / "clip.mp4").as_uri()
+    (folder / ".clip.mp4.facefusion.json").write_bytes(_marker(uri, work_id, run_id))
+    assert output_marker_uri(uri) == (folder / ".clip.mp4.facefusion.json").as_uri()
+    return uri
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +72,13 @@ def auth_manager() -> Any:
 
 
 @pytest.fixture
-def outputs(auth_manager: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """The view as the API server mounts it, with ``validate``'s ``output_uri`` XCom of each run given by the test."""
-    output_uris: dict[str, str] = {}
+def outputs(auth_manager: Any) -> Iterator[tuple[TestClient, dict[str, RunFacts]]]:
+    """The view as the API server mounts it, with what Airflow's database says of each run given by the test."""
+    runs: dict[str, RunFacts] = {}
     app = outputs_view.create_app()
-    app.dependency_overrides[outputs_view.validated_output_uri] = lambda dag_id, run_id: output_uris.get(run_id)
+    app.dependency_overrides[run_view.read_run_facts] = lambda dag_id, run_id: runs.get(run_id)
     with TestClient(app, follow_redirects=False) as client:
-        yield client, output_uris
+        yield client, runs
 
 
 def _token(auth_manager: Any, role: str | None) -> str:
@@ -84,11 +113,10 @@ def test_the_stored_links_lead_to_the_view_and_hold_no_credential_or_location(
 
 
 def test_without_a_token_401_with_a_bad_one_or_no_access_403(
-    outputs: tuple[TestClient, dict[str, str]], auth_manager: Any, tmp_path: Path
+    outputs: tuple[TestClient, dict[str, RunFacts]], auth_manager: Any, tmp_path: Path
 ) -> None:
-    client, output_uris = outputs
-    (tmp_path / "clip.mp4").write_bytes(VIDEO)
-    output_uris[RUN_ID] = (tmp_path / "clip.mp4").as_uri()
+    client, runs = outputs
+    runs[RUN_ID] = _accepted(_write_local(tmp_path))
 
     assert client.get(_path("video")).status_code == 401
     assert client.get(_path("video"), headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
@@ -97,33 +125,51 @@ def test_without_a_token_401_with_a_bad_one_or_no_access_403(
 
 
 def test_a_logged_in_user_gets_a_local_outputs_bytes_and_its_preview(
-    outputs: tuple[TestClient, dict[str, str]], auth_manager: Any, tmp_path: Path
+    outputs: tuple[TestClient, dict[str, RunFacts]], auth_manager: Any, tmp_path: Path
 ) -> None:
-    client, output_uris = outputs
-    (tmp_path / "clip.mp4").write_bytes(VIDEO)
-    (tmp_path / "clip.preview.jpg").write_bytes(PREVIEW)
-    output_uris[RUN_ID] = (tmp_path / "clip.mp4").as_uri()
+    client, runs = outputs
+    runs[RUN_ID] = _accepted(_write_local(tmp_path))
     client.cookies.set("_token", _token(auth_manager, "viewer"))  # the UI's session cookie
 
     video = client.get(_path("video"))
     assert (video.status_code, video.content, video.headers["content-type"]) == (200, VIDEO, "video/mp4")
+    assert video.headers["content-disposition"] == 'attachment; filename="clip.mp4"'  # a click saves it
     preview = client.get(_path("preview"), headers={"Authorization": f"Bearer {_token(auth_manager, 'viewer')}"})
     assert (preview.status_code, preview.content) == (200, PREVIEW)
+    assert preview.headers["content-disposition"].startswith("inline")  # a click opens it
     assert client.get(_path("video", run_id="manual__other")).status_code == 404
     (tmp_path / "clip.mp4").unlink()
-    assert client.get(_path("video")).status_code == 404
+    removed = client.get(_path("video"))
+    assert (removed.status_code, removed.headers["content-type"]) == (404, "text/plain; charset=utf-8")
+    assert removed.text == f"removed: the output of run {RUN_ID} is no longer at {runs[RUN_ID].output_uri}\n"
+
+
+def test_an_output_another_run_wrote_since_is_served_under_that_run_only(
+    outputs: tuple[TestClient, dict[str, RunFacts]], auth_manager: Any, tmp_path: Path
+) -> None:
+    client, runs = outputs
+    uri = _write_local(tmp_path, OTHER_WORK_ID, "manual__later")  # the later run's merge wrote the same path
+    runs[RUN_ID], runs["manual__later"] = _accepted(uri), _accepted(uri, "manual__later", OTHER_WORK_ID)
+    client.cookies.set("_token", _token(auth_manager, "viewer"))
+
+    for kind in ("video", "preview"):
+        refused = client.get(_path(kind))
+        assert refused.status_code == 409 and VIDEO not in refused.content and PREVIEW not in refused.content
+        assert refused.text.startswith(f"replaced: {uri} holds the output of run manual__later of {DAG_ID}")
+    assert client.get(_path("video", run_id="manual__later")).content == VIDEO
 
 
 def test_an_s3_output_redirects_to_a_url_valid_for_minutes(
-    outputs: tuple[TestClient, dict[str, str]],
+    outputs: tuple[TestClient, dict[str, RunFacts]],
     auth_manager: Any,
     moto_server: MotoServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client, output_uris = outputs
+    client, runs = outputs
     s3 = moto_server.client()
     s3.put_object(Bucket="videos", Key="out/clip.mp4", Body=VIDEO)
     s3.put_object(Bucket="videos", Key="out/clip.preview.jpg", Body=PREVIEW)
+    s3.put_object(Bucket="videos", Key="out/.clip.mp4.facefusion.json", Body=_marker("s3://videos/out/clip.mp4"))
     connection = {
         "conn_type": "aws",
         "login": KEY_ID,
@@ -132,7 +178,7 @@ def test_an_s3_output_redirects_to_a_url_valid_for_minutes(
     }
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
     monkeypatch.setenv("AIRFLOW__FACEFUSION__AWS_CONN_ID", CONN_ID)
-    output_uris[RUN_ID] = "s3://videos/out/clip.mp4"
+    runs[RUN_ID] = _accepted("s3://videos/out/clip.mp4")
     viewer = {"Authorization": f"Bearer {_token(auth_manager, 'viewer')}"}
 
     for kind, body in (("video", VIDEO), ("preview", PREVIEW)):
@@ -141,13 +187,18 @@ def test_an_s3_output_redirects_to_a_url_valid_for_minutes(
         url = answer.headers["location"]
         query = parse_qs(urlparse(url).query)
         assert query["X-Amz-Expires"] == [str(outputs_view.PRESIGNED_SECONDS)]
-        assert httpx.get(url).content == body
+        answer = httpx.get(url)
+        assert answer.content == body
+        disposition = answer.headers["content-disposition"]  # S3 answers as the link asked: save the video
+        assert disposition == ("attachment; filename*=UTF-8''clip.mp4" if kind == "video" else "inline")
+        assert answer.headers["content-type"] == ("video/mp4" if kind == "video" else "image/jpeg")
     assert client.get(_path("video")).status_code == 401
 
 
-def _store_validated_output(run_id: str, output_uri: str) -> None:
-    """The rows a run leaves: its DAG, the run, and ``validate``'s ``output_uri`` XCom (written without the task
-    instance row it refers to, which needs a serialized DAG: SQLite's foreign keys are off for that one insert)."""
+def _store_validated_run(run_id: str, output_uri: str, work_uri: str) -> None:
+    """The rows a run leaves: its DAG, the run (succeeded), and ``validate``'s ``output_uri`` and ``work_uri`` XComs
+    (written without the task instance row they refer to, which needs a serialized DAG: SQLite's foreign keys are off
+    for that one insert)."""
     from datetime import UTC, datetime
 
     from airflow import settings
@@ -165,31 +216,38 @@ def _store_validated_output(run_id: str, output_uri: str) -> None:
             session.flush()
             session.add(DagModel(dag_id=DAG_ID, bundle_name="output-view-tests"))  # type: ignore[no-untyped-call]
             session.flush()
-        session.add(DagRun(dag_id=DAG_ID, run_id=run_id, run_type=DagRunType.MANUAL))
+        session.add(DagRun(dag_id=DAG_ID, run_id=run_id, run_type=DagRunType.MANUAL, state="success"))
         session.flush()
         run_pk = session.scalar(select(DagRun.id).where(DagRun.run_id == run_id))
-    row = {
-        "dag_run_id": run_pk,
-        "task_id": outputs_view.VALIDATE_TASK_ID,
-        "map_index": -1,
-        "key": outputs_view.OUTPUT_KEY,
-        "dag_id": DAG_ID,
-        "run_id": run_id,
-        "value": XComModel.serialize_value(output_uri),
-        "timestamp": datetime.now(UTC),
-    }
+    rows = [
+        {
+            "dag_run_id": run_pk,
+            "task_id": TASKS.validate,
+            "map_index": -1,
+            "key": key,
+            "dag_id": DAG_ID,
+            "run_id": run_id,
+            "value": XComModel.serialize_value(value),
+            "timestamp": datetime.now(UTC),
+        }
+        for key, value in ((run_view.OUTPUT_KEY, output_uri), (run_view.WORK_KEY, work_uri))
+    ]
     assert settings.engine is not None
     with settings.engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-        connection.execute(insert(XComModel.__table__).values(**row))
+        connection.execute(insert(XComModel.__table__), rows)
         connection.commit()
 
 
-def test_the_view_finds_the_output_in_validates_xcom(auth_manager: Any, tmp_path: Path) -> None:
-    (tmp_path / "clip.mp4").write_bytes(VIDEO)
-    _store_validated_output("manual__from_xcom", (tmp_path / "clip.mp4").as_uri())
+def test_the_view_finds_the_output_and_work_in_validates_xcoms(
+    auth_manager: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store_validated_run("manual__from_xcom", _write_local(tmp_path), f"file:///work/work/{WORK_ID}")
+    monkeypatch.setattr(run_view, "dag_tasks", lambda dag_id: TASKS)  # the serialized DAG's tasks, by their class
     viewer = {"Authorization": f"Bearer {_token(auth_manager, 'viewer')}"}
 
     with TestClient(outputs_view.create_app()) as client:
         assert client.get(_path("video", run_id="manual__from_xcom"), headers=viewer).content == VIDEO
         assert client.get(_path("video", run_id="manual__never_validated"), headers=viewer).status_code == 404
+        tab = client.get(f"/runs/{DAG_ID}/manual__from_xcom", headers=viewer)
+        assert '<p id="progress">Done: the output video is ready.</p>' in tab.text

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ def test_run_returns_the_result_and_removes_the_work_folder(
     assert (marker.work_id, marker.frame_count, marker.method) == (result.work_id, 22, "index")
     assert (marker.size, marker.sha256) == (output.stat().st_size, None)
     assert 0 < marker.timings["publish_s"] < marker.timings["total_s"]  # what cleanup reports as the merge's seconds
+    # For whom: the CLI run's lease named this output (an Airflow run's names its DAG and run: the Output tab's "by").
+    assert marker.run is not None and (marker.run.kind, marker.run.host) == ("cli", socket.gethostname())
+    assert marker.written_at is not None and marker.written_at.tzinfo is not None
     assert work_folders(work_root) == []
     assert _digests(output) == _digests(target)
 
