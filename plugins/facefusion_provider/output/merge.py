@@ -152,6 +152,7 @@ def _remux(
     with (
         scratch_folder("merge-") as folder,
         OutputPublisher(output_uri, folder, expected_bytes=sum(m.size for m in markers)) as publisher,
+        storage.naming_a_full_disk(publisher.written_where),
     ):
         fetches = [functools.partial(_local_segment, layout, marker, folder) for marker in markers]
         began = time.perf_counter()
