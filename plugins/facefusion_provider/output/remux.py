@@ -292,9 +292,9 @@ def _other_packets(
     }
     videos = {stream.index: _CopiedVideo() for stream in streams if stream.type == "video"}
 
-    def timed(packet: av.Packet) -> _Timed:
-        packet.stream = copied[packet.stream_index]
-        return _Timed(packet.dts * bounds[packet.stream_index][3], 1 + packet.stream_index, packet)
+    def timed(packet: av.Packet[Any], dts: int) -> _Timed:
+        packet.stream, packet.dts = copied[packet.stream_index], dts
+        return _Timed(dts * bounds[packet.stream_index][3], 1 + packet.stream_index, packet)
 
     with media_errors(name, "copying the audio and other streams"):
         for packet in source.demux(streams):
@@ -307,16 +307,18 @@ def _other_packets(
                 continue
             if begins_after is not None and packet.pts >= begins_after:
                 continue
-            packet.pts -= shift
-            packet.dts = None if packet.dts is None else packet.dts - shift
+            pts = packet.pts = packet.pts - shift
+            dts = None if packet.dts is None else packet.dts - shift
             video = videos.get(packet.stream_index)
             if video is not None:
-                yield from map(timed, video.take(packet))
+                yield from (timed(ready, ready_dts) for ready, ready_dts in video.take(packet, pts, dts))
                 continue
-            packet.dts = packet.pts if packet.dts is None else packet.dts
-            yield timed(packet)
+            yield timed(packet, pts if dts is None else dts)
         for video in videos.values():
-            yield from map(timed, video.rest())
+            yield from (timed(ready, ready_dts) for ready, ready_dts in video.rest())
+
+
+Decoded = tuple["av.Packet[Any]", int]  # a packet and its decode time, in its stream's ticks
 
 
 class _CopiedVideo:
@@ -327,27 +329,25 @@ class _CopiedVideo:
     def __init__(self) -> None:
         self.started = False
         self.timed = False
-        self.held: list[av.Packet] = []
+        self.held: list[tuple[av.Packet[Any], int]] = []  # packets without a decode time yet, and their pts
 
-    def take(self, packet: av.Packet) -> list[av.Packet]:
-        """The packets ready to mux once ``packet`` (shifted, its decode time possibly unknown) is read."""
+    def take(self, packet: av.Packet[Any], pts: int, dts: int | None) -> list[Decoded]:
+        """The packets ready to mux once ``packet`` (its times shifted; ``dts`` None where unknown) is read."""
         if not self.started and not packet.is_keyframe:
             return []
         self.started = True
-        if packet.dts is None and not self.timed:
-            self.held.append(packet)
+        if dts is None and not self.timed:
+            self.held.append((packet, pts))
             return []
         self.timed = True
-        packet.dts = packet.pts if packet.dts is None else packet.dts
-        ready, self.held = [*self.held, packet], []
-        dts = packet.dts
-        for earlier in reversed(ready[:-1]):
-            dts -= earlier.duration or 1
-            earlier.dts = dts
+        ready: list[Decoded] = [(packet, pts if dts is None else dts)]
+        earliest = ready[0][1]
+        for earlier, _ in reversed(self.held):
+            earliest -= earlier.duration or 1
+            ready.insert(0, (earlier, earliest))
+        self.held = []
         return ready
 
-    def rest(self) -> list[av.Packet]:
+    def rest(self) -> list[Decoded]:
         """Packets held to the end: the stream never gave a decode time, so none is reordered."""
-        for packet in self.held:
-            packet.dts = packet.pts
         return self.held
