@@ -185,3 +185,23 @@ def test_a_trimmed_output_keeps_the_second_video_from_its_first_keyframe_inside(
     original, original_keys, _ = _second_video(str(target))
     assert keys[0] and kept == original[16:]  # frames 10-15 follow the keyframe at 8: they would not decode
     assert original_keys[16] and decoded == len(kept) == 14
+
+
+def test_the_remote_range_plan_fetches_the_second_video_and_not_the_swapped_one(tmp_path: Path) -> None:
+    from facefusion_provider.media.mp4index import first_video_track, read_movie_index
+    from facefusion_provider.media.mp4ranges import other_sample_ranges
+
+    target = tmp_path / "two-cameras.mkv"
+    _two_cameras(target)
+    output = str(tmp_path / "out.mp4")  # an MP4 with both video tracks, as a remote target would be
+    worker.run([], str(target), output, str(tmp_path / "work"), processors=[], segment_size=10)
+    movie = read_movie_index(output) or pytest.fail("no moov")
+    swapped = first_video_track(movie) or pytest.fail("no video")
+    (second,) = [track for track in movie.tracks if track is not swapped]
+    ranges = other_sample_ranges(movie, gap_bytes=0, bytes_per_get=1)  # every gap kept open
+
+    def fetched(offset: int, size: int) -> bool:
+        return any(start <= offset and offset + size <= end for start, end in ranges)
+
+    assert all(fetched(int(o), int(s)) for o, s in zip(second.offsets, second.sizes, strict=True))
+    assert not any(fetched(int(o), int(s)) for o, s in zip(swapped.offsets, swapped.sizes, strict=True))
