@@ -42,10 +42,11 @@ def _says_full(report: dict[str, object], path: str) -> None:
     assert message.startswith(path) and "no space left on device; free space there" in message, message
 
 
+@pytest.mark.parametrize("extension", [".mp4", ".mkv"])  # joined from the indexes, remuxed
 def test_a_full_output_disk_names_the_output_and_leaves_nothing_there(
-    noisy_target: Path, full_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    extension: str, noisy_target: Path, full_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    output = full_disk / "out" / "result.mp4"
+    output = full_disk / "out" / f"result{extension}"
     code, report = _run(noisy_target, output, tmp_path / "work", capsys)
     assert code == EXIT_STORAGE_FULL
     _says_full(report, output.as_uri())
