@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +28,28 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def worker_threads() -> Callable[[], list[threading.Thread]]:
     """The worker's own threads still alive (fetching ahead, uploading parts): none may outlive a merge, failed or not."""
     return lambda: [thread for thread in threading.enumerate() if thread.name.startswith("facefusion-")]
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a real filesystem with no space left (a 1 MiB tmpfs, filled), unmounted afterwards; skipped where
+    this process may not mount one (it takes root)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError:
+        pytest.skip("no mount program to mount a small tmpfs with (util-linux's mount)")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (mounting takes root): {mounted.stderr.strip()}")
+    try:
+        with contextlib.suppress(OSError), open(folder / "filler", "wb") as filler:
+            filler.write(bytes(2 * 1024 * 1024))  # more than fits: the write stops where the disk is full
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=False)
 
 
 @pytest.fixture(autouse=True)

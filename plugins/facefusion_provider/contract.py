@@ -22,8 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from facefusion_provider.exceptions import (
     EXIT_INTERNAL,
     NON_RETRYABLE_EXIT_CODES,
+    RETRIES_AT_MOST_BY_CLASS,
+    RETRIES_AT_MOST_BY_EXIT_CODE,
     FaceFusionError,
     InvalidOptionError,
+    StorageFullError,
+    is_no_space,
 )
 from facefusion_provider.options import Options, add_option_arguments, options_to_argv
 
@@ -330,7 +334,9 @@ class FailureReport(BaseModel):
 
 
 def failure_report(error: BaseException) -> tuple[int, FailureReport]:
-    """The exit code and the report for ``error``."""
+    """The exit code and the report for ``error``; a full disk that nothing named is named by its file."""
+    if isinstance(error, OSError) and is_no_space(error):
+        error = StorageFullError.of(error)
     if isinstance(error, FaceFusionError):
         report = FailureReport(failure_class=error.failure_class, retryable=error.retryable, message=str(error))
         return error.exit_code, report
@@ -346,6 +352,11 @@ class WorkerFailure:
     failure_class: str
     retryable: bool
     message: str
+    retries_at_most: int | None = None  # fewer than the task's retries (a full disk: one)
+
+    def retried_enough(self, try_number: int) -> bool:
+        """Whether this failure, in try ``try_number`` (the first is 1), has had all the retries its class gets."""
+        return self.retries_at_most is not None and try_number > self.retries_at_most
 
     def describe(self) -> str:
         code = "" if self.exit_code is None else f", exit code {self.exit_code}"
@@ -365,7 +376,11 @@ def parse_failure_report(exit_code: int | None, report: str | None) -> WorkerFai
         retryable = bool(details.get("retryable", True))
     failure_class = str(details.get("failure_class") or ("retryable" if retryable else "invalid_input"))
     message = str(details.get("message") or (report or "").strip() or "no failure report")
-    return WorkerFailure(exit_code, failure_class, retryable, message)
+    if exit_code is not None:
+        retries_at_most = RETRIES_AT_MOST_BY_EXIT_CODE.get(exit_code)
+    else:
+        retries_at_most = RETRIES_AT_MOST_BY_CLASS.get(failure_class)
+    return WorkerFailure(exit_code, failure_class, retryable, message, retries_at_most)
 
 
 def _report_fields(report: str | None) -> dict[str, object]:

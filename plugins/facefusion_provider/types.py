@@ -10,10 +10,10 @@ class _Model(BaseModel):
 
 
 class StreamInfo(_Model):
-    """A non-video stream of the target that the merge copies over unchanged."""
+    """A stream of the target other than the video it swaps, that the merge copies over unchanged."""
 
     index: int
-    kind: str  # "audio", "subtitle", "data"
+    kind: str  # "video" (a second camera, cover art), "audio", "subtitle", "data"
     codec: str
     time_base: str
     language: str | None = None

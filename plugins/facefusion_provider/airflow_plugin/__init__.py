@@ -7,8 +7,10 @@ a provider's ``get_provider_info()["plugins"]`` only with ``[core] lazy_discover
   (Airflow would leave the task ``scheduled`` for ever).
 - ``trigger_errors``: an API middleware that answers a bad param value of this provider's DAGs with one line naming
   the field, without jsonschema's dump of the param's schema.
-- ``conf_limits``: a conf holding a number no task can receive (beyond int64) is refused at the trigger (a middleware)
-  or as the run starts (``run_notes``), naming the field: otherwise every task would fail with an empty log.
+- ``conf_limits``: a trigger whose conf no task could use is refused with 400 and one line naming the field (a
+  middleware): a body that cannot be read (not JSON, nested too deep), a number beyond int64, and for a swap DAG what
+  ``validate`` would refuse on the conf alone (unknown keys, types, ranges, lengths); a run started otherwise (the CLI)
+  with a conf no task can receive fails as it starts (``run_notes``), naming the field.
 - ``outputs``: the view the output links lead to (``/facefusion/outputs/<dag>/<run>/video``), mounted in the API server:
   it checks the user's access to the DAG's runs and that the output's marker names the run's work, then redirects to a
   short-lived presigned URL or sends the local file (another run's output there: 409; none: 404, saying why).
@@ -25,7 +27,7 @@ from urllib.parse import quote
 from airflow.plugins_manager import AirflowPlugin
 
 from facefusion_provider.airflow_plugin import run_notes
-from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
+from facefusion_provider.airflow_plugin.conf_limits import RefuseBadConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -58,7 +60,7 @@ class FaceFusionPlugin(AirflowPlugin):
     listeners: list[Any] = [run_notes]
     fastapi_root_middlewares: list[Any] = [
         {"name": "facefusion one-line param errors", "middleware": OneLineParamErrors, "args": [], "kwargs": {}},
-        {"name": "facefusion out-of-range conf", "middleware": RefuseOutOfRangeConf, "args": [], "kwargs": {}},
+        {"name": "facefusion conf checks", "middleware": RefuseBadConf, "args": [], "kwargs": {}},
     ]
     fastapi_apps: list[Any] = [
         {"name": "facefusion outputs", "app": LazyOutputsApp(), "url_prefix": OUTPUTS_URL_PREFIX}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from facefusion_provider.media.mp4index import Int64Array, MovieIndex, TrackIndex
+from facefusion_provider.media.mp4index import Int64Array, MovieIndex, TrackIndex, first_video_track
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,12 @@ def coalesced(ranges: list[MediaRange]) -> list[MediaRange]:
     return joined
 
 
-def non_video_sample_ranges(movie: MovieIndex, *, gap_bytes: int, bytes_per_get: int) -> list[tuple[int, int]]:
-    """Where the samples of every track but the video ones lie, as sorted ranges with the gaps of at most
+def other_sample_ranges(movie: MovieIndex, *, gap_bytes: int, bytes_per_get: int) -> list[tuple[int, int]]:
+    """Where the samples of every track but the swapped video's (``first_video_track``) lie, as sorted ranges with the gaps of at most
     ``gap_bytes`` closed; only the largest gaps stay open where the file's size allows fewer reads of
     ``bytes_per_get``. Empty when there are no such samples."""
-    tracks = [track for track in movie.tracks if track.handler != "vide"]
+    video = first_video_track(movie)
+    tracks = [track for track in movie.tracks if track is not video]
     if not any(track.sample_count for track in tracks):
         return []
     offsets = np.concatenate([track.offsets for track in tracks])

@@ -21,7 +21,7 @@ from facefusion_provider.types import StreamInfo, VideoProbe
 
 # Demuxers that read single pictures: a still image is not a video target.
 STILL_IMAGE_FORMATS = frozenset({"image2", "image2pipe"})
-COPIED_STREAM_KINDS = ("audio", "subtitle", "data")
+COPIED_STREAM_KINDS = ("video", "audio", "subtitle", "data")  # every stream but the one swapped
 MOV_FORMAT = "mov"  # FFmpeg's demuxer for MP4/MOV: "mov,mp4,m4a,3gp,3g2,mj2"
 
 

@@ -130,12 +130,18 @@ def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], call
     return {**env, **metric_env}
 
 
-def failure_exception(failure: WorkerFailure, where: str = "") -> AirflowException:
-    """The task failure for ``failure`` (``where`` is appended to its message): a non-retryable failure fails the task
-    at once (no retries); any other failure lets Airflow retry."""
-    if failure.retryable:
-        return AirflowException(failure.describe() + where)
-    return AirflowFailException(failure.describe() + where)
+def failure_exception(failure: WorkerFailure, where: str = "", *, try_number: int = 1) -> AirflowException:
+    """The task failure for ``failure`` in try ``try_number`` (``where`` is appended to its message): a non-retryable
+    failure fails the task at once (no retries), and so does one whose class has had its retries (a full disk: one);
+    any other failure lets Airflow retry."""
+    if not failure.retryable:
+        return AirflowFailException(failure.describe() + where)
+    if failure.retried_enough(try_number):
+        times = "once" if failure.retries_at_most == 1 else f"{failure.retries_at_most} times"
+        return AirflowFailException(
+            f"{failure.describe()}{where}; not retried again: {failure.failure_class} is retried {times} at most"
+        )
+    return AirflowException(failure.describe() + where)
 
 
 FAILURE_XCOM_KEY = "failure"  # what a task that failed for good pushes, for whoever started the run (ingestion)
@@ -146,7 +152,7 @@ def raise_for_failure(failure: WorkerFailure, context: Mapping[str, Any] | None 
     XCom, so ingestion never retries bad input."""
     if not failure.retryable and context is not None:
         record_failure(context, failure.failure_class, failure.message)
-    raise failure_exception(failure)
+    raise failure_exception(failure, try_number=1 if context is None else int(context["ti"].try_number))
 
 
 def record_failure(context: Mapping[str, Any], failure_class: str, message: str) -> None:

@@ -170,7 +170,8 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         self, *, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, context: Context, result: dict[str, Any] | None, **kwargs: Any
     ) -> None:
         """The parent's (delete a succeeded pod, keep a failed one), then the worker's failure class decides retries,
-        as on the local backend: a non-retryable report fails the task at once, any other failure is retried."""
+        as on the local backend: a non-retryable report fails the task at once, and so does one whose class has had its
+        retries (a full disk: one); any other failure is retried."""
         try:
             super().post_complete_action(pod=pod, remote_pod=remote_pod, context=context, result=result, **kwargs)
         except AirflowFailException:
@@ -182,7 +183,8 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
             where = f" (pod {remote_pod.metadata.namespace}/{remote_pod.metadata.name}, kept for debugging)"
             if not failure.retryable and context is not None:
                 record_failure(context, failure.failure_class, failure.message)
-            raise failure_exception(failure, where) from error
+            try_number = 1 if context is None else int(context["ti"].try_number)
+            raise failure_exception(failure, where, try_number=try_number) from error
 
 
 def pod_defaults(settings: KubernetesSettings, command: str) -> dict[str, Any]:

@@ -152,6 +152,7 @@ def _remux(
     with (
         scratch_folder("merge-") as folder,
         OutputPublisher(output_uri, folder, expected_bytes=sum(m.size for m in markers)) as publisher,
+        storage.naming_a_full_disk(publisher.written_where),
     ):
         fetches = [functools.partial(_local_segment, layout, marker, folder) for marker in markers]
         began = time.perf_counter()
@@ -218,18 +219,16 @@ def _merge_original(spec: WorkSpec, target_uri: str, target: MediaSource) -> Ite
 
 
 def copied_sample_ranges(target: IO[bytes]) -> tuple[list[storage.ByteRange], int] | None:
-    """Where the samples of the streams the merge copies (every track but the video ones: audio, subtitle, data) lie
-    in ``target``, and the file's size; None when its moov does not describe it or no such sample exists. A demuxer
-    that discards the other streams reads just these, seeking over every larger gap."""
+    """Where the samples of the streams the merge copies (every track but the swapped video: audio, subtitle, data,
+    another video) lie in ``target``, and the file's size; None when its moov does not describe it or no such sample
+    exists. A demuxer that discards the other streams reads just these, seeking over every larger gap."""
     from facefusion_provider.media.mp4index import read_movie_index
-    from facefusion_provider.media.mp4ranges import non_video_sample_ranges
+    from facefusion_provider.media.mp4ranges import other_sample_ranges
 
     movie = read_movie_index(target)
     if movie is None:
         return None
-    ranges = non_video_sample_ranges(
-        movie, gap_bytes=storage.RANGE_GAP_BYTES, bytes_per_get=storage.RANGE_BYTES_PER_GET
-    )
+    ranges = other_sample_ranges(movie, gap_bytes=storage.RANGE_GAP_BYTES, bytes_per_get=storage.RANGE_BYTES_PER_GET)
     return (ranges, movie.file_size) if ranges else None
 
 

@@ -126,6 +126,11 @@ class OutputPublisher:
         self.published = False
 
     @property
+    def written_where(self) -> str:
+        """What a full disk while the output is written names: the output, or the scratch copy a remote one is made in."""
+        return self.uri if self._destination is not None else f"{self.path} (this worker's scratch copy of {self.uri})"
+
+    @property
     def moov_last(self) -> bool:
         """Whether the muxer must write the moov after the media data (it is moved in front when published)."""
         return self._upload is not None

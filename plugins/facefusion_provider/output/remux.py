@@ -104,7 +104,9 @@ def merge_segments(
     try:
         first = next(files)  # the stream template: segment 0 is ready before anything else is read
         video_out = _add_video_stream(output, first.path, video_time_base, probe.rotation)
-        with open_media(original, name, demux_only=True) as source:
+        # A copied video's decode times are guessed by the demuxer from what it learns decoding a few frames.
+        second_video = any(info.kind == "video" for info in probe.streams)
+        with open_media(original, name, demux_only=not second_video) as source:
             copied = _add_copied_streams(output, source, probe)
             output.metadata.update({k: v for k, v in source.metadata.items() if k not in MUXER_TAGS})
             window = _time_window(probe, frame_start, frame_end, video_time_base)
@@ -288,18 +290,64 @@ def _other_packets(
         )
         for stream in streams
     }
+    videos = {stream.index: _CopiedVideo() for stream in streams if stream.type == "video"}
+
+    def timed(packet: av.Packet[Any], dts: int) -> _Timed:
+        packet.stream, packet.dts = copied[packet.stream_index], dts
+        return _Timed(dts * bounds[packet.stream_index][3], 1 + packet.stream_index, packet)
+
     with media_errors(name, "copying the audio and other streams"):
         for packet in source.demux(streams):
             if packet.size == 0 or packet.pts is None or packet.time_base is None:
                 continue
             if packet.stream_index in mov_text and bytes(packet) == MOV_TEXT_GAP:
                 continue  # the MP4 muxer writes its own empty samples between cues: copied ones would double them
-            ends_before, begins_after, shift, seconds_per_tick = bounds[packet.stream_index]
+            ends_before, begins_after, shift, _ = bounds[packet.stream_index]
             if ends_before is not None and packet.pts + (packet.duration or 0) <= ends_before:
                 continue
             if begins_after is not None and packet.pts >= begins_after:
                 continue
-            packet.pts -= shift
-            packet.dts = packet.pts if packet.dts is None else packet.dts - shift
-            packet.stream = copied[packet.stream_index]
-            yield _Timed(packet.dts * seconds_per_tick, 1 + packet.stream_index, packet)
+            pts = packet.pts = packet.pts - shift
+            dts = None if packet.dts is None else packet.dts - shift
+            video = videos.get(packet.stream_index)
+            if video is not None:
+                yield from (timed(ready, ready_dts) for ready, ready_dts in video.take(packet, pts, dts))
+                continue
+            yield timed(packet, pts if dts is None else dts)
+        for video in videos.values():
+            yield from (timed(ready, ready_dts) for ready, ready_dts in video.rest())
+
+
+Decoded = tuple["av.Packet[Any]", int]  # a packet and its decode time, in its stream's ticks
+
+
+class _CopiedVideo:
+    """A copied video stream (a second camera): from its first keyframe in the window (cut mid-GOP, its first frames
+    would not decode), every packet with a decode time. A Matroska demuxer gives none to the first packets of a
+    reordered stream: they get the times just before the first one it gives, as FFmpeg's own remux does."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.timed = False
+        self.held: list[tuple[av.Packet[Any], int]] = []  # packets without a decode time yet, and their pts
+
+    def take(self, packet: av.Packet[Any], pts: int, dts: int | None) -> list[Decoded]:
+        """The packets ready to mux once ``packet`` (its times shifted; ``dts`` None where unknown) is read."""
+        if not self.started and not packet.is_keyframe:
+            return []
+        self.started = True
+        if dts is None and not self.timed:
+            self.held.append((packet, pts))
+            return []
+        self.timed = True
+        ready: list[Decoded] = [(packet, pts if dts is None else dts)]
+        earliest = ready[0][1]
+        for earlier, _ in reversed(self.held):
+            earliest -= earlier.duration or 1
+            ready.insert(0, (earlier, earliest))
+        self.held = []
+        return ready
+
+    def rest(self) -> list[Decoded]:
+        """Packets held to the end: the stream never gave a decode time, so none is reordered."""
+        return self.held

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from facefusion_provider.exceptions import InvalidWorkError
-from facefusion_provider.storage.filesystems import filesystem, storage_errors
+from facefusion_provider.storage.filesystems import filesystem, naming_a_full_disk, storage_errors
 from facefusion_provider.storage.multipart import UPLOAD_MAX_PARTS, UPLOAD_MIN_PART_BYTES, MultipartUpload
 from facefusion_provider.storage.objects import put_file_atomic, replace_confined
 from facefusion_provider.storage.ranges import RANGE_GAP_BYTES, RANGE_PIECE_BYTES
@@ -79,7 +79,8 @@ def compose(uri: str, pieces: Sequence[Piece]) -> Composed:
     destination = local_path(uri)
     size = sum(_size(piece) for piece in pieces)
     with _local_file(destination if destination is not None else None) as path:
-        _write_local(path, pieces)
+        with naming_a_full_disk(uri if destination is not None else f"{path} (the local copy of {uri})"):
+            _write_local(path, pieces)
         if destination is None:
             put_file_atomic(path, uri)
         else:

@@ -28,6 +28,8 @@ from facefusion_provider.exceptions import (
     InvalidWorkError,
     RetryableError,
     StorageDeniedError,
+    StorageFullError,
+    is_no_space,
 )
 from facefusion_provider.storage.uris import bucket_and_key, local_path
 
@@ -168,6 +170,9 @@ def storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is
     except PermissionError as error:
         raise StorageDeniedError(_denied_message(uri, error)) from None
     except Exception as error:
+        if isinstance(error, OSError) and is_no_space(error):  # a local write, or a download's local copy
+            full = StorageFullError.naming(uri, error) if local_path(uri) is not None else StorageFullError.of(error)
+            raise full from None
         local = isinstance(error, OSError) and local_path(uri) is not None
         if local and getattr(error, "errno", None) in (errno.EROFS, errno.ENOTDIR, errno.EISDIR):
             raise StorageDeniedError(f"{uri}: cannot be written: {getattr(error, 'strerror', None) or error}") from None
@@ -178,6 +183,18 @@ def storage_errors(uri: str, fs: AbstractFileSystem | None = None, *, missing_is
         if _is_transient(error):
             raise RetryableError(f"{uri}: storage still failing after retries: {error}") from error
         raise
+
+
+@contextlib.contextmanager
+def naming_a_full_disk(where: str) -> Iterator[None]:
+    """A full disk (ENOSPC, EDQUOT) met inside is a ``StorageFullError`` naming ``where``: the path written, and what
+    it is where the path alone does not say."""
+    try:
+        yield
+    except OSError as error:
+        if not is_no_space(error):
+            raise
+        raise StorageFullError.naming(where, error) from None
 
 
 def _denied_message(uri: str, error: PermissionError) -> str:

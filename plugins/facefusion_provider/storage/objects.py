@@ -28,7 +28,13 @@ from urllib.parse import urlparse
 from fsspec.spec import AbstractFileSystem
 
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, StorageDeniedError
-from facefusion_provider.storage.filesystems import error_code, filesystem, is_local, storage_errors
+from facefusion_provider.storage.filesystems import (
+    error_code,
+    filesystem,
+    is_local,
+    naming_a_full_disk,
+    storage_errors,
+)
 from facefusion_provider.storage.uris import allowed_prefixes, is_within, local_path
 
 _HASH_BLOCK = 8 * 1024 * 1024
@@ -348,7 +354,7 @@ def put_file_atomic(local: str | os.PathLike[str], uri: str) -> None:
 
 def get_file(uri: str, local: str | os.PathLike[str]) -> None:
     fs, path = filesystem(uri)
-    with storage_errors(uri, fs):
+    with storage_errors(uri, fs), naming_a_full_disk(f"{os.fspath(local)} (downloading {uri})"):
         fs.get_file(path, os.fspath(local))
 
 
@@ -360,6 +366,7 @@ def get_file_sha256(uri: str, local: str | os.PathLike[str]) -> str:
     try:
         with (
             storage_errors(uri, fs),
+            naming_a_full_disk(f"{os.fspath(local)} (downloading {uri})"),
             fs.open(path, "rb", block_size=_DOWNLOAD_BLOCK, cache_type="none") as source,
             open(local, "wb") as out,
         ):

@@ -16,6 +16,9 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from facefusion_provider.exceptions import StorageFullError, is_no_space
+from facefusion_provider.storage.uris import is_within
+
 logger = logging.getLogger(__name__)
 
 PARENT_NAME = "facefusion-worker"
@@ -35,6 +38,11 @@ def scratch_folder(prefix: str) -> Iterator[str]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.rename(os.path.join(folder, LOCKING_NAME), os.path.join(folder, LOCK_NAME))  # visible only once locked
         yield folder
+    except OSError as error:
+        written = str(error.filename2 or error.filename or "")
+        if is_no_space(error) and is_within(written, folder):
+            raise StorageFullError.naming(f"{written} (this worker's scratch folder, under TMPDIR)", error) from None
+        raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         os.close(lock)

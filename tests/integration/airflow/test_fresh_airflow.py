@@ -69,3 +69,27 @@ def test_a_bad_param_is_answered_in_one_line_naming_the_field(server: Standalone
             f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {**good, **change}}
         )
         assert (response.status_code, response.json()) == (400, {"detail": detail})
+
+
+def test_a_conf_no_task_could_use_is_answered_400_before_a_run_exists(server: StandaloneAirflow) -> None:
+    good = {"source_uris": ["/f.png"], "target_uri": "/in.mp4", "output_uri": "/out.mp4"}
+    runs_before = server.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
+    deep = '{"logical_date": null, "conf": {"options": ' + "[" * 10_000 + "]" * 10_000 + "}}"
+    bodies = [
+        (deep, "request body: nested too deeply to read"),
+        (
+            {"conf": {**good, "options": {"face_swapper_blend": "90"}}},
+            "Face swapper blend (face_swapper_blend): Input should be a valid integer (got '90')",
+        ),
+        ({"conf": {**good, "face_swaper_blend": 90}}, "face_swaper_blend: unknown conf key; did you mean"),
+        ({"conf": {**good, "target_uri": "/" + "a" * 6_000_000}}, "Target video (target_uri): the path or URI is"),
+    ]
+    for body, detail in bodies:
+        response = server.client.post(
+            f"/api/v2/dags/{DAG_ID}/dagRuns",
+            content=body if isinstance(body, str) else None,
+            json=None if isinstance(body, str) else {"logical_date": None, **body},
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 400 and response.json()["detail"].startswith(detail)
+    assert server.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before

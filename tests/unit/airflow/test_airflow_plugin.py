@@ -14,7 +14,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.testclient import TestClient
 
 from facefusion_provider.airflow_plugin import FaceFusionPlugin, pools, run_notes
-from facefusion_provider.airflow_plugin.conf_limits import RefuseOutOfRangeConf
+from facefusion_provider.airflow_plugin.conf_limits import RefuseBadConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
 from facefusion_provider.operators.params import swap_params
 
@@ -46,7 +46,7 @@ def test_the_plugin_registers_the_listener_and_the_middleware() -> None:
     assert FaceFusionPlugin.listeners == [run_notes]  # which runs the pools and conf_limits checks in order
     assert [item["middleware"] for item in FaceFusionPlugin.fastapi_root_middlewares] == [
         OneLineParamErrors,
-        RefuseOutOfRangeConf,
+        RefuseBadConf,
     ]
 
 

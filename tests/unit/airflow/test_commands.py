@@ -15,10 +15,17 @@ from facefusion_provider.contract import (
     span_worker_args,
     worker_argv,
 )
-from facefusion_provider.exceptions import EXIT_INTERNAL, EXIT_NO_FACE, EXIT_RETRYABLE, NON_RETRYABLE_EXIT_CODES
+from facefusion_provider.exceptions import (
+    EXIT_INTERNAL,
+    EXIT_NO_FACE,
+    EXIT_RETRYABLE,
+    EXIT_STORAGE_FULL,
+    NON_RETRYABLE_EXIT_CODES,
+)
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
 from facefusion_provider.operators.commands import (
     completed_work,
+    failure_exception,
     raise_for_failure,
     task_worker_env,
     worker_call,
@@ -125,6 +132,22 @@ def test_failure_message_comes_from_the_report_or_the_signal() -> None:
 def test_without_exit_code_the_report_decides() -> None:
     assert not parse_failure_report(None, _report("invalid_media", False, "truncated")).retryable
     assert parse_failure_report(None, _report("retryable", True, "timeout")).retryable
+
+
+@pytest.mark.parametrize("exit_code", [EXIT_STORAGE_FULL, None])  # a process's exit code, or a pod's report alone
+def test_a_full_disk_is_retried_once_and_other_retryable_failures_as_often_as_the_task_allows(
+    exit_code: int | None,
+) -> None:
+    full = parse_failure_report(exit_code, _report("storage_full", True, "file:///work/x: no space left on device"))
+    assert not isinstance(failure_exception(full, try_number=1), AirflowFailException)
+    final = failure_exception(full, " (pod ns/p)", try_number=2)
+    assert isinstance(final, AirflowFailException)
+    assert str(final) == (
+        f"worker failed (storage_full{'' if exit_code is None else ', exit code 19'}): file:///work/x: no space left "
+        "on device (pod ns/p); not retried again: storage_full is retried once at most"
+    )
+    timeout = parse_failure_report(EXIT_RETRYABLE, _report("retryable", True, "storage timeout"))
+    assert not isinstance(failure_exception(timeout, try_number=9), AirflowFailException)
 
 
 def test_completed_work_from_markers_and_validates_finding(

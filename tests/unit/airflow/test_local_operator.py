@@ -285,3 +285,37 @@ def test_templated_fields_render_natively(tmp_path: Path) -> None:
 
     assert operator.work_uri == "file:///w/work/j"
     assert operator.worker_args == ["--source", "file:///a.png"]
+
+
+def test_a_full_disk_is_retried_once_then_fails_naming_the_path(
+    tmp_path: Path, full_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real worker, its work root on a full filesystem: ``storage_full`` (exit 19) names the file; the first try
+    is retried, the second fails the task for good however many retries the task has left."""
+    from synth import VideoSpec, pattern_frames, write_video
+
+    from facefusion_provider import storage
+    from facefusion_provider.contract import prepare_worker_args
+    from facefusion_provider.options import Options
+    from facefusion_provider.work.ids import work_id
+
+    target = tmp_path / "in.mp4"
+    write_video(str(target), VideoSpec(), pattern_frames(8, 64, 48))
+    options = Options(processors=[])
+    work_uri = (full_disk / "work" / work_id(storage.content_id(target.as_uri()), [], options)).as_uri()
+    operator = FaceFusionWorkerOperator(
+        task_id="prepare",
+        command="prepare",
+        work_uri=work_uri,
+        output_uri=(tmp_path / "out.mp4").as_uri(),
+        worker_args=prepare_worker_args([], target.as_uri(), options),
+        retries=4,
+    )
+    failure = rf"worker failed \(storage_full, exit code 19\): {work_uri}/\S+: no space left on device"
+
+    with pytest.raises(AirflowException, match=failure) as first:
+        operator.execute(_context(try_number=1))
+    assert not isinstance(first.value, AirflowFailException)  # retried
+    with pytest.raises(AirflowFailException, match=failure) as second:
+        operator.execute(_context(try_number=2))
+    assert str(second.value).endswith("; not retried again: storage_full is retried once at most")

@@ -126,3 +126,82 @@ def test_subtitles_are_copied_once(tmp_path: Path) -> None:
         b"\x00\x07line 10",
         b"\x00\x07line 20",
     ]
+
+
+def _two_cameras(path: Path, frames: int = 30) -> None:
+    """An MKV with two video streams: the one swapped (64x48), then a second camera (32x24, a keyframe every 8)."""
+    import numpy as np
+
+    from facefusion_provider.media.images import rgb_frame
+
+    with av.open(str(path), "w") as container:
+        main = container.add_stream("libx264", rate=30)
+        main.width, main.height, main.pix_fmt = 64, 48, "yuv420p"
+        second = container.add_stream("libx264", rate=30, options={"g": "8", "keyint_min": "8", "sc_threshold": "0"})
+        second.width, second.height, second.pix_fmt = 32, 24, "yuv420p"
+        for number in range(frames):
+            for stream in (main, second):
+                frame = rgb_frame(np.full((stream.height, stream.width, 3), number * 8, np.uint8))
+                frame = frame.reformat(format="yuv420p")
+                frame.pts = number
+                container.mux(stream.encode(frame))
+        for stream in (main, second):
+            container.mux(stream.encode(None))
+
+
+def _second_video(path: str) -> tuple[list[bytes], list[bool], int]:
+    """The second video stream's packets (bytes, keyframe flags) and how many frames of it decode."""
+    with av.open(path) as container:
+        streams = container.streams.video
+        assert len(streams) == 2, f"{path}: {len(streams)} video streams"
+        packets = [packet for packet in container.demux(streams[1]) if packet.size]
+        payloads, keys = [bytes(packet) for packet in packets], [packet.is_keyframe for packet in packets]
+    with av.open(path) as container:
+        stream = container.streams.video[1]
+        assert (stream.codec_context.width, stream.codec_context.height) == (32, 24)
+        decoded = sum(1 for _ in container.decode(stream))
+    return payloads, keys, decoded
+
+
+@pytest.mark.parametrize("extension", [".mkv", ".mp4"])
+def test_a_second_video_stream_is_kept_untouched(extension: str, tmp_path: Path) -> None:
+    target = tmp_path / "two-cameras.mkv"
+    _two_cameras(target)
+    output = str(tmp_path / f"out{extension}")
+    worker.run([], str(target), output, str(tmp_path / "work"), processors=[], segment_size=10)
+    assert len(frame_digests(output)) == 30
+    kept, _, decoded = _second_video(output)
+    original, _, _ = _second_video(str(target))
+    assert kept == original and decoded == 30
+
+
+def test_a_trimmed_output_keeps_the_second_video_from_its_first_keyframe_inside(tmp_path: Path) -> None:
+    target = tmp_path / "two-cameras.mkv"
+    _two_cameras(target)
+    output = str(tmp_path / "out.mkv")
+    worker.run([], str(target), output, str(tmp_path / "work"), processors=[], trim_frame_start=10)
+    assert len(frame_digests(output)) == 20
+    kept, keys, decoded = _second_video(output)
+    original, original_keys, _ = _second_video(str(target))
+    assert keys[0] and kept == original[16:]  # frames 10-15 follow the keyframe at 8: they would not decode
+    assert original_keys[16] and decoded == len(kept) == 14
+
+
+def test_the_remote_range_plan_fetches_the_second_video_and_not_the_swapped_one(tmp_path: Path) -> None:
+    from facefusion_provider.media.mp4index import first_video_track, read_movie_index
+    from facefusion_provider.media.mp4ranges import other_sample_ranges
+
+    target = tmp_path / "two-cameras.mkv"
+    _two_cameras(target)
+    output = str(tmp_path / "out.mp4")  # an MP4 with both video tracks, as a remote target would be
+    worker.run([], str(target), output, str(tmp_path / "work"), processors=[], segment_size=10)
+    movie = read_movie_index(output) or pytest.fail("no moov")
+    swapped = first_video_track(movie) or pytest.fail("no video")
+    (second,) = [track for track in movie.tracks if track is not swapped]
+    ranges = other_sample_ranges(movie, gap_bytes=0, bytes_per_get=1)  # every gap kept open
+
+    def fetched(offset: int, size: int) -> bool:
+        return any(start <= offset and offset + size <= end for start, end in ranges)
+
+    assert all(fetched(int(o), int(s)) for o, s in zip(second.offsets, second.sizes, strict=True))
+    assert not any(fetched(int(o), int(s)) for o, s in zip(swapped.offsets, swapped.sizes, strict=True))
