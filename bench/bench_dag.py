@@ -41,7 +41,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf  # noqa: E402
 
 from facefusion_provider.options import Options, options_to_argv  # noqa: E402
-from facefusion_provider.work.plan import DEFAULT_SEGMENT_FRAMES  # noqa: E402
+from facefusion_provider.work.span_plan import DEFAULT_SEGMENT_FRAMES  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1280, 720, 30
 GOAL = 1.15  # the DAG within 15 % of the single process

@@ -50,8 +50,8 @@ from facefusion_provider.options import Options  # noqa: E402
 from facefusion_provider.work.claims import SegmentClaims, scan_work  # noqa: E402
 from facefusion_provider.work.ids import work_id  # noqa: E402
 from facefusion_provider.work.layout import WorkLayout  # noqa: E402
-from facefusion_provider.work.plan import plan_spans  # noqa: E402
 from facefusion_provider.work.records import Span, WorkSpec  # noqa: E402
+from facefusion_provider.work.span_plan import plan_spans  # noqa: E402
 
 # Stated network model for the "where the cache pays" estimate (S3 in-region, one connection).
 REQUEST_LATENCY_S = 0.03

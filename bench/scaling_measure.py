@@ -624,8 +624,8 @@ def prepared_work(root: str, clip: Path, segments: int) -> tuple[WorkSpec, WorkL
     from facefusion_provider.options import Options
     from facefusion_provider.work.ids import work_id
     from facefusion_provider.work.layout import WorkLayout
-    from facefusion_provider.work.plan import plan_segments
     from facefusion_provider.work.records import WorkSpec
+    from facefusion_provider.work.span_plan import plan_segments
 
     options = Options(processors=[], segment_size=1)
     with storage.open_input(clip.as_uri()) as target:

@@ -21,7 +21,7 @@ from scaling_sim import STANDING_POLL_S, Overheads, Pool, RunPlan
 from facefusion_provider.output.merge import MARKER_READS_AT_ONCE
 from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
 from facefusion_provider.storage.compose import COMPOSE_REQUESTS_AT_ONCE
-from facefusion_provider.work.plan import plan_segments, plan_spans
+from facefusion_provider.work.span_plan import plan_segments, plan_spans
 
 PIPELINE_QUEUE_FRAMES = 16  # worker/pipeline.py: QUEUE_BATCHES x the GPU batch (8) frames decoded ahead
 LIST_PAGE_KEYS = 1000  # S3 ListObjectsV2 returns at most this many keys a request

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from system_binaries import require_binary
 
 pytest_plugins = ["system_binaries"]  # fixtures for the system programs tests run (promtool)
 
@@ -36,12 +37,10 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
     this process may not mount one (it takes root)."""
     folder = tmp_path / "full"
     folder.mkdir()
-    try:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True, check=False
-        )
-    except FileNotFoundError:
-        pytest.skip("no mount program to mount a small tmpfs with (util-linux's mount)")
+    mount, umount = require_binary("mount", package="mount"), require_binary("umount", package="mount")
+    mounted = subprocess.run(
+        [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs to fill (mounting takes root): {mounted.stderr.strip()}")
     try:
@@ -49,7 +48,7 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
             filler.write(bytes(2 * 1024 * 1024))  # more than fits: the write stops where the disk is full
         yield folder
     finally:
-        subprocess.run(["umount", "--lazy", str(folder)], check=False)
+        subprocess.run([umount, "--lazy", str(folder)], check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "sensors": [
-            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.sensors.span_committed"]},
+            {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.sensors.standing_workers"]},
         ],
         "triggers": [
             {"integration-name": INTEGRATION, "python-modules": ["facefusion_provider.triggers.span_committed"]},
@@ -45,12 +45,12 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["facefusion_provider.hooks.storage", "facefusion_provider.hooks.ledger"],
+                "python-modules": ["facefusion_provider.hooks.storage", "facefusion_provider.hooks.job_ledger"],
             }
         ],
         "extra-links": [
-            "facefusion_provider.operators.links.OutputVideoLink",
-            "facefusion_provider.operators.links.OutputPreviewLink",
+            "facefusion_provider.links.output.OutputVideoLink",
+            "facefusion_provider.links.output.OutputPreviewLink",
         ],
         "connection-types": [],
         "config": {

@@ -10,8 +10,8 @@ from facefusion_provider import storage
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri, segment_file_name
-from facefusion_provider.work.plan import plan_segments
 from facefusion_provider.work.records import OutputMarker, SegmentMarker, WorkSpec
+from facefusion_provider.work.span_plan import plan_segments
 
 
 @dataclass(frozen=True)

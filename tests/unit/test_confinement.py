@@ -11,7 +11,7 @@ import pytest
 
 from facefusion_provider import contract, storage
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.work.inputs import CLI_FIELDS, CONF_FIELDS, check_output_outside_work, run_uris
+from facefusion_provider.work.run_inputs import CLI_FIELDS, CONF_FIELDS, check_output_outside_work, run_uris
 
 
 @pytest.fixture

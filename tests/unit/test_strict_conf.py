@@ -9,7 +9,7 @@ import pytest
 
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import Options, options_json_schema
-from facefusion_provider.work.inputs import check_conf
+from facefusion_provider.work.run_inputs import check_conf
 
 INPUTS = {"source_uris": ["s3://in/face.jpg"], "target_uri": "s3://in/talk.mp4", "output_uri": "s3://out/talk.mp4"}
 INT64_MAX = 2**63 - 1

@@ -22,22 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 
 from facefusion_provider.airflow_plugin import run_notes
 from facefusion_provider.airflow_plugin.conf_limits import RefuseBadConf
 from facefusion_provider.airflow_plugin.trigger_errors import OneLineParamErrors
+from facefusion_provider.links.output import OUTPUTS_URL_PREFIX
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-OUTPUTS_URL_PREFIX = "/facefusion"  # where the outputs view is mounted in the API server
-
-
-def output_link_path(dag_id: str, run_id: str, kind: str) -> str:
-    """The outputs view's path for a run's ``video`` or ``preview`` (ids percent-encoded: run ids hold ``:``, ``+``)."""
-    return f"{OUTPUTS_URL_PREFIX}/outputs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{kind}"
 
 
 class LazyOutputsApp:

@@ -102,7 +102,7 @@ def swap_conf_problem(conf: dict[str, Any]) -> str | None:
     from facefusion_provider.airflow_plugin.trigger_errors import titled_param_error
     from facefusion_provider.exceptions import NonRetryableError
     from facefusion_provider.operators.params import swap_params, titled_reason
-    from facefusion_provider.work.inputs import check_conf
+    from facefusion_provider.work.run_inputs import check_conf
 
     empty = empty_input_field(conf)
     if empty is not None:

@@ -1,7 +1,7 @@
 """The output links' view: a run's output video and preview image, for a user allowed to read the run's DAG, and only
 while the output at the run's path is this run's.
 
-The worker tasks' extra links (``operators/links.py``) are stored in the ``xcom`` table as links to this view, which
+The worker tasks' extra links (``links/output.py``) are stored in the ``xcom`` table as links to this view, which
 carry the DAG and run ids and nothing else: no credential at rest, and no location a user could change. The view,
 mounted in Airflow's API server under ``OUTPUTS_URL_PREFIX`` (the plugin's ``fastapi_apps``), checks the user's read access to
 the DAG's runs with Airflow's own ``requires_access_dag`` (the session cookie or a bearer token: 401 without one, 403

@@ -35,6 +35,7 @@ from facefusion_provider.airflow_plugin.run_output import (
     provider_tasks,
     stage_line,
 )
+from facefusion_provider.links.output import output_link_path
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,6 @@ def segment_counts(run: RunFacts) -> tuple[int, int]:
 
 
 def swap_run_page(dag_id: str, run: RunFacts) -> str:
-    from facefusion_provider.airflow_plugin import output_link_path
 
     try:
         stored = read_stored_output(run)

@@ -11,7 +11,7 @@ from typing import Any
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.ingest.config import ANYWHERE, AllowedPrefixes
 from facefusion_provider.options import Options
-from facefusion_provider.work.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, check_conf
+from facefusion_provider.work.run_inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, check_conf
 
 CSV_SOURCE_SEPARATOR = ";"  # several source images in one CSV cell
 

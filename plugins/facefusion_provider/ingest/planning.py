@@ -10,7 +10,7 @@ from typing import Any
 from facefusion_provider.ingest.config import IngestConfig
 from facefusion_provider.ingest.discovery import Job, JobReport
 from facefusion_provider.ingest.ledger import JobAttempt, JobHistory, RunState, swap_run_id
-from facefusion_provider.work.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
+from facefusion_provider.work.run_inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def swap_span_operator(
     """The partial span task (map it with ``.expand(span=plan.output)``): a worker of the chosen backend per span, or,
     with standing workers (``[facefusion] span_workers = standing``), a deferred wait for them."""
     if (span_workers or load_settings().span_workers) == "standing":
-        from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+        from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 
         return SpanCommittedSensor.partial(task_id=task_id, **kwargs)
     return load_backend(backend).partial(task_id=task_id, command="swap-span", **kwargs)

@@ -13,8 +13,8 @@ from airflow.sdk.exceptions import AirflowException
 from pydantic import JsonValue
 
 from facefusion_provider.exceptions import FaceFusionError
+from facefusion_provider.hooks import run_metrics
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
 from facefusion_provider.settings import load_settings
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import OutputMarker

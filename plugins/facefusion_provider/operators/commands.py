@@ -24,8 +24,8 @@ from facefusion_provider.contract import (
     worker_argv,
 )
 from facefusion_provider.exceptions import NonRetryableError
+from facefusion_provider.hooks.run_metrics import worker_metric_environment
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators.run_metrics import worker_metric_environment
 from facefusion_provider.settings import load_settings
 from facefusion_provider.work.layout import WorkLayout
 

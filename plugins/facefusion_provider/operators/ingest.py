@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from pydantic import ValidationError
 
 from facefusion_provider import ingest
-from facefusion_provider.hooks.ledger import IngestLedgerHook
+from facefusion_provider.hooks.job_ledger import IngestLedgerHook
 from facefusion_provider.operators.commands import FAILURE_XCOM_KEY, fail_on_bad_input
 from facefusion_provider.operators.params import option_params, title_of
 from facefusion_provider.options import Options, parse_options

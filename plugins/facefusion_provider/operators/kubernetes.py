@@ -30,6 +30,7 @@ from facefusion_provider.contract import (
     parse_failure_report,
 )
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.links.output import OUTPUT_LINKS
 from facefusion_provider.operators.commands import (
     WorkerCall,
     failure_exception,
@@ -38,7 +39,6 @@ from facefusion_provider.operators.commands import (
     worker_call_of,
     worker_env,
 )
-from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import nothing_to_do, record_line_progress, record_progress
 from facefusion_provider.settings import KubernetesSettings, load_settings
 

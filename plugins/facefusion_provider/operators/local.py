@@ -15,8 +15,8 @@ from airflow.sdk import BaseOperator, Context
 
 from facefusion_provider.contract import TERMINATION_LOG_VARIABLE, parse_failure_report
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
+from facefusion_provider.links.output import OUTPUT_LINKS
 from facefusion_provider.operators.commands import WorkerCall, raise_for_failure, task_worker_env, worker_call_of
-from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import nothing_to_do, record_line_progress
 from facefusion_provider.settings import load_settings
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from facefusion_provider.hooks import run_metrics
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import fail_on_bad_input
 from facefusion_provider.settings import load_settings
-from facefusion_provider.work.plan import plan_spans
 from facefusion_provider.work.records import WorkSpec
+from facefusion_provider.work.span_plan import plan_spans
 
 
 def span_list(spec: WorkSpec, wave: int) -> list[dict[str, Any]]:

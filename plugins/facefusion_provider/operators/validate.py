@@ -19,16 +19,21 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from facefusion_provider.contract import merge_worker_args, prepare_worker_args
 from facefusion_provider.exceptions import InputMissingError, NonRetryableError
+from facefusion_provider.hooks import run_metrics
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
 from facefusion_provider.operators.commands import record_failure
 from facefusion_provider.operators.params import titled_reason
 from facefusion_provider.options import Options
 from facefusion_provider.settings import load_settings
 from facefusion_provider.work.ids import run_key, work_id
-from facefusion_provider.work.inputs import CONF_INPUT_FIELDS, NESTED_OPTIONS_KEY, check_conf, check_output_outside_work
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import RunHolder, RunLease
+from facefusion_provider.work.run_inputs import (
+    CONF_INPUT_FIELDS,
+    NESTED_OPTIONS_KEY,
+    check_conf,
+    check_output_outside_work,
+)
 
 
 @dataclass(frozen=True)

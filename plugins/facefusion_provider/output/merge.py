@@ -39,9 +39,9 @@ from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.storage.scratch import scratch_folder
 from facefusion_provider.telemetry.metrics import worker_metrics
 from facefusion_provider.work.access import checked_uris, load_work, work_layout
-from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format
 from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, output_done, preview_uri_of
 from facefusion_provider.work.records import SegmentMarker, WorkSpec, segment_label
+from facefusion_provider.work.run_inputs import CLI_FIELDS, check_output_format
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource

@@ -25,7 +25,7 @@ from facefusion_provider.storage.filesystems import (
     storage_options,
     using_s3_credentials,
 )
-from facefusion_provider.storage.inputs import (
+from facefusion_provider.storage.input_files import (
     cached_input,
     open_input,
 )

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from facefusion_provider.hooks import run_metrics
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
 from facefusion_provider.work.layout import WorkLayout, work_root_of
 from facefusion_provider.work.liveness import DEFAULT_TTL_SECONDS, LeaseKind, renew_every
 

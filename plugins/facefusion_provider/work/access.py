@@ -15,9 +15,9 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.storage.scratch import scratch_folder
-from facefusion_provider.work.inputs import CLI_FIELDS, RunUris, run_uris
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import WORK_FORMAT_VERSION, WorkSpec
+from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, run_uris
 
 WORK_ROOT_FOLDER = "facefusion-provider"
 

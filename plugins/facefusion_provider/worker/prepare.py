@@ -17,10 +17,10 @@ from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.access import checked_uris, load_work, local_copies, resolve_options, work_layout
 from facefusion_provider.work.ids import analysis_id, work_id
-from facefusion_provider.work.inputs import CLI_FIELDS, RunUris, check_sources
 from facefusion_provider.work.layout import WorkLayout
-from facefusion_provider.work.plan import plan_segments
 from facefusion_provider.work.records import Segment, WorkSpec
+from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, check_sources
+from facefusion_provider.work.span_plan import plan_segments
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from facefusion_provider.options import Options
 from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import checked_uris, default_work_root, resolve_options
 from facefusion_provider.work.ids import work_id
-from facefusion_provider.work.inputs import CLI_FIELDS, check_output_format, check_sources
 from facefusion_provider.work.layout import WorkLayout, output_done, preview_uri_of
 from facefusion_provider.work.records import RunHolder, RunLease
+from facefusion_provider.work.run_inputs import CLI_FIELDS, check_output_format, check_sources
 from facefusion_provider.worker.healing import merge_work
 from facefusion_provider.worker.prepare import content_ids, prepare_work
 from facefusion_provider.worker.span import FrameProcessors, work_segments

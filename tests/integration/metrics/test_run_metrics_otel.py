@@ -12,7 +12,7 @@ from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
 from facefusion_provider.contract import WorkerSettings
-from facefusion_provider.operators.run_metrics import worker_metric_environment
+from facefusion_provider.hooks.run_metrics import worker_metric_environment
 from facefusion_provider.telemetry.metrics import metric_attributes
 
 # What a task does: the task runner's own stats.initialize, then the helpers; the figures leave at exit.
@@ -23,7 +23,7 @@ from airflow.sdk.observability.metrics import stats_utils
 
 stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=conf.getboolean("metrics", "legacy_names_on"))
 
-from facefusion_provider.operators import run_metrics
+from facefusion_provider.hooks import run_metrics
 
 tags = {"dag_id": "facefusion_swap", "run_id": "manual__1"}
 run_metrics.segments(reused=12, launched=20, tags=tags)

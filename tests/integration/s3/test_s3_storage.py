@@ -15,7 +15,7 @@ from s3_stack import S3Stack
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, RetryableError, StorageDeniedError
-from facefusion_provider.hooks.ledger import IngestLedgerHook
+from facefusion_provider.hooks.job_ledger import IngestLedgerHook
 
 
 def test_objects_round_trip(s3: S3Stack, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from facefusion_provider.operators.backends import load_backend, swap_span_operator, worker_operator
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 
 SPAN = {"index": 0, "first": 0, "last": 4, "start": 0, "end": 32, "label": "frames 0-31 (4 segments)"}
 

@@ -18,7 +18,7 @@ from recorded_stats import RecordedStats
 
 from facefusion_provider import metric_names
 from facefusion_provider.operators.plan import span_list
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 
 WAITING = metric_names.stat_name(metric_names.SEGMENTS_WAITING)

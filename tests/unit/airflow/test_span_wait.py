@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from fresh_loop import run_async
 
 from facefusion_provider.operators.plan import span_list
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 
 

@@ -19,7 +19,7 @@ from fresh_loop import run_async
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import ModelMissingError
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers.span_committed import SpanCommittedTrigger
 from facefusion_provider.work import leases
 from facefusion_provider.work.layout import RootLayout, WorkLayout, work_root_of

@@ -17,7 +17,7 @@ from airflow.sdk.api.datamodels._generated import DagRunState
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from facefusion_provider import ingest
-from facefusion_provider.hooks.ledger import IngestLedgerHook
+from facefusion_provider.hooks.job_ledger import IngestLedgerHook
 from facefusion_provider.operators.ingest import (
     IngestReportOperator,
     ScanForNewJobsOperator,

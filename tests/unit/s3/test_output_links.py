@@ -11,10 +11,10 @@ import pytest
 from s3_servers import MotoServer
 
 from facefusion_provider.get_provider_info import get_provider_info
+from facefusion_provider.links.output import OutputPreviewLink, OutputVideoLink
 from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
-from facefusion_provider.operators.links import OutputPreviewLink, OutputVideoLink
 from facefusion_provider.operators.local import FaceFusionWorkerOperator
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 
 CONN_ID = "facefusion_s3"
 VIDEO, PREVIEW = b"\x00\x00\x00\x18ftypmp42 the output", b"\xff\xd8\xff the preview"
@@ -70,6 +70,6 @@ def test_both_backends_worker_tasks_carry_the_links_and_the_provider_registers_t
     for operator in (FaceFusionWorkerOperator, FaceFusionWorkerPodOperator, SpanCommittedSensor):
         assert {link.name for link in operator.operator_extra_links} >= {"Output video", "Output preview"}, operator
     assert get_provider_info()["extra-links"] == [
-        "facefusion_provider.operators.links.OutputVideoLink",
-        "facefusion_provider.operators.links.OutputPreviewLink",
+        "facefusion_provider.links.output.OutputVideoLink",
+        "facefusion_provider.links.output.OutputPreviewLink",
     ]

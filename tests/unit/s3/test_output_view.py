@@ -20,10 +20,10 @@ import pytest
 from fastapi.testclient import TestClient
 from s3_servers import MotoServer
 
-from facefusion_provider.airflow_plugin import FaceFusionPlugin, LazyOutputsApp, output_link_path, run_view
+from facefusion_provider.airflow_plugin import FaceFusionPlugin, LazyOutputsApp, run_view
 from facefusion_provider.airflow_plugin import outputs as outputs_view
 from facefusion_provider.airflow_plugin.run_output import DagTasks, RunFacts
-from facefusion_provider.operators.links import OutputPreviewLink, OutputVideoLink
+from facefusion_provider.links.output import OutputPreviewLink, OutputVideoLink, output_link_path
 from facefusion_provider.work.layout import output_marker_uri
 from facefusion_provider.work.records import OutputMarker, RunHolder
 

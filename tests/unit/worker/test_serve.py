@@ -22,7 +22,7 @@ from fresh_loop import run_async
 
 from facefusion_provider import storage, worker
 from facefusion_provider.contract import ALLOWED_INPUT_PREFIXES_VARIABLE, FAULTS_VARIABLE
-from facefusion_provider.sensors.span_committed import SpanCommittedSensor
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers import span_committed as span_trigger
 from facefusion_provider.work.claims import latest_claims, scan_work
 from facefusion_provider.work.layout import RootLayout, WorkLayout

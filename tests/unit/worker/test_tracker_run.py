@@ -24,8 +24,9 @@ from facefusion_provider.engine.processors import chain
 SEGMENT = 8
 FRAMES = 3 * SEGMENT
 MISSED = (SEGMENT, SEGMENT + 1)  # the first two frames of segment 1: its tracker has only its pre-roll to go on
-TRACKED: dict[str, Any] = {"segment_size": SEGMENT, "face_tracker_score": 0.3}
-UNTRACKED: dict[str, Any] = {"segment_size": SEGMENT, "face_tracker_score": 0.0}
+# Near-lossless: the encoder's own noise (its macroblock tree spends fewer bits on some frames) stays far below a swap.
+TRACKED: dict[str, Any] = {"segment_size": SEGMENT, "face_tracker_score": 0.3, "output_video_quality": 95}
+UNTRACKED: dict[str, Any] = {"segment_size": SEGMENT, "face_tracker_score": 0.0, "output_video_quality": 95}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from facefusion_provider.work.plan import DEFAULT_SEGMENT_FRAMES, MAX_SPANS, plan_segments, plan_spans
+from facefusion_provider.work.span_plan import DEFAULT_SEGMENT_FRAMES, MAX_SPANS, plan_segments, plan_spans
 
 
 def _ranges(start: int, end: int, size: int | None = None) -> list[tuple[int, int]]:

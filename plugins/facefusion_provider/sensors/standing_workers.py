@@ -11,10 +11,10 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from facefusion_provider.hooks import run_metrics
 from facefusion_provider.hooks.storage import FaceFusionStorageHook
-from facefusion_provider.operators import run_metrics
+from facefusion_provider.links.output import OUTPUT_LINKS
 from facefusion_provider.operators.commands import worker_call
-from facefusion_provider.operators.links import OUTPUT_LINKS
 from facefusion_provider.operators.spans import (
     decided_for_this_try,
     nothing_to_do,

@@ -10,15 +10,20 @@ URL of a few minutes (``s3://``) or sends the file (a local output). ``prepare``
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
-
-from facefusion_provider.airflow_plugin import output_link_path
 
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
 LINKED_COMMANDS = frozenset({"merge", "swap-span"})  # the tasks that write, or work towards, the output
+OUTPUTS_URL_PREFIX = "/facefusion"  # where the plugin mounts the outputs view in the API server
+
+
+def output_link_path(dag_id: str, run_id: str, kind: str) -> str:
+    """The outputs view's path for a run's ``video`` or ``preview`` (ids percent-encoded: run ids hold ``:``, ``+``)."""
+    return f"{OUTPUTS_URL_PREFIX}/outputs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{kind}"
 
 
 class OutputVideoLink(BaseOperatorLink):
