@@ -1,6 +1,6 @@
 """The scaling model against a real run: two standing workers (``facefusion-worker serve``, separate processes) work
 several runs announced at once on this machine, each frame costing a fixed, injected delay (the test fault
-``frame_delay``: a sleep per decoded frame, so the 2 cores are not the bottleneck), and ``scaling_sim.Simulation``
+``frame_delay``: a sleep per decoded frame, so the 2 cores are not the bottleneck), and ``scaling_model.Simulation``
 predicts the same runs' makespans from the same inputs.
 
 Measured from the files the protocol writes (docs/protocol.md), all on this machine's clock: a run's lease (validate's
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from committed import hold_run_lease, work_uri_for  # noqa: E402
-from scaling_sim import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
+from scaling_model import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from worker_runs import WORKER, write_report  # noqa: E402
 
@@ -364,7 +364,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"runs over distinct 64x48 targets in segments of {SEGMENT_FRAMES} frames, `processors=[]`, each frame costing "
         f"an injected {report['frame_delay_s']} s (a sleep per decoded frame). A run is announced by writing its lease "
         "as `validate` does; its makespan runs from that write to its output's marker (the standing worker that "
-        "commits a work's last segment merges it). The model is `scaling_sim.Simulation` with standing workers, given "
+        "commits a work's last segment merges it). The model is `scaling_model.Simulation` with standing workers, given "
         "the frame work, the announcement times, the workers' starts (the phase of their idle looks) and the fixed "
         "costs below, measured from the scenario's own timeline (means of the intervals between one worker's claims, "
         "less the frame work; a worker's first run: from the look at the change signal that saw it, by the backoff "
@@ -418,8 +418,8 @@ NOTES = [
     "workers in one phase, at their mean start), predicted the batches within 6 % but single runs up to 3.7 times "
     "too slow: model / measured at once 1.40, 1.90, 1.00, 0.95 (batch 0.95), staggered 3.74, 1.96, 1.28, 1.12 (batch "
     "1.06) on the timelines above; 2.25, 1.41, 1.11, 1.00 and 3.30, 1.11, 2.41, 1.04 on this benchmark's first run. "
-    "Its standing workers left their run for any untouched newer one after each segment. Fixed in "
-    "`bench/scaling_sim.py`, each by what the real timelines showed:",
+    "Its standing workers left their run for any untouched newer one after each segment. Fixed in the simulation "
+    "(then `bench/scaling_sim.py`, now in `bench/scaling_model.py`), each by what the real timelines showed:",
     "",
     "- **A standing worker stays in a work until it has no free segment** (`work_segments` with no span of its own: "
     "the next segment, else the back half of that work's longest free run). The simulation chose among all runs at "
