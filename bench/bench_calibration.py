@@ -104,6 +104,11 @@ def start_workers(root: str, frame_delay: float, idle_exit: float) -> list[subpr
     ]
 
 
+def worker_leases(folder: Path) -> list[Path]:
+    """The standing workers' leases, without the hidden files an atomic write renames into place."""
+    return [path for path in folder.glob("*.json") if not path.name.startswith(".")]
+
+
 def wait_until(condition: Any, processes: Sequence[subprocess.Popen[str]], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -129,8 +134,8 @@ def measure(scenario: Scenario, folder: Path, frame_delay: float, settle_s: floa
     workers_dir = local(RootLayout.of(root).workers_dir)
     processes = start_workers(root, frame_delay, idle_exit=settle_s)
     try:
-        wait_until(lambda: len(list(workers_dir.glob("*.json"))) == WORKERS, processes, 120, "the workers' leases")
-        started = {path.stem: mtime(path) for path in workers_dir.glob("*.json")}
+        wait_until(lambda: len(worker_leases(workers_dir)) == WORKERS, processes, 120, "the workers' leases")
+        started = {path.stem: mtime(path) for path in worker_leases(workers_dir)}
         time.sleep(settle_s / 2)  # idle: their looks at the change signal have backed off
         first = time.monotonic()
         for number, (target, layout, output) in enumerate(runs):
