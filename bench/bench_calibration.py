@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -41,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 from committed import hold_run_lease, work_uri_for  # noqa: E402
 from scaling_model import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
-from worker_runs import WORKER, write_report  # noqa: E402
+from worker_runs import WORKER, machine, write_report  # noqa: E402
 
 from facefusion_provider import worker  # noqa: E402
 from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE, FAULTS_VARIABLE  # noqa: E402
@@ -457,7 +456,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.replay:
         saved = json.loads(args.replay.read_text())
-        measured, frame_delay, command, machine = (
+        measured, frame_delay, command, ran_on = (
             saved["measured"],
             saved["frame_delay_s"],
             saved["command"],
@@ -471,15 +470,13 @@ def main() -> None:
                 scenario_folder = Path(folder) / str(number)
                 scenario_folder.mkdir()
                 measured.append(measure(scenario, scenario_folder, frame_delay, args.settle))
-        command = shlex.join(["python", "bench/bench_calibration.py", *sys.argv[1:]])
-        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; load {load}"
+        command, ran_on = shlex.join(["python", "bench/bench_calibration.py", *sys.argv[1:]]), machine()
         args.out.mkdir(parents=True, exist_ok=True)
-        raw = {"command": command, "machine": machine, "frame_delay_s": frame_delay, "measured": measured}
+        raw = {"command": command, "machine": ran_on, "frame_delay_s": frame_delay, "measured": measured}
         (args.out / "calibration.json").write_text(json.dumps(raw, indent=2) + "\n")  # replayable should the model fail
     report = {
         "command": command,
-        "machine": machine,
+        "machine": ran_on,
         "frame_delay_s": frame_delay,
         "segment_frames": SEGMENT_FRAMES,
         "workers": WORKERS,

@@ -32,11 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 
-from bench_scaling import machine, percent
+from bench_scaling import percent
 from demo import make_demo_inputs
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from scaling_measure import Measured
 from scaling_model import HELPING, SPAN_PODS, STANDING, WORKERS_SETTING, PodRate, Stated, run_plan, simulate
+from worker_runs import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACES = 20  # the set made and checked

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 from dataclasses import asdict, fields, replace
@@ -43,6 +41,7 @@ from scaling_model import (
     single_process_s,
     switch_s,
 )
+from worker_runs import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -395,7 +394,7 @@ def efficiency_table(rows: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def measured_lines(measured: dict[str, Any]) -> list[str]:
-    worker, run, seek = measured["worker"], measured["run"], measured["seek"]
+    worker, run, seek, join = measured["worker"], measured["run"], measured["seek"], measured["join"]
     parts = ", ".join(f"{part.replace('_', ' ')} {ms:.2f}" for part, ms in worker["swap_cpu_parts_ms"].items())
     lines = [
         f"Measured here ({measured['clip']}; {measured['cpu_cores']} cores, CPU seconds unless said):",
@@ -411,7 +410,9 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
         f"{1000 * seek['seek_cpu_s']:.0f} ms CPU (the model's figure), {seek['preroll_frames']:.0f} frames decoded "
         "before it on average; a segment's stored faces read in "
         f"{1000 * seek['analysis_load_s']:.2f} ms.",
-        *join_lines(measured),
+        f"- The merge's index join (CPU, from the markers' stored moovs): {1000 * join['per_segment_s']:.2f} ms per "
+        f"segment, {1e6 * join['per_frame_s']:.1f} us per frame; the output's moov {join['moov_bytes_per_frame']:.0f} "
+        "bytes per frame.",
         "",
         "| store | encoder per segment (CPU) | flush wait (wall / CPU) | sha256 per MB | commit (256 frames) | commit CPU | take "
         "| listing (400 segments) | claim renewal | S3 requests: take, commit, listing, first take |",
@@ -432,17 +433,6 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
             f"| {1000 * costs['renew_s']:.2f} ms | {counted} |"
         )
     return lines
-
-
-def join_lines(measured: dict[str, Any]) -> list[str]:
-    join = measured.get("join")
-    if not join:
-        return []
-    return [
-        f"- The merge's index join (CPU, from the markers' stored moovs): {1000 * join['per_segment_s']:.2f} ms per "
-        f"segment, {1e6 * join['per_frame_s']:.1f} us per frame; the output's moov {join['moov_bytes_per_frame']:.0f} "
-        "bytes per frame."
-    ]
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> None:
@@ -734,15 +724,6 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def machine() -> str:
-    """The machine, and its load now: other work on a shared machine stretches every wall-clock figure."""
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-        f"load average {load} at the end"
-    )
 
 
 # The worker's measured parts, and the bench_cpu_stages.py stage (1080p) whose after/before ratio scales each.
