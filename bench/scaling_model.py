@@ -125,7 +125,7 @@ class _Worker:
     warm: bool = False
     pending: dict[Key, float] = field(default_factory=dict)  # finished, not yet committed: frame work
     looking_s: float = 0.0  # the last _join's listings, paid before the segment it chose
-    looked: dict[int, float] = field(default_factory=dict)  # run -> when this worker last listed its claims
+    looked: set[int] = field(default_factory=set)  # runs whose claims this worker has listed
     idle_look_s: float = FIRST_LOOK_S  # a standing worker's next wait for the change signal while idle
     joined: bool = False  # a standing worker has worked a segment (its models are loaded)
     died_at: float | None = None
@@ -137,7 +137,6 @@ class Result:
     outputs_s: list[float]
     first_pod_s: float  # the first pod's start on a GPU
     last_span_end_s: float
-    busy_s: float  # GPU seconds in which at least one pod works segments
     useful_s: float  # GPU seconds of frame work of the committed segments (each once)
     lost_s: float  # GPU seconds of work killed pods had done on segments they never committed
     pods: int
@@ -166,13 +165,12 @@ class Simulation:
         self.free_slots = list(range(pool.gpus * pool.pods_per_gpu))
         self.workers: list[_Worker] = []
         self.working: list[set[int]] = [set() for _ in range(pool.gpus)]
-        self.gpu_busy_since = [0.0] * pool.gpus
         self.open_tasks = [len(run.spans) for run in runs]
         self.task_of: dict[Key, _Worker] = {}
         self.outputs = [0.0] * len(runs)
         self.last_span_end = 0.0
         self.first_pod: float | None = None
-        self.busy = self.useful = self.lost = 0.0
+        self.useful = self.lost = 0.0
         self.pods = self.stolen = self.seeks = self.analysed_count = self.cold_count = 0
 
     def run(self) -> Result:
@@ -210,7 +208,6 @@ class Simulation:
             outputs_s=list(self.outputs),
             first_pod_s=self.first_pod or 0.0,
             last_span_end_s=self.last_span_end,
-            busy_s=self.busy,
             useful_s=self.useful,
             lost_s=self.lost,
             pods=self.pods,
@@ -360,7 +357,7 @@ class Simulation:
         before joining."""
         best: tuple[int, int, int] = (0, 0, 0)  # length, run, start
         unseen = [run for run in runs if run not in worker.looked]
-        worker.looked.update(dict.fromkeys(unseen, now))
+        worker.looked.update(unseen)
         looks = -(-len(unseen) // LOOKS_AT_ONCE)
         for run in sorted(runs, key=lambda number: (self.runs[number].ready_s, number)):
             if run == worker.run:
@@ -513,17 +510,11 @@ class Simulation:
     def _set_working(self, worker: _Worker, now: float, *, working: bool) -> None:
         gpu = worker.gpu
         self._advance(gpu, now)
-        was_busy = bool(self.working[gpu])
         if working:
             worker.state = "working"
             self.working[gpu].add(worker.number)
         else:
             self.working[gpu].discard(worker.number)
-        busy = bool(self.working[gpu])
-        if busy and not was_busy:
-            self.gpu_busy_since[gpu] = now
-        elif was_busy and not busy:
-            self.busy += now - self.gpu_busy_since[gpu]
         speed = 1.0 / max(1, len(self.working[gpu]))
         for number in self.working[gpu]:
             other = self.workers[number]
