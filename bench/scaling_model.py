@@ -42,7 +42,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scaling_measure import Measured
+from scaling_measure import S3_STORE, Measured
 
 from facefusion_provider.output.merge import MARKER_READS_AT_ONCE
 from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
@@ -527,7 +527,6 @@ class Simulation:
 
 PIPELINE_QUEUE_FRAMES = 16  # worker/pipeline.py: QUEUE_BATCHES x the GPU batch (8) frames decoded ahead
 LIST_PAGE_KEYS = 1000  # S3 ListObjectsV2 returns at most this many keys a request
-S3_STORE = "s3 (moto)"
 
 
 @dataclass(frozen=True)
@@ -660,24 +659,17 @@ class SegmentModel:
         frames: int,
         segments: int,
         *,
-        store: str = S3_STORE,
         warm: bool = False,
     ) -> SegmentModel:
-        costs = measured.stores.get(store) or measured.stores["local"]
+        costs = measured.stores[S3_STORE]  # the requests counted on moto, at a stated latency; bytes at a stated rate
         frame_s = 1.0 / PodRate.of(measured, stated, warm=warm).fps
         megabytes = frames * stated.mb_per_frame
         measured_mb = costs.segment_bytes_per_frame * 256 / 1e6
         sha_s = costs.sha256_s_per_mb * megabytes
         commit_cpu = max(0.0, costs.commit_cpu_s - costs.sha256_s_per_mb * measured_mb) + sha_s
-        if costs.requests:  # S3: the measured requests at a stated latency, the bytes at a stated throughput
-            take_requests = costs.requests["take"] - costs.requests["scan"]
-            scan_s = mean_list_pages(segments) * stated.s3_list_page_s
-            take_s = scan_s + take_requests * stated.s3_request_s
-            latency = sha_s + megabytes / stated.s3_mb_per_s + costs.requests["commit"] * stated.s3_request_s
-        else:  # the local disk: as measured, the listings in proportion to the files listed
-            scan_s = costs.scan_s * segments / 400
-            take_s = costs.take_s - costs.scan_s + scan_s
-            latency = costs.commit_s - costs.sha256_s_per_mb * measured_mb + sha_s
+        scan_s = mean_list_pages(segments) * stated.s3_list_page_s
+        take_s = scan_s + (costs.requests["take"] - costs.requests["scan"]) * stated.s3_request_s
+        latency = sha_s + megabytes / stated.s3_mb_per_s + costs.requests["commit"] * stated.s3_request_s
         return cls(
             frames=frames,
             segments=segments,
