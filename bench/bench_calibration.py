@@ -1,6 +1,6 @@
 """The scaling model against a real run: two standing workers (``facefusion-worker serve``, separate processes) work
 several runs announced at once on this machine, each frame costing a fixed, injected delay (the test fault
-``frame_delay``: a sleep per decoded frame, so the 2 cores are not the bottleneck), and ``scaling_sim.Simulation``
+``frame_delay``: a sleep per decoded frame, so the 2 cores are not the bottleneck), and ``scaling_model.Simulation``
 predicts the same runs' makespans from the same inputs.
 
 Measured from the files the protocol writes (docs/protocol.md), all on this machine's clock: a run's lease (validate's
@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -39,9 +38,9 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from committed import hold_run_lease, work_uri_for  # noqa: E402
-from scaling_sim import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
+from scaling_model import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
-from worker_runs import WORKER, write_report  # noqa: E402
+from worker_runs import WORKER, machine, write_report  # noqa: E402
 
 from facefusion_provider import worker  # noqa: E402
 from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE, FAULTS_VARIABLE  # noqa: E402
@@ -104,6 +103,11 @@ def start_workers(root: str, frame_delay: float, idle_exit: float) -> list[subpr
     ]
 
 
+def worker_leases(folder: Path) -> list[Path]:
+    """The standing workers' leases, without the hidden files an atomic write renames into place."""
+    return [path for path in folder.glob("*.json") if not path.name.startswith(".")]
+
+
 def wait_until(condition: Any, processes: Sequence[subprocess.Popen[str]], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -129,8 +133,8 @@ def measure(scenario: Scenario, folder: Path, frame_delay: float, settle_s: floa
     workers_dir = local(RootLayout.of(root).workers_dir)
     processes = start_workers(root, frame_delay, idle_exit=settle_s)
     try:
-        wait_until(lambda: len(list(workers_dir.glob("*.json"))) == WORKERS, processes, 120, "the workers' leases")
-        started = {path.stem: mtime(path) for path in workers_dir.glob("*.json")}
+        wait_until(lambda: len(worker_leases(workers_dir)) == WORKERS, processes, 120, "the workers' leases")
+        started = {path.stem: mtime(path) for path in worker_leases(workers_dir)}
         time.sleep(settle_s / 2)  # idle: their looks at the change signal have backed off
         first = time.monotonic()
         for number, (target, layout, output) in enumerate(runs):
@@ -364,7 +368,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"runs over distinct 64x48 targets in segments of {SEGMENT_FRAMES} frames, `processors=[]`, each frame costing "
         f"an injected {report['frame_delay_s']} s (a sleep per decoded frame). A run is announced by writing its lease "
         "as `validate` does; its makespan runs from that write to its output's marker (the standing worker that "
-        "commits a work's last segment merges it). The model is `scaling_sim.Simulation` with standing workers, given "
+        "commits a work's last segment merges it). The model is `scaling_model.Simulation` with standing workers, given "
         "the frame work, the announcement times, the workers' starts (the phase of their idle looks) and the fixed "
         "costs below, measured from the scenario's own timeline (means of the intervals between one worker's claims, "
         "less the frame work; a worker's first run: from the look at the change signal that saw it, by the backoff "
@@ -418,8 +422,8 @@ NOTES = [
     "workers in one phase, at their mean start), predicted the batches within 6 % but single runs up to 3.7 times "
     "too slow: model / measured at once 1.40, 1.90, 1.00, 0.95 (batch 0.95), staggered 3.74, 1.96, 1.28, 1.12 (batch "
     "1.06) on the timelines above; 2.25, 1.41, 1.11, 1.00 and 3.30, 1.11, 2.41, 1.04 on this benchmark's first run. "
-    "Its standing workers left their run for any untouched newer one after each segment. Fixed in "
-    "`bench/scaling_sim.py`, each by what the real timelines showed:",
+    "Its standing workers left their run for any untouched newer one after each segment. Fixed in the simulation "
+    "(then `bench/scaling_sim.py`, now in `bench/scaling_model.py`), each by what the real timelines showed:",
     "",
     "- **A standing worker stays in a work until it has no free segment** (`work_segments` with no span of its own: "
     "the next segment, else the back half of that work's longest free run). The simulation chose among all runs at "
@@ -452,7 +456,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.replay:
         saved = json.loads(args.replay.read_text())
-        measured, frame_delay, command, machine = (
+        measured, frame_delay, command, ran_on = (
             saved["measured"],
             saved["frame_delay_s"],
             saved["command"],
@@ -466,15 +470,13 @@ def main() -> None:
                 scenario_folder = Path(folder) / str(number)
                 scenario_folder.mkdir()
                 measured.append(measure(scenario, scenario_folder, frame_delay, args.settle))
-        command = shlex.join(["python", "bench/bench_calibration.py", *sys.argv[1:]])
-        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; load {load}"
+        command, ran_on = shlex.join(["python", "bench/bench_calibration.py", *sys.argv[1:]]), machine()
         args.out.mkdir(parents=True, exist_ok=True)
-        raw = {"command": command, "machine": machine, "frame_delay_s": frame_delay, "measured": measured}
+        raw = {"command": command, "machine": ran_on, "frame_delay_s": frame_delay, "measured": measured}
         (args.out / "calibration.json").write_text(json.dumps(raw, indent=2) + "\n")  # replayable should the model fail
     report = {
         "command": command,
-        "machine": machine,
+        "machine": ran_on,
         "frame_delay_s": frame_delay,
         "segment_frames": SEGMENT_FRAMES,
         "workers": WORKERS,

@@ -9,7 +9,7 @@ local backend, default options). Cold: every run gets a fresh ``[facefusion] wor
 itself. Warm: every run shares one work root whose analysis the first cold run stored. Cold and warm runs alternate,
 so the machine's other load falls on both alike.
 
-Modelled: ``scaling_sim`` with the costs ``bench_scaling`` measured (``bench/results/scaling.json``), the target's
+Modelled: ``scaling_model`` with the costs ``bench_scaling`` measured (``bench/results/scaling.json``), the target's
 stored analysis skipping detection and landmarks (GPU and CPU) for every segment analysed before.
 
     python bench/bench_factory.py                  # 5 faces, a few minutes on 2 cores; writes bench/results/factory.*
@@ -32,12 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # synth, readback, demo
 
-from bench_scaling import HELPING, SPAN_PODS, STANDING, WORKERS_SETTING, machine, percent, pool_options
+from bench_scaling import percent
 from demo import make_demo_inputs
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from scaling_measure import Measured
-from scaling_model import PodRate, Stated, pool_of, run_plan
-from scaling_sim import Simulation
+from scaling_model import HELPING, SPAN_PODS, STANDING, WORKERS_SETTING, PodRate, Stated, run_plan, simulate
+from worker_runs import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACES = 20  # the set made and checked
@@ -254,20 +254,19 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
     plans += [(1, 2, SPAN_PODS, True, False), (1, 1, HELPING, True, False), (1, 1, STANDING, True, False)]
     plans += [(1, 1, STANDING, True, True), (1, 1, STANDING, False, False)]
     for wave, pods_per_gpu, mode, reuse, cold in plans:
-        plan, hops, _ = run_plan(
+        result, _, segments = simulate(
             measured,
             stated,
             SEGMENT_FRAMES,
-            wave,
+            gpus,
+            runs=int(FULL["runs"]),
+            wave=wave,
             frames=frames,
+            workers=mode,
+            pods_per_gpu=pods_per_gpu,
             reuse_analysis=reuse,
-            target="standard",
-            standing=mode == STANDING,
+            started_with_runs=cold,  # the standing workers' pods start with the batch: their GPUs count from then
         )
-        pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
-        if cold:  # the standing workers' pods are started with the batch: their GPUs count from the trigger
-            pool = replace(pool, standing_start_s=hops.span_pod_s)
-        result = Simulation([plan] * int(FULL["runs"]), pool).run()
         busy_from = 0.0 if cold else result.first_pod_s
         rows.append(
             {
@@ -282,7 +281,7 @@ def full_scale(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
                 "gpu_busy_trigger_to_last_output": round(result.busy_fraction(gpus), 4),
                 "segments_analysed": result.analysed_segments,
                 "segments_worked_cold": result.cold_segments,
-                "segments": len(plan.work_s) * int(FULL["runs"]),
+                "segments": segments.segments * int(FULL["runs"]),
             }
         )
     return rows

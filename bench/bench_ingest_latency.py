@@ -231,10 +231,5 @@ def main() -> int:
     return 0
 
 
-def rewrite_markdown(stem: Path) -> None:
-    """The .md again from the .json (``python -c``), after a change to its layout: no rerun."""
-    stem.with_suffix(".md").write_text(markdown(json.loads(stem.with_suffix(".json").read_text())))
-
-
 if __name__ == "__main__":
     sys.exit(main())

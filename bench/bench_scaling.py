@@ -3,7 +3,7 @@ a killed pod, a skewed video, and a batch of ingested videos sharing the pool.
 
 The worker's costs are measured here with its own code (``scaling_measure``: CPU per frame, a segment's commit, a
 take, a resume's listing and seek, on the local disk and on S3 through moto); the cluster's costs are stated (flags):
-Airflow's task overhead, pod start, model load, GPU inference, S3 latency and throughput. ``scaling_sim`` then plays
+Airflow's task overhead, pod start, model load, GPU inference, S3 latency and throughput. ``scaling_model`` then plays
 each run the way the worker does: one wave of spans (``plan_spans(segments, wave=G)``), each pod paying its fixed cost
 once, segments at the pod's rate plus their per-segment costs, an idle pod taking the back half of the longest run
 of unclaimed segments, and the merge after the last span.
@@ -21,17 +21,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from scaling_measure import Measured, WorkerCosts, join_costs, measure, switch_seconds, write_clip_1080p
-from scaling_model import Hops, PodRate, SegmentModel, Stated, pool_of, run_plan, single_process_s, switch_s
-from scaling_sim import Kill, Result, Simulation
+from scaling_measure import Measured, WorkerCosts, measure
+from scaling_model import (
+    HELPING,
+    SPAN_PODS,
+    STANDING,
+    WORKERS_SETTING,
+    Hops,
+    Kill,
+    PodRate,
+    Stated,
+    simulate,
+    single_process_s,
+    switch_s,
+)
+from worker_runs import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -42,19 +52,6 @@ KILLS = 8  # kill times spread over a pod's working time
 SKEW = (1 / 3, 2 / 3, 3.0)  # the middle third of the segments three times slower
 BATCH = {"videos": 100, "video_seconds": 300.0, "gpus": 64, "busy_goal": 0.95}
 BATCH_WAVES = (1, 2, 4)
-
-
-def simulate(
-    measured: Measured, stated: Stated, size: int, gpus: int, *, wave: int | None = None, **options: Any
-) -> tuple[Result, Hops, SegmentModel]:
-    """One run of the stated video on ``gpus`` (one wave of ``wave`` spans, default one per GPU)."""
-    kills = options.pop("kills", ())
-    skew = options.pop("skew", None)
-    plan, hops, model = run_plan(
-        measured, stated, size, wave or gpus, skew=skew, standing=options.get("standing", False)
-    )
-    result = Simulation([plan], pool_of(stated, hops, gpus, measured=measured, **options), kills).run()
-    return result, hops, model
 
 
 # --- one hour of 1080p over 1-64 GPUs ----------------------------------------------------------------------------
@@ -141,7 +138,6 @@ def skewed(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]
 # --- a batch of ingested videos ----------------------------------------------------------------------------------
 
 
-SPAN_PODS, HELPING, STANDING = "span pods", "span pods, then other runs", "standing workers"
 BATCH_PLANS = (  # (pods per GPU, spans per video, who works the spans)
     *((1, wave, SPAN_PODS) for wave in BATCH_WAVES),
     (2, 1, SPAN_PODS),
@@ -150,15 +146,6 @@ BATCH_PLANS = (  # (pods per GPU, spans per video, who works the spans)
     (1, 4, HELPING),
     (1, 1, STANDING),
 )
-WORKERS_SETTING = {  # what each mode is in [facefusion]
-    SPAN_PODS: "span_workers = task",
-    HELPING: "span_workers = task, help_other_runs_seconds > 0",
-    STANDING: "span_workers = standing",
-}
-
-
-def pool_options(mode: str) -> dict[str, bool]:
-    return {"across_runs": mode == HELPING, "standing": mode == STANDING}
 
 
 def batch(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]:
@@ -168,9 +155,17 @@ def batch(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]
     gpus = int(BATCH["gpus"])
     rows = []
     for pods_per_gpu, wave, mode in BATCH_PLANS:
-        plan, hops, _ = run_plan(measured, stated, size, wave, frames=frames, standing=mode == STANDING)
-        pool = pool_of(stated, hops, gpus, measured=measured, pods_per_gpu=pods_per_gpu, **pool_options(mode))
-        result = Simulation([plan] * int(BATCH["videos"]), pool).run()
+        result, _, _ = simulate(
+            measured,
+            stated,
+            size,
+            gpus,
+            runs=int(BATCH["videos"]),
+            wave=wave,
+            frames=frames,
+            workers=mode,
+            pods_per_gpu=pods_per_gpu,
+        )
         rows.append(
             {
                 "pods_per_gpu": pods_per_gpu,
@@ -219,7 +214,7 @@ def scenarios(measured: Measured, stated: Stated, size: int) -> list[dict[str, A
         one_gpu = min(simulate(measured, changed, other, 1)[0].makespan_s for other in SEGMENT_SIZES)
         row: dict[str, Any] = {"scenario": name, "changes": changes, "workers": mode}
         for gpus in GOALS:
-            result, hops, _ = simulate(measured, changed, size, gpus, **pool_options(mode))
+            result, hops, _ = simulate(measured, changed, size, gpus, workers=mode)
             row[f"efficiency_{gpus}_gpus"] = round(one_gpu / (gpus * result.makespan_s), 4)
             row["serial_s"] = round(serial_s(hops, mode), 1)
         rows.append(row)
@@ -241,7 +236,7 @@ def sensitivity(measured: Measured, stated: Stated, size: int) -> list[dict[str,
         one_gpu = simulate(measured, changed, size, 1)[0].makespan_s
         row: dict[str, Any] = {"changes": changes}
         for gpus in GOALS:
-            result, _, _ = simulate(measured, changed, size, gpus, **pool_options(STANDING))
+            result, _, _ = simulate(measured, changed, size, gpus, workers=STANDING)
             row[f"efficiency_{gpus}_gpus"] = round(one_gpu / (gpus * result.makespan_s), 4)
         rows.append(row)
     return rows
@@ -399,7 +394,7 @@ def efficiency_table(rows: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def measured_lines(measured: dict[str, Any]) -> list[str]:
-    worker, run, seek = measured["worker"], measured["run"], measured["seek"]
+    worker, run, seek, join = measured["worker"], measured["run"], measured["seek"], measured["join"]
     parts = ", ".join(f"{part.replace('_', ' ')} {ms:.2f}" for part, ms in worker["swap_cpu_parts_ms"].items())
     lines = [
         f"Measured here ({measured['clip']}; {measured['cpu_cores']} cores, CPU seconds unless said):",
@@ -410,16 +405,14 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
         f"{sum(worker['swap_cpu_parts_ms'].values()):.1f} ms per face ({parts} ms). Frames side by side, one thread "
         f"per core: each of a pod's frame threads counts {worker['side_by_side_efficiency']:.2f}.",
         f"- Serial steps: a worker process that finds its span done {run['worker_start_s']:.2f} s (its CPU); prepare's "
-        f"probe {1e6 * run['probe_s_per_frame']:.1f} us and {run['probe_bytes_per_frame']:.0f} bytes per frame; merge "
-        f"{1000 * run['merge_s_per_frame']:.3f} ms per frame (all of the local merge, checksums included); one more "
-        "segment over the same frames, end to end "
-        f"through `worker.run`, {1000 * run['segment_cpu_s']:.0f} ms CPU (a cross-check only: the difference of two "
-        "30-second runs, within this machine's noise; the model adds up the parts below).",
+        f"probe {1e6 * run['probe_s_per_frame']:.1f} us and {run['probe_bytes_per_frame']:.0f} bytes per frame.",
         f"- A seek to a segment start (keyframe every {seek['keyint']} frames): {1000 * seek['seek_s']:.0f} ms wall, "
         f"{1000 * seek['seek_cpu_s']:.0f} ms CPU (the model's figure), {seek['preroll_frames']:.0f} frames decoded "
         "before it on average; a segment's stored faces read in "
         f"{1000 * seek['analysis_load_s']:.2f} ms.",
-        *join_lines(measured),
+        f"- The merge's index join (CPU, from the markers' stored moovs): {1000 * join['per_segment_s']:.2f} ms per "
+        f"segment, {1e6 * join['per_frame_s']:.1f} us per frame; the output's moov {join['moov_bytes_per_frame']:.0f} "
+        "bytes per frame.",
         "",
         "| store | encoder per segment (CPU) | flush wait (wall / CPU) | sha256 per MB | commit (256 frames) | commit CPU | take "
         "| listing (400 segments) | claim renewal | S3 requests: take, commit, listing, first take |",
@@ -440,17 +433,6 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
             f"| {1000 * costs['renew_s']:.2f} ms | {counted} |"
         )
     return lines
-
-
-def join_lines(measured: dict[str, Any]) -> list[str]:
-    join = measured.get("join")
-    if not join:
-        return []
-    return [
-        f"- The merge's index join (CPU, from the markers' stored moovs): {1000 * join['per_segment_s']:.2f} ms per "
-        f"segment, {1e6 * join['per_frame_s']:.1f} us per frame; the output's moov {join['moov_bytes_per_frame']:.0f} "
-        "bytes per frame."
-    ]
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> None:
@@ -744,15 +726,6 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-def machine() -> str:
-    """The machine, and its load now: other work on a shared machine stretches every wall-clock figure."""
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-        f"load average {load} at the end"
-    )
-
-
 # The worker's measured parts, and the bench_cpu_stages.py stage (1080p) whose after/before ratio scales each.
 CUT_STAGES = {
     "detector": "detect: pre/post-processing",
@@ -802,15 +775,6 @@ def main(argv: list[str] | None = None) -> int:
         scaled_by, unscaled = earlier.get("cpu_stages"), earlier.get("measured_before_cuts")
         # Scaling again starts from the costs as measured, never from a scaled copy.
         measured = Measured.from_dict(unscaled if args.cpu_stages and unscaled else earlier["measured"])
-        if not measured.seek.switch_s:  # measured before standing workers: measure that one cost now
-            with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
-                clip = Path(scratch) / "short.mp4"
-                write_clip_1080p(clip, 128)
-                seek = replace(measured.seek, switch_s=switch_seconds(Path(scratch), clip))
-            measured = replace(measured, seek=seek)
-        if measured.join is None:  # measured before the index join: measure its costs now
-            with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
-                measured = replace(measured, join=join_costs(Path(scratch)))
     else:
         with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
             measured = measure(Path(scratch))

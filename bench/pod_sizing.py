@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(BENCH_DIR))
 
 from gpu_check import DETECTOR_GRAPH, SWAPPER_GRAPH  # noqa: E402
+from scaling_model import Stated  # noqa: E402
 
 from facefusion_provider.media.hardware import gpu_model  # noqa: E402
 
@@ -46,9 +47,9 @@ START, END = "<!-- pod-sizing:start (bench/pod_sizing.py) -->", "<!-- pod-sizing
 
 SIZE = "1080p"
 PRESET = "veryfast"  # the options' default output_video_preset with the default encoder, libx264
-# The stated rate of detect + landmarks + inswapper_128 per frame on one GPU, batched (bench/scaling_model.py
-# Stated.gpu_inference_fps), taken as an L4's; other GPUs scale it by their fp16 dense tensor peak.
-ANCHOR_FPS, ANCHOR_TFLOPS = 120.0, 121.0
+# The scaling model's stated rate of detect + landmarks + inswapper_128 per frame on one GPU, batched, taken as an
+# L4's; other GPUs scale it by their fp16 dense tensor peak.
+ANCHOR_FPS, ANCHOR_TFLOPS = Stated().gpu_inference_fps, 121.0
 BUSY_TARGET = 0.9  # the GPU's busy share a pod must reach
 # Cores do not add up perfectly (the frame loop, the GIL, memory bandwidth): each counts for this much of one.
 CORE_EFFICIENCY = 0.9

