@@ -358,8 +358,9 @@ class _RunOptions(BaseModel):
         ge=1,
         le=100_000,
         strict=True,
-        description="Frames saved together as one piece (empty: 256); an interrupted run starts again at the first "
-        "piece not saved.",
+        description="Frames saved together as one segment (empty: 256); a last part shorter than a quarter of a "
+        "segment joins the segment before it (300 frames make one segment of 300). An interrupted run starts again "
+        "at the first segment not saved.",
     )
     output_video_encoder: OutputVideoEncoder = Field(
         json_schema_extra=SECTION_OUTPUT, default="libx264", description="The codec of the finished video."
