@@ -36,6 +36,7 @@ from facefusion_provider.airflow_plugin.run_output import (
     stage_line,
 )
 from facefusion_provider.links.output import output_link_path
+from facefusion_provider.work.layout import WorkLayout
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +196,6 @@ def read_run_facts(dag_id: str, run_id: str) -> RunFacts | None:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
-
-    from facefusion_provider.work.layout import WorkLayout
 
     tasks = dag_tasks(dag_id)
     with create_session() as session:

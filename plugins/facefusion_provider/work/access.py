@@ -15,6 +15,7 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.options import Options, parse_options
 from facefusion_provider.storage.scratch import scratch_folder
+from facefusion_provider.work import leases
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import WORK_FORMAT_VERSION, WorkSpec
 from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, run_uris
@@ -60,7 +61,6 @@ def run_held(work_uri: str, run_key: str) -> Iterator[Callable[[], None] | None]
     if not run_key:
         yield None
         return
-    from facefusion_provider.work import leases
 
     with leases.renewing(work_layout(work_uri), run_key) as held:
         yield held.check

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any, NoReturn
 
+from facefusion_provider import worker
 from facefusion_provider.contract import (
     TERMINATION_LOG_VARIABLE,
     WorkerSettings,
@@ -35,7 +36,6 @@ from facefusion_provider.worker import faults
 
 def execute(args: argparse.Namespace, settings: WorkerSettings) -> dict[str, Any]:
     """Run the parsed command; returns the JSON-ready summary printed on stdout."""
-    from facefusion_provider import worker
 
     if args.command in ("prepare", "swap-span", "merge"):
         with run_held(args.work_uri, settings.run_key) as guard:
@@ -58,7 +58,6 @@ def _run_command(
     args: argparse.Namespace, settings: WorkerSettings, guard: Callable[[], None] | None
 ) -> dict[str, Any]:
     """A worker command of a run: prepare, swap-span or merge."""
-    from facefusion_provider import worker
 
     if args.command == "prepare":
         spec = worker.prepare(

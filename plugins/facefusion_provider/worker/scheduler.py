@@ -21,6 +21,7 @@ from facefusion_provider import storage
 from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import FaceFusionError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.options import Options
+from facefusion_provider.output.sound import store_sound
 from facefusion_provider.work import leases
 from facefusion_provider.work.access import checked_uris, load_work, work_layout
 from facefusion_provider.work.claims import (
@@ -41,6 +42,7 @@ from facefusion_provider.work.layout import (
 )
 from facefusion_provider.work.records import RunLease, WorkSpec
 from facefusion_provider.worker import faults
+from facefusion_provider.worker.prepare import prepare_work
 from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
 
 logger = logging.getLogger(__name__)
@@ -324,8 +326,6 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
     """Writes the work.json of a live run's work from the inputs and options in its lease, once among workers (an
     exclusive claim), unless it exists; the run's prepare task then reuses it. A failure is only logged: the prepare
     task prepares as before and reports it."""
-    from facefusion_provider.options import Options
-    from facefusion_provider.worker.prepare import prepare_work
 
     lease, layout = other.lease, other.layout
     if lease is None or lease.options is None or storage.exists(layout.work_json):
@@ -348,7 +348,6 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
 
 
 def _store_sound(layout: WorkLayout, target_uri: str) -> None:
-    from facefusion_provider.output.sound import store_sound
 
     began = time.monotonic()
     try:
