@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from system_binaries import require_binary
 
 pytest_plugins = ["system_binaries"]  # fixtures for the system programs tests run (promtool)
 
@@ -37,6 +36,8 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
     this process may not mount one (it takes root)."""
     folder = tmp_path / "full"
     folder.mkdir()
+    from system_binaries import require_binary  # the plugin above: imported here, after pytest has registered it
+
     mount, umount = require_binary("mount", package="mount"), require_binary("umount", package="mount")
     mounted = subprocess.run(
         [mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True, check=False

@@ -166,7 +166,19 @@ def write_bytes_if_unchanged(uri: str, data: bytes, version: str) -> bool:
             found = stat(uri)
             if found is None or found.version != version:
                 return False
-            _write_local_atomic(path, data)
+            try:  # in the folder as it is: a folder a sweep removed meanwhile is not made again
+                fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=os.path.basename(path))
+            except FileNotFoundError:
+                return False
+            try:
+                os.fchmod(fd, _NEW_FILE_MODE)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(temp, path)
+            except FileNotFoundError:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+                return False
             return True
         bucket, key = path.split("/", 1)
         try:

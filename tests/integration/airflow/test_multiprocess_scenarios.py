@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -205,11 +206,13 @@ def test_clearing_a_succeeded_span_of_a_finished_run_ends_in_success_again(setup
 
 
 # (case, conf changes, field the error names, words of the error): each run writes its output into a folder of its own.
-BAD_INPUTS = [
+BAD_INPUTS = [  # what only validate can tell: storage, and the deployment's settings
     ("unwritable", {"output_uri": "/proc/x.mp4"}, "output_uri", "cannot write"),
+    ("outside_allow_list", {"output_uri": "{elsewhere}/x.mp4"}, "output_uri", "outside the allowed output locations"),
+]
+BAD_CONFS = [  # what the conf alone tells: refused before a run exists (airflow_plugin/conf_limits.py)
     ("bucket_only", {"target_uri": "s3://bucket/"}, "target_uri", "names a bucket, not a file"),
     ("parent", {"output_uri": "file:///data/out/../../x.mp4"}, "output_uri", "'..' is not allowed"),
-    ("outside_allow_list", {"output_uri": "{elsewhere}/x.mp4"}, "output_uri", "outside the allowed output locations"),
     ("relative_target", {"target_uri": "clear.mp4"}, "target_uri", "relative path"),
     ("relative_output", {"output_uri": "out/x.mp4"}, "output_uri", "relative path"),
     ("unknown_key", {"colour": "blue"}, "colour", "unknown conf key"),
@@ -219,10 +222,14 @@ BAD_INPUTS = [
 def test_bad_input_fails_at_validate_naming_the_field_without_retries(setup: Setup) -> None:
     cluster = setup.cluster
     runs = {}
-    for case, changes, _, _ in BAD_INPUTS:
+    for case, changes, field, words in BAD_INPUTS + BAD_CONFS:
         run_conf = pass_through(setup, setup.media / "clear.mp4", setup.out / case / "x.mp4")
         run_conf.update({key: str(value).format(elsewhere=setup.elsewhere) for key, value in changes.items()})
         (setup.out / case).mkdir()
+        if (case, changes, field, words) in BAD_CONFS:
+            with pytest.raises(AssertionError, match=rf": 400 .*\b{field}\b.*{re.escape(words)}"):
+                cluster.trigger(run_conf)  # no run is created
+            continue
         runs[case] = cluster.trigger(run_conf)
 
     for case, _, field, words in BAD_INPUTS:

@@ -233,12 +233,13 @@ def test_a_run_with_a_bad_output_says_why_on_its_page_naming_the_field(
     ui: AirflowUI, browser_airflow: StandaloneAirflow, tmp_path: Path
 ) -> None:
     face, clip = make_image(tmp_path / "face.png"), make_clip(tmp_path / "clip.mp4", SEGMENT, seed=6)
-    bad_output = f"{tmp_path}/out/../escape.mp4"
+    # A folder that is a file: only validate, looking at the disk, can tell (the API refuses what the conf alone shows)
+    bad_output = f"{face}/escape.mp4"
     run_id = _trigger(browser_airflow, {"source_uris": [str(face)], "target_uri": str(clip), "output_uri": bad_output})
 
     assert ui.wait_for_run_state(DAG_ID, run_id, timeout=90) == "failed"
     note = str(_note(browser_airflow, run_id))
-    assert re.match(r"^Failed in validate: Output video \(output_uri\): .*'\.\.'", note), note
+    assert re.match(r"^Failed in validate: Output video \(output_uri\): .*is a file, not a folder", note), note
     ui.open_run(DAG_ID, run_id)  # the page read the run as it failed, maybe before the scheduler wrote the note
     ui.wait_for_text("Failed in validate: Output video (output_uri):")
     ui.screenshot("failed-run")

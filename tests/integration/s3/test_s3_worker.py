@@ -27,7 +27,7 @@ from s3_stack import S3Stack, make_clip
 from facefusion_provider import storage
 from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
 from facefusion_provider.work.claims import SegmentClaims, scan_work
-from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.layout import WorkLayout, segment_claim_name
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 LOSSLESS = ["--processors", "--output-video-quality", "100"]
@@ -192,9 +192,9 @@ def test_a_span_reads_its_range_of_the_target_not_the_whole_file(
     ranged = target_bytes(23, FACEFUSION_S3_READ_BLOCK_BYTES=block)
     assert 0 < ranged < size / 2, (ranged, size)
     cache = str(tmp_path / "cache")
-    storage.delete(WorkLayout(work).claim(22, 1))
+    storage.delete(WorkLayout(work).claim(segment_claim_name(22), 1))
     assert target_bytes(22, FACEFUSION_INPUT_CACHE_DIR=cache) == size  # one download for the node
-    storage.delete(WorkLayout(work).claim(21, 1))
+    storage.delete(WorkLayout(work).claim(segment_claim_name(21), 1))
     assert target_bytes(21, FACEFUSION_INPUT_CACHE_DIR=cache) == 0  # the next segment on the node reads the copy
 
 
