@@ -88,6 +88,7 @@ Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
 MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame index, far inside int64
 DEFAULT_DETECTOR_INTERVAL = 8  # about a quarter of a second at 30 fps before a face coming into view is swapped
 MAX_DETECTOR_INTERVAL = 60
+MIN_OUTPUT_VIDEO_SCALE, MAX_OUTPUT_VIDEO_SCALE, OUTPUT_VIDEO_SCALE_STEP = 0.25, 8.0, 0.25  # FaceFusion's range
 MAX_SOURCES = 16  # source faces of one run: their identities are averaged; more only slow prepare down
 
 # The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
@@ -322,8 +323,7 @@ class FrameEnhancerOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default="span_kendata_x4",
         description="Only with the frame enhancer processor: the model that upscales the whole frame, by the factor "
-        "in its name (x2, x4, x8). A model file you install. Not in runs yet: prepare refuses a frame size change "
-        "until segments and the merge carry one.",
+        "in its name (x2, x4, x8). A model file you install. Neither side of the output may pass 8192 pixels.",
     )
     frame_enhancer_blend: Percent = Field(
         json_schema_extra=SECTION_SWAP,
@@ -390,6 +390,34 @@ class _RunOptions(BaseModel):
     )
 
 
+class OutputOptions(BaseModel):
+    """The output video's size and rate (FaceFusion's output options of the same names)."""
+
+    output_video_scale: float = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=1.0,
+        ge=MIN_OUTPUT_VIDEO_SCALE,
+        le=MAX_OUTPUT_VIDEO_SCALE,
+        multiple_of=OUTPUT_VIDEO_SCALE_STEP,
+        strict=True,
+        allow_inf_nan=False,
+        description="Scale the finished frames by this factor (in steps of 0.25), after the processors: with the "
+        "frame enhancer the two multiply (x4 and 0.5 give twice the target's size). Sides are rounded to even "
+        "numbers; neither side may pass 8192 pixels.",
+    )
+    output_video_fps: float | None = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=None,
+        ge=1.0,
+        le=60.0,
+        strict=True,
+        allow_inf_nan=False,
+        description="Frames per second of the finished video (empty: the target's). Only the target's own rate is "
+        "accepted so far: another rate would drop or repeat frames, which segments cut on the target's frames do "
+        "not yet do frame-exact.",
+    )
+
+
 # A processor's options: its own fields, one class each; ``engine.processors`` maps each name to its module.
 PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
@@ -399,9 +427,15 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 
 
 # pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
-# groups in the order faces, swapper, masks, face enhancer, frame enhancer, run.
+# groups in the order faces, swapper, masks, face enhancer, frame enhancer, run, output.
 class Options(
-    _RunOptions, FrameEnhancerOptions, FaceEnhancerOptions, _FaceMaskOptions, FaceSwapperOptions, _FacesOptions
+    OutputOptions,
+    _RunOptions,
+    FrameEnhancerOptions,
+    FaceEnhancerOptions,
+    _FaceMaskOptions,
+    FaceSwapperOptions,
+    _FacesOptions,
 ):
     """Everything a user may set for one swap run."""
 

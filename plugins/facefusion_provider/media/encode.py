@@ -53,11 +53,13 @@ class EncoderSettings:
     options: dict[str, str] = field(default_factory=dict)
 
 
-def encoder_settings(options: Options, probe: VideoProbe) -> EncoderSettings:
+def encoder_settings(options: Options, probe: VideoProbe, size: tuple[int, int] | None = None) -> EncoderSettings:
+    """The settings for the target ``probe``'s frames processed into frames of ``size`` (None: the target's)."""
     codec = options.output_video_encoder
+    width, height = size or (probe.width, probe.height)
     return EncoderSettings(
         codec=codec,
-        pix_fmt=output_pix_fmt(codec, probe.pix_fmt, probe.width, probe.height),
+        pix_fmt=output_pix_fmt(codec, probe.pix_fmt, width, height),
         options=codec_options(codec, options.output_video_quality, options.output_video_preset),
     )
 

@@ -19,8 +19,10 @@ BACKGROUND = 16
 
 
 def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int) -> bytes:
-    """JPEG of ``original`` above ``output``, upright and at most THUMBNAIL_WIDTH wide: one column of the sheet."""
-    return encode_image(_sheet([[_thumbnail(original, rotation)], [_thumbnail(output, rotation)]]))
+    """JPEG of ``original`` above ``output``, upright, the original at most THUMBNAIL_WIDTH wide and the output at
+    its height whatever its own size (an upscaled output shows as large as its original): one column of the sheet."""
+    before = _thumbnail(original, rotation)
+    return encode_image(_sheet([[before], [_thumbnail(output, rotation, height=before.shape[0])]]))
 
 
 def preview_frames(frame_start: int, frame_end: int, samples: int = PREVIEW_SAMPLES) -> list[int]:
@@ -38,11 +40,15 @@ def contact_sheet(columns: list[MediaSource]) -> bytes:
     return encode_image(_sheet([images]))
 
 
-def _thumbnail(frame: av.VideoFrame, rotation: int) -> RgbImage:
+def _thumbnail(frame: av.VideoFrame, rotation: int, height: int | None = None) -> RgbImage:
+    """``frame`` upright, at most THUMBNAIL_WIDTH wide, or ``height`` high (even sizes)."""
     upright = np.rot90(rgb_array(frame), k=(rotation // 90) % 4)
-    height, width = upright.shape[:2]
-    scaled_width = min(THUMBNAIL_WIDTH, width + width % 2)
-    scaled_height = max(2, round(height * scaled_width / width / 2) * 2)
+    frame_height, width = upright.shape[:2]
+    if height is None:
+        scaled_width = min(THUMBNAIL_WIDTH, width + width % 2)
+        scaled_height = max(2, round(frame_height * scaled_width / width / 2) * 2)
+    else:
+        scaled_width, scaled_height = max(2, round(width * height / frame_height / 2) * 2), height
     return rgb_array(rgb_frame(upright).reformat(width=scaled_width, height=scaled_height))
 
 

@@ -178,9 +178,9 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
 
     Unchanged: ``original`` itself, bit-exact. Pending (``PendingFrame``): a copy of ``original``'s YUV planes with
     only its patches' rectangle converted back and replaced, and its crops pasted straight in, so nothing is converted
-    whole. Changed: ``original`` with only the changed rectangle (even-aligned) converted back and replaced in its
-    planes, so every pixel outside it is the decoded one; formats other than 8-bit 4:2:0 are converted back whole, as
-    before.
+    whole. Resized (an upscaler, ``output_video_scale``): a new frame with ``original``'s colour description.
+    Changed: ``original`` with only the changed rectangle (even-aligned) converted back and replaced in its planes, so
+    every pixel outside it is the decoded one; formats other than 8-bit 4:2:0 are converted back whole, as before.
     """
     if isinstance(result, PendingFrame):
         colour = yuv420_colour(original)
@@ -196,6 +196,8 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
                 paste_into_yuv420(luma, chroma, paste, YuvMatrix(*colour))
             return written
         result = result.rgb()  # a colour matrix the planes' paste does not know: written in RGB, converted back
+    if result.shape != image.shape:
+        return described_like(rgb_frame(result), original)
     box = changed_box(image, result) if result is not image else None
     if box is None:
         return original

@@ -24,6 +24,9 @@ from facefusion_provider.work.span_plan import plan_segments
 
 logger = logging.getLogger(__name__)
 
+MAX_OUTPUT_SIDE = 8192  # H.264 level 6.2's and HEVC level 6.2's widest frame; a 4K target at x4 (15360) is past it
+FRAME_RATE_TOLERANCE = 0.01  # frames per second: 29.97 given for NTSC's 30000/1001
+
 
 def prepare(
     work_uri: str,
@@ -63,9 +66,10 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
 
     with storage.open_input(uris.target_uri) as target:
         probe = probe_video(target, uris.target_uri)
-        _check_frame_size(options, probe)
+        size = output_frame_size(options, probe)
+        check_frame_rate(options, probe)
         if judged_here(options.output_video_encoder, os.environ):
-            check_encoder(encoder_settings(options, probe), probe.width, probe.height, Fraction(probe.frame_rate))
+            check_encoder(encoder_settings(options, probe, size), *size, Fraction(probe.frame_rate))
         frame_start, frame_end = trimmed_range(options, probe.frame_count)
         segments = plan_segments(frame_start, frame_end, options.segment_size)
         check_seek_decode(target, probe, seek_check_starts(segments), uris.target_uri)
@@ -105,18 +109,33 @@ def trimmed_range(options: Options, frame_count: int) -> tuple[int, int]:
     return start, end
 
 
-def _check_frame_size(options: Options, probe: VideoProbe) -> None:
-    """Segments and the merge carry the target's frame size only, so far: a chain that changes it is refused here."""
-    if not options.processors:
-        return
+def output_frame_size(options: Options, probe: VideoProbe) -> tuple[int, int]:
+    """The output frames' size, as the processors and ``output_video_scale`` make it from the target's; a chain that
+    reads faces after a size change, or an output past ``MAX_OUTPUT_SIDE``, is refused naming the option."""
     from facefusion_provider.engine.processors.registry import check_chain, output_size
 
     check_chain(options)
-    size = output_size(options, probe.width, probe.height)
-    if size != (probe.width, probe.height):
+    width, height = output_size(options, probe.width, probe.height)
+    if max(width, height) > MAX_OUTPUT_SIDE:
+        enlarged = options.output_video_scale > 1.0 or "frame_enhancer" not in options.processors
+        field = "output_video_scale" if enlarged else "frame_enhancer_model"
         raise InvalidOptionError(
-            f"options.processors: {', '.join(options.processors)} turns the target's {probe.width}x{probe.height} "
-            f"frames into {size[0]}x{size[1]}; segments of another size than the target's are not supported yet"
+            f"options.{field}: the target's {probe.width}x{probe.height} frames would become {width}x{height}; "
+            f"neither side of the output may pass {MAX_OUTPUT_SIDE} pixels (H.264's and HEVC's largest level): "
+            "choose a smaller scale"
+        )
+    return width, height
+
+
+def check_frame_rate(options: Options, probe: VideoProbe) -> None:
+    """Refuse an ``output_video_fps`` other than the target's: segments are cut on the target's frames, and another
+    rate would drop or repeat frames across their borders (FaceFusion resamples with FFmpeg's fps filter)."""
+    wanted = options.output_video_fps
+    rate = Fraction(probe.frame_rate)
+    if wanted is not None and abs(wanted - float(rate)) > FRAME_RATE_TOLERANCE:
+        raise InvalidOptionError(
+            f"options.output_video_fps: {wanted:g} differs from the target's {float(rate):.3f} fps; only the "
+            "target's own rate is supported (another would drop or repeat frames across segments): leave it empty"
         )
 
 

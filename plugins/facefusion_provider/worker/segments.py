@@ -341,6 +341,7 @@ class SegmentWriter:
         self._preview = frozenset(preview_frames)
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
+        self._size = frame_size(spec)
         self._encoder: VideoEncoder | None = None
         self._segment: Segment | None = None
         self._thumbnails: dict[int, bytes] = {}  # the open segment's preview frames
@@ -383,9 +384,9 @@ class SegmentWriter:
         self._segment, self._thumbnails, self._opened = segment, {}, time.perf_counter()
         self._encoder = VideoEncoder(
             os.path.join(self.folder, f"{segment.index:05d}.mp4"),
-            encoder_settings(self.spec.options, probe),
-            width=probe.width,
-            height=probe.height,
+            encoder_settings(self.spec.options, probe, self._size),
+            width=self._size[0],
+            height=self._size[1],
             frame_rate=Fraction(probe.frame_rate),
             time_base=Fraction(probe.time_base),
             pts_offset=segment_pts_offset(probe, segment.start),
@@ -406,6 +407,13 @@ class SegmentWriter:
 
         original = self.frames.originals.pop(number, None)
         return None if original is None else thumbnail_pair(original, output, self.spec.probe.rotation)
+
+
+def frame_size(spec: WorkSpec) -> tuple[int, int]:
+    """The size of the work's output frames, as its processors and ``output_video_scale`` make them."""
+    from facefusion_provider.engine.processors.registry import output_size
+
+    return output_size(spec.options, spec.probe.width, spec.probe.height)
 
 
 def _segment_moov(path: str) -> tuple[bytes, int] | None:

@@ -86,8 +86,9 @@ class FrameProcessors:
         self.load_seconds = 0.0
 
     def get(self, metrics: WorkerMetrics) -> AnalysedProcessor | None:
-        if not self._spec.options.processors:
-            return None
+        options = self._spec.options
+        if not options.processors and options.output_video_scale == 1.0:
+            return None  # the decoded frames go to the encoder untouched
         if self._processor is None:
             began = time.perf_counter()
             from facefusion_provider.engine.processors.chain import build_frame_processor

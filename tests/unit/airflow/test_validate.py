@@ -103,6 +103,9 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
     ("change", "error", "message"),
     [
         ({"face_swapper_blend": 150}, InvalidOptionError, "options.face_swapper_blend: Input should be less than"),
+        ({"output_video_scale": 9}, InvalidOptionError, "options.output_video_scale: Input should be less than or"),
+        ({"output_video_scale": 1.1}, InvalidOptionError, "options.output_video_scale: Input should be a multiple"),
+        ({"output_video_fps": 0}, InvalidOptionError, "options.output_video_fps: Input should be greater than or"),
         ({"segmnt_size": 8}, InvalidOptionError, "segmnt_size: unknown conf key; did you mean 'segment_size'?"),
         ({"chunk_size": 8}, InvalidOptionError, "chunk_size: no longer an option: it is called segment_size now"),
         (
@@ -223,6 +226,7 @@ def test_params_accept_a_good_conf_in_either_shape(inputs: dict[str, Any]) -> No
         ({"face_swapper_blend": 150}, "face_swapper_blend"),
         ({"face_selector_mode": "everyone"}, "face_selector_mode"),
         ({"segment_size": -5}, "segment_size"),
+        ({"output_video_scale": 9}, "output_video_scale"),
         ({"source_uris": [""]}, "source_uris"),  # an empty list is refused at the trigger (conf_limits)
         ({"target_uri": 5}, "target_uri"),
     ],

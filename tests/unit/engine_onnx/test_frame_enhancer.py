@@ -110,3 +110,11 @@ def test_the_frame_enhancer_reads_no_faces_and_comes_after_the_processors_that_d
         check_chain(Options(processors=["frame_enhancer", "face_enhancer"]))
     tghq = Options(processors=["face_swapper", "frame_enhancer"], frame_enhancer_model="tghq_face_x8")
     assert output_size(tghq, 640, 360) == (5120, 2880)
+
+
+def test_output_video_scale_multiplies_the_chains_size_with_facefusions_even_rounding() -> None:
+    x4 = Options(processors=["frame_enhancer"], frame_enhancer_model="real_esrgan_x4", output_video_scale=0.5)
+    assert output_size(x4, 1920, 1080) == (3840, 2160)  # 1080p to 4K
+    quarter = Options(processors=[], output_video_scale=0.25)
+    assert output_size(quarter, 1366, 767) == (340, 192)  # int(341.5) = 341 and int(191.75) = 191, rounded to even
+    assert output_size(Options(processors=[]), 1365, 767) == (1365, 767)  # scale 1: the target's size, odd or not

@@ -45,3 +45,14 @@ def test_preview_is_upright_for_rotated_video(make_video: MakeVideo, tmp_path: P
     sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview")
     # Four frames, one segment: a column each, turned upright (96 high).
     assert sheet.shape == (2 * 96 + 5 * GAP, 4 * (64 + 2 * GAP) + 5 * GAP, 3)
+
+
+def test_an_upscaled_output_shows_at_its_originals_height(make_video: MakeVideo, tmp_path: Path) -> None:
+    target = make_video(frames=4, width=96, height=64)
+    worker.run([], target, str(tmp_path / "out.mp4"), str(tmp_path / "work"), processors=[], output_video_scale=2.0)
+    sheet = read_image(str(tmp_path / "out.preview.jpg"), "preview")
+    assert sheet.shape == (2 * 64 + 5 * GAP, 4 * (96 + 2 * GAP) + 5 * GAP, 3)  # as the 96x64 original, not 192x128
+    probe = probe_video(target, target)
+    original = rgb_array(decode_frame(target, probe, 0, target)).astype(int)
+    bottom = sheet[3 * GAP + 64 : 3 * GAP + 128, 2 * GAP : 2 * GAP + 96].astype(int)
+    assert np.abs(bottom - original).mean() < 12  # the output, twice as large, shown at the original's size

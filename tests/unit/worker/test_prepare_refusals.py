@@ -78,16 +78,3 @@ def test_a_pod_off_the_gpu_pool_leaves_nvenc_to_the_span_which_refuses_it_at_onc
     with pytest.raises(InvalidOptionError, match=r"^output_video_encoder: h264_nvenc cannot be opened") as refused:
         worker.swap_span(work_uri, target, 0, 2)
     assert not refused.value.retryable
-
-
-def test_a_chain_that_changes_the_frame_size_is_refused_at_prepare_naming_the_field(
-    make_video: MakeVideo, work_root: str
-) -> None:
-    """The engine upscales (the frame enhancer); segments and the merge carry the target's size only, so far."""
-    target = make_video(frames=16)
-    options = {**PASSTHROUGH, "processors": ["frame_enhancer"], "frame_enhancer_model": "real_esrgan_x2"}
-    work_uri = work_uri_for(work_root, [], target, **options)
-    with pytest.raises(InvalidOptionError, match=r"^options\.processors: frame_enhancer turns the target's") as refused:
-        worker.prepare(work_uri, [], target, **options)
-    assert "not supported yet" in str(refused.value) and not refused.value.retryable
-    assert not _job_written(work_uri)

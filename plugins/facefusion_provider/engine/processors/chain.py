@@ -3,7 +3,8 @@
 ``prepare_identity`` runs in ``prepare`` and its result goes into ``work.json``, so every span works with the same
 identity. ``build_frame_processor`` loads every model the chain needs up front (a missing model fails before any frame
 is decoded) and returns a processor that analyses each frame once (detect, select, dense landmarks: only where some
-processor of the chain reads faces) and then runs ``options.processors`` in order on batches of frames.
+processor of the chain reads faces) and then runs ``options.processors`` in order on batches of frames, then
+``output_video_scale``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from facefusion_provider.engine.landmarks import (
     mesh_landmarks,
     tflite_interpreter,
 )
+from facefusion_provider.engine.output_scale import ScaleFrames
 from facefusion_provider.engine.paste import as_rgb
 from facefusion_provider.engine.processors.base import (
     NO_ANALYSIS,
@@ -254,6 +256,8 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
         if needs.landmarks == "mesh":
             tflite_interpreter(store.resolve(MESH_MODEL))
     processor.steps = [chosen.load(options, identity, store, processor.stats) for chosen in chain]
+    if options.output_video_scale != 1.0:
+        processor.steps.append(ScaleFrames(options.output_video_scale, processor.stats))
     return processor
 
 

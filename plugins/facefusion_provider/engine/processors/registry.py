@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from facefusion_provider.engine.output_scale import scaled_size
 from facefusion_provider.engine.processors import face_enhancer, face_swapper, frame_enhancer
 from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
 from facefusion_provider.exceptions import InvalidOptionError
@@ -42,10 +43,11 @@ def follows_faces(options: Options) -> bool:
 
 
 def output_size(options: Options, width: int, height: int) -> tuple[int, int]:
-    """The size of the frames the chain returns for frames of ``width`` x ``height``."""
+    """The size of the output's frames for a target of ``width`` x ``height``: the processors' frames, then
+    ``output_video_scale``."""
     for chosen in chain_of(options):
         width, height = chosen.output_size(options, width, height)
-    return width, height
+    return scaled_size(width, height, options.output_video_scale)
 
 
 def check_chain(options: Options) -> None:
