@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from facefusion_provider.engine.align import estimate_matrix, invert_affine, transform_points, warp_face
-from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.face import Face, FloatArray, Frame, detector_5
 from facefusion_provider.engine.face_masks import load_mask_models, with_model_masks
 from facefusion_provider.engine.landmarks import (
     FAN_MIN_SCORE,
@@ -78,12 +78,6 @@ class FaceDebugger(Processor):
 def line_scale(frame: Frame) -> int:
     """FaceFusion's line width and dot radius: one per 270 rows, 1 to 10."""
     return max(1, min(10, round(int(frame.shape[0]) / 270)))
-
-
-def detector_5(face: Face) -> FloatArray:
-    """The detector's own five points (2dfan4 replaces ``landmark_5`` with its 5/68 when it scores well)."""
-    kept = face.extras.get("landmark_5_detector")
-    return kept if isinstance(kept, np.ndarray) else face.landmark_5
 
 
 def landmark_5_68(face: Face) -> FloatArray:
