@@ -82,6 +82,8 @@ def foreground_mask(outputs: list[np.ndarray], facts: MatteFacts, width: int, he
 def despill(frame: Frame, colour: Rgba) -> Frame:
     """FaceFusion's despill: each channel of ``colour`` pulled down towards the mean of the pixel's other two, in
     proportion to that channel's share of the colour and to its alpha (0 changes nothing)."""
+    if colour[3] == 0:
+        return frame
     pixels = frame.astype(np.float32)
     weight = np.asarray(colour[:3], np.float32) / max(*colour[:3], 1)
     others = np.roll(pixels, 1, axis=2) + np.roll(pixels, -1, axis=2)
@@ -91,9 +93,12 @@ def despill(frame: Frame, colour: Rgba) -> Frame:
 
 def fill_background(frame: Frame, mask: Mask, colour: Rgba) -> Frame:
     """The background (where ``mask`` is below 255) mixed towards ``colour``, by its alpha."""
-    weight = (1.0 - mask.astype(np.float32)[:, :, None] / 255.0) * (colour[3] / 255.0)
-    fill = np.asarray(colour[:3], np.float32)
-    return (frame * (1.0 - weight) + fill * weight).astype(np.uint8)
+    weight = np.subtract(255, mask, dtype=np.float32)
+    weight *= np.float32(colour[3] / 255.0 / 255.0)
+    mixed = np.subtract(np.asarray(colour[:3], np.float32), frame, dtype=np.float32)
+    mixed *= weight[:, :, None]
+    mixed += frame
+    return mixed.astype(np.uint8)
 
 
 @dataclass(frozen=True)
