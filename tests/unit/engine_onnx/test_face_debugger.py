@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from mask_standins import COVERING_RGB, occluder_standin
 from standins import fan_68_5_map, fan_68_5_standin
 
 from facefusion_provider.engine.align import estimate_matrix, invert_affine, transform_points
@@ -35,11 +36,18 @@ def _frame() -> Frame:
     return np.full((HEIGHT, WIDTH, 3), GREY, np.uint8)
 
 
-def _draw(models_dir: Path, store_for: StoreFactory, items: list[str], face: Face, **options: object) -> Frame:
+def _draw(
+    models_dir: Path,
+    store_for: StoreFactory,
+    items: list[str],
+    face: Face,
+    frame: Frame | None = None,
+    **options: object,
+) -> Frame:
     chosen = Options(processors=["face_debugger"], face_debugger_items=items, **options)  # type: ignore[arg-type]
     step = PROCESSOR.load(chosen, {}, store_for(models_dir), FaceStats())
     assert isinstance(step, DebugFaces)
-    (drawn,) = step([_frame()], [[face]], None)
+    (drawn,) = step([_frame() if frame is None else frame], [[face]], None)
     return drawn
 
 
@@ -100,6 +108,20 @@ def test_the_mask_outline_surrounds_the_face(models_dir: Path, store_for: StoreF
     assert not changed[250:290, 330:390].any()  # inside the outline: untouched
     padded = _draw(models_dir, store_for, ["face-mask"], face, face_mask_types=["box"], face_mask_padding=(20, 0, 0, 0))
     assert np.flatnonzero((padded != GREY).any(axis=2)[:, 360]).min() > column.min() + 10  # the top comes down
+
+
+def test_the_mask_outline_leaves_out_what_the_occluder_says_covers_the_face(
+    models_dir: Path, store_for: StoreFactory
+) -> None:
+    occluder_standin(models_dir / "xseg_1.onnx")
+    face = face_at((360, 270), 160)
+    frame = _frame()
+    frame[290:, :] = COVERING_RGB  # the lower part of the face covered
+    box = _draw(models_dir, store_for, ["face-mask"], face, frame, face_mask_types=["box"])
+    occluded = _draw(models_dir, store_for, ["face-mask"], face, frame, face_mask_types=["box", "occlusion"])
+    outline = (occluded != frame).any(axis=2)[:, 360]
+    assert np.flatnonzero(outline).max() < np.flatnonzero((box != frame).any(axis=2)[:, 360]).max() - 20
+    assert abs(int(np.flatnonzero(outline).max()) - 290) <= 12  # the outline's bottom follows the cover's edge
 
 
 def test_the_debugger_reads_faces_and_the_dense_landmarks_only_for_items_that_draw_them() -> None:

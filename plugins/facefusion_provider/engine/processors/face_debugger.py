@@ -56,7 +56,12 @@ class FaceDebugger(Processor):
         return "face_debugger"
 
     def model_names(self, options: Options) -> tuple[str, ...]:
-        return (LANDMARK_68_5_MODEL,) if "face-landmark-68/5" in options.face_debugger_items else ()
+        items = options.face_debugger_items
+        masks = {"occlusion": options.face_occluder_model, "region": options.face_parser_model}
+        return (
+            *(model for kind, model in masks.items() if "face-mask" in items and kind in options.face_mask_types),
+            *([LANDMARK_68_5_MODEL] if "face-landmark-68/5" in items else []),
+        )
 
     def analysis(self, options: Options) -> AnalysisNeeds:
         """The dense landmarks where an item draws them (the chosen landmarker's), or the area mask needs them."""
