@@ -1,7 +1,7 @@
 """The face debugger draws, on a flat grey frame, each item where the face's geometry puts it and in FaceFusion's
 colours (RGB here): the box red with a thicker light-red top, the detector's five red, the 5/68 green (cyan where
 they are the detector's), the 68 green, the 68/5 (fan_68_5's stand-in, a fixed linear map) cyan, the mask's outline
-around the face; nothing else changes."""
+around the face, a face the tracker filled in orange; nothing else changes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from facefusion_provider.engine.processors.face_debugger import (
     BOX_TOP,
     CYAN,
     GREEN,
+    ORANGE,
     PROCESSOR,
     RED,
     DebugFaces,
@@ -81,6 +82,13 @@ def test_the_detectors_five_are_red_and_the_five_from_the_68_green_or_cyan(
     drawn = _draw(models_dir, store_for, ["face-landmark-5", "face-landmark-5/68"], found)
     assert all(_colour_at(drawn, point) == GREEN for point in face.landmark_5)
     assert all(_colour_at(drawn, point) == RED for point in detected)  # 8 pixels off: clear of the green dots
+
+
+def test_a_face_the_tracker_filled_in_is_drawn_orange(models_dir: Path, store_for: StoreFactory) -> None:
+    face = face_with_68((360, 270), 200).with_(extras={"filled": True, "track": 1})
+    drawn = _draw(models_dir, store_for, ["bounding-box", "face-landmark-5", "face-landmark-68"], face)
+    assert all(_colour_at(drawn, point) == ORANGE for point in face.landmark_5)
+    assert tuple(drawn[int(face.bbox[3]), int(face.bbox[0] + face.bbox[2]) // 2]) == RED  # the box keeps its colour
 
 
 def test_the_68_are_green_and_the_68_from_the_five_cyan(models_dir: Path, store_for: StoreFactory) -> None:

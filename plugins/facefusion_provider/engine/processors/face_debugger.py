@@ -3,7 +3,7 @@
 landmarks (5/68), the dense landmarks (68, or the face mesh's 468 when the chain reads the mesh), the 68 placed from
 the five by ``fan_68_5`` (68/5), and the outline of the paste-back mask (``face_mask_types``). Lines and dots scale
 with the frame's height. Colours: red for the box and the detector's points, green for what the landmarker found,
-cyan where it fell back on the five (or for 68/5)."""
+cyan where it fell back on the five (or for 68/5), orange on a face the tracker filled in where detection missed it."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from facefusion_provider.engine.processors.base import (
 )
 from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
+from facefusion_provider.engine.track import FILLED_KEY
 from facefusion_provider.options import FaceDebuggerOptions, Options
 
 Colour = tuple[int, int, int]  # RGB
@@ -42,6 +43,7 @@ RED: Colour = (255, 0, 0)
 BOX_TOP: Colour = (255, 100, 100)
 GREEN: Colour = (0, 255, 0)
 CYAN: Colour = (0, 255, 255)
+ORANGE: Colour = (255, 165, 0)  # every point set and the mask of a face the tracker filled in (FaceFusion's refill)
 MASK_CROP = 512  # FaceFusion draws the mask from an arcface_128 crop of this size
 MASK_THRESHOLD = 100  # of 255: the outline is drawn around the mask warped back above this
 LANDMARK_68_5_MODEL = "fan_68_5"
@@ -136,21 +138,22 @@ class DebugFaces:
     def draw(self, frame: Frame, face: Face) -> None:
         """The items in FaceFusion's order: box, mask, then the point sets, each over the one before."""
         items = self.options.face_debugger_items
-        fell_back = bool(np.array_equal(detector_5(face), landmark_5_68(face)))
+        filled = face.extras.get(FILLED_KEY) is True
+        fell_back = CYAN if np.array_equal(detector_5(face), landmark_5_68(face)) else GREEN
+        score = face.extras.get("landmark_dense_score")
+        dense = GREEN if not isinstance(score, float) or score >= FAN_MIN_SCORE else CYAN
         if "bounding-box" in items:
             draw_box(frame, face)
         if "face-mask" in items:
-            self.draw_mask(frame, face, CYAN if fell_back else GREEN)
+            self.draw_mask(frame, face, ORANGE if filled else fell_back)
         if "face-landmark-5" in items:
-            draw_points(frame, detector_5(face), RED)
+            draw_points(frame, detector_5(face), ORANGE if filled else RED)
         if "face-landmark-5/68" in items:
-            draw_points(frame, landmark_5_68(face), CYAN if fell_back else GREEN)
+            draw_points(frame, landmark_5_68(face), ORANGE if filled else fell_back)
         if "face-landmark-68" in items and face.landmark_dense is not None:
-            score = face.extras.get("landmark_dense_score")
-            trusted = not isinstance(score, float) or score >= FAN_MIN_SCORE
-            draw_points(frame, face.landmark_dense, GREEN if trusted else CYAN)
+            draw_points(frame, face.landmark_dense, ORANGE if filled else dense)
         if "face-landmark-68/5" in items and self.fan_68_5 is not None:
-            draw_points(frame, landmark_68_5(face, self.fan_68_5), CYAN)
+            draw_points(frame, landmark_68_5(face, self.fan_68_5), ORANGE if filled else CYAN)
 
     def draw_mask(self, frame: Frame, face: Face, colour: Colour) -> None:
         """The outline, in the frame, of the face's mask drawn in a 512 arcface_128 crop aligned by its 5/68: the box
