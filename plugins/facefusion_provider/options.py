@@ -395,8 +395,8 @@ class BackgroundRemoverOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default=(0, 0, 0, 255),
         description="Only with the background remover processor: the colour the background becomes, red green blue "
-        "alpha (0-255 each). The alpha must be 255: the output video carries no transparency (FaceFusion's default "
-        "0 0 0 0 asks for it).",
+        "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). The alpha must be 255: the output "
+        "video carries no transparency (FaceFusion's default 0 0 0 0 asks for it).",
     )
     background_remover_despill_color: Rgba = Field(
         json_schema_extra=SECTION_SWAP,
@@ -404,6 +404,16 @@ class BackgroundRemoverOptions(BaseModel):
         description="Only with the background remover processor: a screen colour to take out of the picture (a "
         "green screen's spill), red green blue and strength (0 is none).",
     )
+
+    @field_validator("background_remover_fill_color", "background_remover_despill_color", mode="before")
+    @classmethod
+    def _facefusion_colour(cls, value: Any) -> Any:
+        """FaceFusion's shorter forms: one value is grey, two are (a, b, a), three are opaque (alpha 255)."""
+        if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 3:
+            return value
+        channels = list(value)
+        rgb = {1: channels * 3, 2: [*channels, channels[0]], 3: channels}[len(channels)]
+        return (*rgb, 255)
 
     @field_validator("background_remover_fill_color")
     @classmethod

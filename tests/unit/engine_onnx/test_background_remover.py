@@ -96,6 +96,15 @@ def test_transparency_is_refused_naming_the_field_and_what_works() -> None:
     assert Options().background_remover_fill_color == (0, 0, 0, 255)
 
 
+@pytest.mark.parametrize(
+    ("given", "colour"),
+    [([7], (7, 7, 7, 255)), ([1, 2], (1, 2, 1, 255)), ([1, 2, 3], (1, 2, 3, 255)), ([1, 2, 3, 255], (1, 2, 3, 255))],
+)
+def test_colours_take_facefusions_shorter_forms(given: list[int], colour: tuple[int, ...]) -> None:
+    options = parse_options({"background_remover_fill_color": given, "background_remover_despill_color": given})
+    assert options.background_remover_fill_color == options.background_remover_despill_color == colour
+
+
 def test_a_background_remover_with_other_inputs_is_refused_when_it_loads(
     tmp_path: Path, store_for: StoreFactory
 ) -> None:
