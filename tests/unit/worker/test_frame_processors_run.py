@@ -2,10 +2,13 @@
 alone and chained after the face swapper, on their stand-ins (``standins.py``): a few frames of the carphone clip with
 a tone track, two segments. The output has the input's frame count, timestamps and audio packets, and shows each
 processor's work: ddcolor's flat a and b over the frame's lightness, the background (red below one half) filled with
-green, the face box drawn in red; after the paint swapper the face is still its flat colour."""
+green, the face box drawn in red; after the paint swapper the face is still its flat colour. A transparent fill and a
+model file with other inputs are refused before any work is written."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -14,10 +17,10 @@ import numpy as np
 import pytest
 from people import carphone, carphone_face_contrast, person_file
 from readback import frame_digests, packet_payloads
-from standins import COLORIZER_AB, write_standins
+from standins import COLORIZER_AB, background_remover_standin, colorizer_standin, write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
-from facefusion_provider.exceptions import EXIT_INVALID_OPTION
+from facefusion_provider.exceptions import EXIT_INVALID_OPTION, EXIT_MODEL_INCOMPATIBLE
 from facefusion_provider.worker import cli
 
 FRAMES, SEGMENT = 5, 3
@@ -108,4 +111,33 @@ def test_worker_run_refuses_a_transparent_fill_naming_the_field(
     assert cli.main(argv) == EXIT_INVALID_OPTION
     errors = capsys.readouterr().err
     assert "background_remover_fill_color" in errors and "opaque fill colour (alpha 255)" in errors
+    assert not (tmp_path / "out.mp4").exists()
+
+
+@pytest.mark.parametrize(
+    ("processor", "write"),
+    [
+        ("frame_colorizer", lambda folder: colorizer_standin(folder, "ddcolor", input_name="image")),
+        ("background_remover", lambda folder: background_remover_standin(folder, "modnet", input_name="pixel_values")),
+    ],
+)
+def test_a_model_file_with_other_inputs_is_refused_in_prepare_naming_what_it_expects(
+    processor: str,
+    write: Callable[[Path], Path],
+    inputs: tuple[Path, Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, _, target = inputs
+    write(tmp_path / "models")
+    work = tmp_path / "work"
+    argv = ["run", "--target", str(target), "--output", str(tmp_path / "out.mp4"), "--work-root", str(work)]
+    argv += ["--models-dir", str(tmp_path / "models"), "--processors", processor]
+
+    assert cli.main(argv) == EXIT_MODEL_INCOMPATIBLE
+
+    report = [line for line in capsys.readouterr().err.splitlines() if line.startswith("{")][-1]
+    message = json.loads(report)["message"]
+    assert "expected inputs input ?x3x?x?, found" in message and "\n" not in message
+    assert not list(work.glob("work/*/work.json"))  # refused in prepare: no work was written
     assert not (tmp_path / "out.mp4").exists()

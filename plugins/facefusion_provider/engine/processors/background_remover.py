@@ -45,6 +45,11 @@ class BackgroundRemover(Processor):
     def analysis(self, options: Options) -> AnalysisNeeds:
         return NO_ANALYSIS
 
+    def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
+        """Nothing from the sources; its model opened now, so a missing or mismatched file fails in prepare."""
+        store.session_for(options.background_remover_model, options)
+        return {}
+
     def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
         name = options.background_remover_model
         return RemoveBackgrounds(

@@ -73,6 +73,12 @@ class FaceDebugger(Processor):
             return AnalysisNeeds(faces=True)
         return AnalysisNeeds(faces=True, landmarks="2dfan4" if options.face_landmarker_model == "2dfan4" else "mesh")
 
+    def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
+        """Nothing from the sources; the models its items need opened now, so a missing file fails in prepare."""
+        for name in self.model_names(options):
+            store.session_for(name, options)
+        return {}
+
     def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
         if "face-mask" in options.face_debugger_items:
             load_mask_models(store, options)

@@ -42,19 +42,35 @@ class FrameColorizer(Processor):
     def analysis(self, options: Options) -> AnalysisNeeds:
         return NO_ANALYSIS
 
+    def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
+        """Nothing from the sources; its model checked now, so a missing or mismatched file fails in prepare."""
+        checked_session(options, store)
+        return {}
+
     def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
-        name = options.frame_colorizer_model
-        session = store.session_for(name, options)
-        facts = colorize_facts(name)
-        size = int(options.frame_colorizer_size.split("x")[0])
-        found = tuple(run_session(session, {"input": np.zeros((1, 3, size, size), np.float32)})[0].shape)
-        expected = (1, 2 if facts.kind == "ddcolor" else 3, size, size)
-        if found != expected:  # one blank frame through it now: a model of another kind fails here, not mid-video
-            raise ModelIncompatibleError(
-                f"{name}.onnx does not look like {name}: a {size}x{size} frame gave an output of shape {found}, "
-                f"expected {expected} ({facts.kind}). Use FaceFusion's {name}.onnx."
-            )
-        return ColorizeFrames(session, facts, size, options.frame_colorizer_blend / 100.0, stats)
+        facts = colorize_facts(options.frame_colorizer_model)
+        size = colorizer_size(options)
+        blend = options.frame_colorizer_blend / 100.0
+        return ColorizeFrames(checked_session(options, store), facts, size, blend, stats)
+
+
+def colorizer_size(options: Options) -> int:
+    return int(options.frame_colorizer_size.split("x")[0])
+
+
+def checked_session(options: Options, store: ModelStore) -> ort.InferenceSession:
+    """The chosen colorizer's session, one blank frame through it: a model of another kind fails here, not mid-video."""
+    name = options.frame_colorizer_model
+    session = store.session_for(name, options)
+    facts, size = colorize_facts(name), colorizer_size(options)
+    found = tuple(run_session(session, {"input": np.zeros((1, 3, size, size), np.float32)})[0].shape)
+    expected = (1, 2 if facts.kind == "ddcolor" else 3, size, size)
+    if found != expected:
+        raise ModelIncompatibleError(
+            f"{name}.onnx does not look like {name}: a {size}x{size} frame gave an output of shape {found}, "
+            f"expected {expected} ({facts.kind}). Use FaceFusion's {name}.onnx."
+        )
+    return session
 
 
 def model_input(frame: Frame, facts: ColorizeFacts, size: int) -> np.ndarray:
