@@ -26,7 +26,7 @@ CARPHONE_SCALE = 2
 
 def people() -> dict[str, Frame]:
     """Five different people, one photo each, RGB."""
-    with Image.open(cbook.get_sample_data("grace_hopper.jpg")) as image:
+    with Image.open(str(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))) as image:
         grace = np.ascontiguousarray(np.asarray(image.convert("RGB")))
     faces = {"astronaut": np.ascontiguousarray(data.astronaut()), "grace": grace}  # type: ignore[no-untyped-call]
     crops = np.load(Path(data.__file__).parent / "lfw_subset.npy")
@@ -55,7 +55,7 @@ def carphone(path: Path, frames: int = 120, audio_rate: int | None = None) -> Pa
         rate = Fraction(stream.average_rate or 30)
         width, height = stream.width * CARPHONE_SCALE, stream.height * CARPHONE_SCALE
         decoded = [
-            frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+            np.asarray(frame.reformat(width=width, height=height, format="rgb24").to_ndarray(), np.uint8)
             for _, frame in zip(range(frames), container.decode(stream), strict=False)
         ]
     write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate, audio_rate=audio_rate), decoded)
