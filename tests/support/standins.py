@@ -1,4 +1,5 @@
-"""Tiny stand-ins for every catalogue swapper, crossface converter and enhancer (and the ArcFace recogniser), with the
+"""Tiny stand-ins for every catalogue swapper, crossface converter, enhancer, colorizer and background remover (and the
+ArcFace recogniser and fan_68_5), with the
 real files' input names, shapes and dtypes (from engine.models), built with onnx.helper. Each does something a test
 can check:
 
@@ -9,6 +10,11 @@ can check:
 - converters: ``output = input @ converter_matrix(name)``.
 - enhancers, ``echo`` or ``paint`` (flat ENHANCER_COLOUR in [-1, 1]); CodeFormer blends input and result by its
   float64 ``weight``: output = input x (1 - weight) + result x weight.
+- colorizers: ddcolor's a and b a flat COLORIZER_AB; deoldify's frame its grey input plus DEOLDIFY_TINT.
+- background removers: the foreground is where the (de-normalised) red is above one half, a 0/1 mask (u2net_cloth:
+  two class scores, background and class 1); corridor_key's mask is its fourth input (the coarse key) and its
+  foreground colours are 1 - the input's.
+- fan_68_5: ``output = input (1, 10) @ FAN_68_5_MAP``, as (1, 68, 2).
 - frame enhancers: a bilinear resize by the model's scale with half-pixel centres (OpenCV's INTER_LINEAR), or ``1 -``
   that with ``invert``; the tile's height and width free, as in FaceFusion's exports.
 """
@@ -28,6 +34,9 @@ IR_VERSION = 9
 GAIN = 20.0
 ENHANCER_COLOUR = (0.6, -0.2, -0.6)
 BATCH = "N"
+COLORIZER_AB = (20.0, -30.0)  # LAB a and b, float LAB units
+DEOLDIFY_TINT = (40.0, 0.0, -40.0)  # RGB levels added to the grey
+FOREGROUND_RED = 0.5  # the background remover stand-ins' foreground: red (0..1) above this
 
 
 def _dims(shape: tuple[int | None, ...]) -> list[int | str]:
@@ -216,6 +225,113 @@ def frame_enhancer_standin(
     return _save(folder / MODELS[name].file_name, model)
 
 
+def _slice(
+    source: str, first: int, last: int, result: str, prefix: str
+) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """Channels ``first``..``last`` (exclusive) of an NCHW tensor."""
+    names = [f"{prefix}_starts", f"{prefix}_ends", f"{prefix}_axes"]
+    values = [np.array([first], np.int64), np.array([last], np.int64), np.array([1], np.int64)]
+    return helper.make_node("Slice", [source, *names], [result]), [
+        _const(n, v) for n, v in zip(names, values, strict=True)
+    ]
+
+
+def colorizer_standin(folder: Path, name: str, *, input_name: str = "input") -> Path:
+    facts = MODELS[name].colorize
+    assert facts is not None, f"{name} is not a colorizer"
+    initializers = [_const("zero", np.array(0.0, np.float32))]
+    if facts.kind == "ddcolor":
+        first, slices = _slice(input_name, 0, 2, "two", "ab")
+        initializers += [*slices, _const("ab", np.asarray(COLORIZER_AB, np.float32).reshape(1, 2, 1, 1))]
+        nodes = [
+            first,
+            helper.make_node("Mul", ["two", "zero"], ["blank"]),
+            helper.make_node("Add", ["blank", "ab"], ["output"]),
+        ]
+        channels = 2
+    else:
+        initializers.append(_const("tint", _channels(DEOLDIFY_TINT)))
+        nodes = [helper.make_node("Add", [input_name, "tint"], ["output"])]
+        channels = 3
+    inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [1, 3, "H", "W"])]
+    return _save(folder / MODELS[name].file_name, _model(name, nodes, inputs, [1, channels, "H", "W"], initializers))
+
+
+def background_remover_standin(folder: Path, name: str, *, input_name: str = "input") -> Path:
+    facts = MODELS[name].matte
+    assert facts is not None, f"{name} is not a background remover"
+    red, slices = _slice(input_name, 0, 1, "red_normal", "red")
+    initializers = [
+        *slices,
+        _const("std_red", np.array(facts.std[0], np.float32)),
+        _const("mean_red", np.array(facts.mean[0], np.float32)),
+        _const("threshold", np.array(FOREGROUND_RED, np.float32)),
+        _const("steep", np.array(1e4, np.float32)),
+        _const("low", np.array(0.0, np.float32)),
+        _const("high", np.array(1.0, np.float32)),
+    ]
+    nodes = [
+        red,
+        helper.make_node("Mul", ["red_normal", "std_red"], ["red_scaled"]),
+        helper.make_node("Add", ["red_scaled", "mean_red"], ["red_unit"]),
+        helper.make_node("Sub", ["red_unit", "threshold"], ["above"]),
+        helper.make_node("Mul", ["above", "steep"], ["steep_above"]),
+        helper.make_node("Clip", ["steep_above", "low", "high"], ["mask"]),
+    ]
+    size: list[int | str] = [BATCH, 1, "H", "W"]
+    outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, size)]
+    if facts.kind == "plain":
+        nodes.append(helper.make_node("Identity", ["mask"], ["output"]))
+    elif facts.kind == "classes":
+        nodes += [
+            helper.make_node("Sub", ["high", "mask"], ["background"]),
+            helper.make_node("Concat", ["background", "mask"], ["output"], axis=1),
+        ]
+        outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, [BATCH, 2, "H", "W"])]
+    else:
+        key, key_slices = _slice(input_name, 3, 4, "output", "key")
+        rgb, rgb_slices = _slice(input_name, 0, 3, "rgb_normal", "rgb")
+        initializers += [
+            *key_slices,
+            *rgb_slices,
+            _const("std", _channels(facts.std)),
+            _const("mean", _channels(facts.mean)),
+        ]
+        nodes = [
+            key,
+            rgb,
+            helper.make_node("Mul", ["rgb_normal", "std"], ["rgb_scaled"]),
+            helper.make_node("Add", ["rgb_scaled", "mean"], ["rgb_unit"]),
+            helper.make_node("Sub", ["high", "rgb_unit"], ["foreground"]),
+        ]
+        outputs.append(helper.make_tensor_value_info("foreground", TensorProto.FLOAT, [BATCH, 3, "H", "W"]))
+    inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH, facts.channels, "H", "W"])]
+    graph = helper.make_graph(nodes, f"{name}_standin", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    return _save(folder / MODELS[name].file_name, model)
+
+
+def fan_68_5_map() -> np.ndarray:
+    """The fan_68_5 stand-in's fixed (10, 136) map, seeded."""
+    matrix: np.ndarray = np.random.default_rng(68).uniform(0.0, 0.2, (10, 136)).astype(np.float32)
+    return matrix
+
+
+def fan_68_5_standin(folder: Path) -> Path:
+    nodes = [
+        helper.make_node("Reshape", ["input", "flat_shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "map"], ["points"]),
+        helper.make_node("Reshape", ["points", "out_shape"], ["output"]),
+    ]
+    initializers = [
+        _const("flat_shape", np.array([1, 10], np.int64)),
+        _const("out_shape", np.array([1, 68, 2], np.int64)),
+        _const("map", fan_68_5_map()),
+    ]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 5, 2])]
+    return _save(folder / "fan_68_5.onnx", _model("fan_68_5", nodes, inputs, [1, 68, 2], initializers))
+
+
 def recognizer_standin(folder: Path) -> Path:
     """arcface_w600k_r50: 1x3x112x112 -> 1x512, a fixed projection of the crop's 4x4 colour layout (plus an offset, so
     its raw output is not unit length)."""
@@ -241,5 +357,10 @@ def write_standins(folder: Path, *, swapper_kind: str = "paint", enhancer_kind: 
             enhancer_standin(folder, name, enhancer_kind)
         elif spec.role == "upscale":
             frame_enhancer_standin(folder, name)
+        elif spec.role == "colorize":
+            colorizer_standin(folder, name)
+        elif spec.role == "matte":
+            background_remover_standin(folder, name)
+    fan_68_5_standin(folder)
     recognizer_standin(folder)
     return folder

@@ -127,7 +127,15 @@ def test_json_schema_drives_the_ui_form() -> None:
     properties = schema["properties"]
     assert properties["output_video_quality"]["maximum"] == 100
     assert "libx264" in properties["output_video_encoder"]["enum"]
-    assert properties["processors"]["items"]["enum"] == ["face_swapper", "face_enhancer", "frame_enhancer"]
+    assert properties["processors"]["items"]["enum"] == [
+        "face_swapper",
+        "face_enhancer",
+        "frame_enhancer",
+        "frame_colorizer",
+        "background_remover",
+        "face_debugger",
+    ]
+    assert properties["background_remover_fill_color"]["prefixItems"][3]["maximum"] == 255
     assert all(prop.get("description") for prop in properties.values())
 
 

@@ -52,6 +52,9 @@ def pack_faces(frames: list[list[Face]]) -> bytes:
     if faces:
         arrays["bbox"] = np.stack([face.bbox for face in faces])
         arrays["landmark_5"] = np.stack([face.landmark_5 for face in faces])
+    if faces:
+        # The detector's own five where 2dfan4 replaced them (the face debugger draws both): else the same five.
+        arrays["detector_5"] = np.stack([detector_5(face) for face in faces])
     if dense:
         arrays["dense"] = np.stack(dense)
     if embeddings:
@@ -73,14 +76,28 @@ def unpack_faces(data: bytes) -> list[list[Face]]:
             landmark_5=loaded["landmark_5"][i],
             landmark_dense=next(dense) if loaded["has_dense"][i] else None,
             embedding=next(embeddings) if loaded["has_embedding"][i] else None,
-            extras={}
-            if np.isnan(loaded["dense_score"][i])
-            else {"landmark_dense_score": float(loaded["dense_score"][i])},
+            extras=_extras(loaded, i),
         )
         for i in range(len(loaded["score"]))
     ]
     bounds = np.concatenate([[0], np.cumsum(loaded["counts"])]).tolist()
     return [faces[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+def _extras(loaded: dict[str, Any], i: int) -> dict[str, object]:
+    extras: dict[str, object] = {}
+    if not np.isnan(loaded["dense_score"][i]):
+        extras["landmark_dense_score"] = float(loaded["dense_score"][i])
+    detector = loaded.get("detector_5")
+    if detector is not None and not np.array_equal(detector[i], loaded["landmark_5"][i]):
+        extras["landmark_5_detector"] = detector[i]
+    return extras
+
+
+def detector_5(face: Face) -> FloatArray:
+    """The detector's own five points (2dfan4 replaces ``landmark_5`` with its 5/68 when it scores well)."""
+    kept = face.extras.get("landmark_5_detector")
+    return kept if isinstance(kept, np.ndarray) else face.landmark_5
 
 
 def _dense_score(face: Face) -> float:

@@ -167,9 +167,9 @@ def landmark_2dfan4(frame: Frame, face: Face, options: Options, store: ModelStor
     points = transform_points(raw_points[0, :, :2] * (FAN_SIZE / FAN_HEATMAP_SIZE), invert_affine(matrix))
     score = float(np.interp(np.mean(np.amax(heatmaps[0], axis=(1, 2))), [0.0, 0.9], [0.0, 1.0]))
     landmark_5 = landmark_5_from_68(points) if score >= FAN_MIN_SCORE else face.landmark_5
-    return face.with_(
-        landmark_dense=points, landmark_5=landmark_5, extras={**face.extras, "landmark_dense_score": score}
-    )
+    # The detector's own five are kept for the face debugger, which draws both sets.
+    extras = {**face.extras, "landmark_dense_score": score, "landmark_5_detector": face.landmark_5}
+    return face.with_(landmark_dense=points, landmark_5=landmark_5, extras=extras)
 
 
 def _optimize_contrast(crop: Frame) -> Frame:

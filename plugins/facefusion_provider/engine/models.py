@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-ModelRole = Literal["detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale"]
+ModelRole = Literal[
+    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte"
+]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
 Shape = tuple[int | None, ...]
@@ -83,6 +85,36 @@ class FrameEnhanceFacts:
         return self.tile - 2 * self.overlap
 
 
+ColorizerKind = Literal["ddcolor", "deoldify"]
+MatteKind = Literal["plain", "classes", "corridor_key"]
+
+
+@dataclass(frozen=True)
+class ColorizeFacts:
+    """A colorizer: input ``input`` (1, 3, S, S) float32, the frame in grey at the user's ``frame_colorizer_size``.
+    ``ddcolor``: grey as RGB 0..1 (the lightness alone, through LAB), output (1, 2, S, S) the LAB a and b predicted.
+    ``deoldify``: grey as RGB 0..255, output (1, 3, S, S) an RGB 0..255 frame whose LAB chroma is kept."""
+
+    kind: ColorizerKind
+
+
+@dataclass(frozen=True)
+class MatteFacts:
+    """A background remover: input ``input`` (N, 3, size, size) RGB 0..1 normalised by mean/std; output its first,
+    a (N, 1, size, size) foreground mask in 0..1. ``classes`` (u2net_cloth): per-class scores, any class but 0 is
+    foreground. ``corridor_key``: a fourth input channel, a coarse green-screen key, and a second output, the
+    foreground's RGB 0..1 colours, which replace the frame's."""
+
+    kind: MatteKind
+    size: int
+    mean: Triple
+    std: Triple
+
+    @property
+    def channels(self) -> int:
+        return 4 if self.kind == "corridor_key" else 3
+
+
 @dataclass(frozen=True)
 class PackagedFile:
     """A model file shipped inside an installed distribution, found by path and never imported."""
@@ -109,6 +141,8 @@ class ModelSpec:
     swap: SwapFacts | None = None
     enhance: EnhanceFacts | None = None
     frame_enhance: FrameEnhanceFacts | None = None
+    colorize: ColorizeFacts | None = None
+    matte: MatteFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -126,6 +160,8 @@ def _user_model(
     swap: SwapFacts | None = None,
     enhance: EnhanceFacts | None = None,
     frame_enhance: FrameEnhanceFacts | None = None,
+    colorize: ColorizeFacts | None = None,
+    matte: MatteFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -140,6 +176,8 @@ def _user_model(
         swap=swap,
         enhance=enhance,
         frame_enhance=frame_enhance,
+        colorize=colorize,
+        matte=matte,
     )
 
 
@@ -223,6 +261,69 @@ FRAME_ENHANCERS: dict[str, tuple[FrameEnhanceFacts, str, str]] = {
     "ultra_sharp_2_x4": (FrameEnhanceFacts(1024, 64, 32, 4), "Non-Commercial", "Kim2091"),
 }
 
+# FaceFusion 3.8.1's colorizers: kind, licence, vendor. Sizes are the user's (frame_colorizer_size): not pinned.
+COLORIZERS: dict[str, tuple[ColorizeFacts, str, str]] = {
+    "ddcolor": (ColorizeFacts("ddcolor"), "Apache-2.0", "piddnad"),
+    "ddcolor_artistic": (ColorizeFacts("ddcolor"), "Apache-2.0", "piddnad"),
+    "deoldify": (ColorizeFacts("deoldify"), "MIT", "jantic"),
+    "deoldify_artistic": (ColorizeFacts("deoldify"), "MIT", "jantic"),
+    "deoldify_stable": (ColorizeFacts("deoldify"), "MIT", "jantic"),
+}
+# FaceFusion 3.8.1's background removers: (kind, size, mean, std), licence, vendor.
+BACKGROUND_REMOVERS: dict[str, tuple[MatteFacts, str, str]] = {
+    "ben_2": (MatteFacts("plain", 1024, UNIT_MEAN, UNIT_STD), "MIT", "PramaLLC"),
+    "birefnet_general": (MatteFacts("plain", 1024, UNIT_MEAN, UNIT_STD), "MIT", "ZhengPeng7"),
+    "birefnet_portrait": (MatteFacts("plain", 1024, UNIT_MEAN, UNIT_STD), "MIT", "ZhengPeng7"),
+    "corridor_key_1024": (
+        MatteFacts("corridor_key", 1024, IMAGENET_MEAN, IMAGENET_STD),
+        "Non-Commercial",
+        "nikopueringer",
+    ),
+    "corridor_key_2048": (
+        MatteFacts("corridor_key", 2048, IMAGENET_MEAN, IMAGENET_STD),
+        "Non-Commercial",
+        "nikopueringer",
+    ),
+    "isnet_general": (MatteFacts("plain", 1024, HALF, UNIT_STD), "Apache-2.0", "xuebinqin"),
+    "modnet": (MatteFacts("plain", 512, HALF, HALF), "Apache-2.0", "ZHKKKe"),
+    "ormbg": (MatteFacts("plain", 1024, UNIT_MEAN, UNIT_STD), "Apache-2.0", "schirrmacher"),
+    "rmbg_1.4": (MatteFacts("plain", 1024, HALF, UNIT_STD), "Non-Commercial", "Bria"),
+    "rmbg_2.0": (MatteFacts("plain", 1024, IMAGENET_MEAN, IMAGENET_STD), "Non-Commercial", "Bria"),
+    "silueta": (MatteFacts("plain", 320, IMAGENET_MEAN, IMAGENET_STD), "Apache-2.0", "Kikedao"),
+    "u2net_cloth": (MatteFacts("classes", 768, IMAGENET_MEAN, IMAGENET_STD), "MIT", "levindabhi"),
+    "u2net_general": (MatteFacts("plain", 320, IMAGENET_MEAN, IMAGENET_STD), "Apache-2.0", "xuebinqin"),
+    "u2net_human": (MatteFacts("plain", 320, IMAGENET_MEAN, IMAGENET_STD), "Apache-2.0", "xuebinqin"),
+    "u2netp": (MatteFacts("plain", 320, IMAGENET_MEAN, IMAGENET_STD), "Apache-2.0", "xuebinqin"),
+}
+
+
+def _colorizer(name: str, facts: ColorizeFacts, *, licence: str, vendor: str) -> ModelSpec:
+    channels = 2 if facts.kind == "ddcolor" else 3
+    return _user_model(
+        name,
+        "colorize",
+        inputs=(("input", (None, 3, None, None)),),
+        outputs=(("output", (1, channels, None, None)),),
+        licence=licence,
+        vendor=vendor,
+        colorize=facts,
+    )
+
+
+def _background_remover(name: str, facts: MatteFacts, *, licence: str, vendor: str) -> ModelSpec:
+    """Sizes not pinned: this project feeds ``facts.size``, as FaceFusion does, whatever the export declares."""
+    colours: TensorSpec = (("foreground", (None, 3, None, None)),) if facts.kind == "corridor_key" else ()
+    return _user_model(
+        name,
+        "matte",
+        inputs=(("input", (None, facts.channels, None, None)),),
+        outputs=(("output", (None, None if facts.kind == "classes" else 1, None, None)), *colours),
+        licence=licence,
+        vendor=vendor,
+        matte=facts,
+    )
+
+
 _SCRFD_OUTPUTS: TensorSpec = tuple(
     (f"{kind}_{stride}", (None, width))
     for kind, width in (("score", 1), ("bbox", 4), ("kps", 10))
@@ -289,6 +390,14 @@ MODELS: dict[str, ModelSpec] = {
             outputs=(("landmarks_xyscore", (None, 68, 3)), ("heatmaps", (None, 68, 64, 64))),
             licence="MIT",
             vendor="breadbread1984 (2DFAN4)",
+        ),
+        _user_model(
+            "fan_68_5",  # the face debugger's 68/5: five points in ffhq_512's unit square -> 68 there
+            "landmarks",
+            inputs=(("input", (1, 5, 2)),),
+            outputs=(("output", (1, 68, 2)),),
+            licence="OpenRAIL-M",
+            vendor="FaceFusion",
         ),
         _user_model(
             "arcface_w600k_r50",
@@ -358,6 +467,14 @@ MODELS: dict[str, ModelSpec] = {
             _frame_enhancer(name, facts, licence=licence, vendor=vendor)
             for name, (facts, licence, vendor) in FRAME_ENHANCERS.items()
         ),
+        *(
+            _colorizer(name, facts, licence=licence, vendor=vendor)
+            for name, (facts, licence, vendor) in COLORIZERS.items()
+        ),
+        *(
+            _background_remover(name, facts, licence=licence, vendor=vendor)
+            for name, (facts, licence, vendor) in BACKGROUND_REMOVERS.items()
+        ),
     )
 }
 
@@ -380,6 +497,14 @@ def enhance_facts(name: str) -> EnhanceFacts:
 
 def frame_enhance_facts(name: str) -> FrameEnhanceFacts:
     return _facts(name, "frame enhancer", lambda spec: spec.frame_enhance)
+
+
+def colorize_facts(name: str) -> ColorizeFacts:
+    return _facts(name, "colorizer", lambda spec: spec.colorize)
+
+
+def matte_facts(name: str) -> MatteFacts:
+    return _facts(name, "background remover", lambda spec: spec.matte)
 
 
 def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:

@@ -130,6 +130,12 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
         ({"output_uri": "/data/out.avi"}, InvalidOptionError, "output_uri: file:///data/out.avi has extension '.avi'"),
         ({"output_uri": "/proc/x.mp4"}, StorageDeniedError, "output_uri: cannot write file:///proc/x.mp4"),
         ({"output_video_encoder": "libvpx-vp9", "output_uri": "/x/o.mov"}, InvalidOptionError, "cannot be stored"),
+        (
+            {"processors": ["background_remover"], "background_remover_fill_color": [0, 255, 0, 0]},
+            InvalidOptionError,
+            "options.background_remover_fill_color: Value error, alpha 0 asks for a transparent background, which "
+            "the output video cannot carry; give an opaque fill colour (alpha 255), e.g. 0 255 0 255",
+        ),
     ],
 )
 def test_bad_conf_names_the_field_and_writes_nothing(
@@ -266,6 +272,9 @@ def test_every_option_is_its_own_typed_field() -> None:
         "face_swapper",
         "face_enhancer",
         "frame_enhancer",
+        "frame_colorizer",
+        "background_remover",
+        "face_debugger",
     ]  # a multi-select
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
     assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)

@@ -110,6 +110,7 @@ def test_2dfan4_points_map_back_to_the_frame_and_refine_the_five_points(tmp_path
     assert result.extras["landmark_dense_score"] == pytest.approx(1.0)
     assert result.landmark_5[0] == pytest.approx(expected[36:42].mean(axis=0), abs=1e-3)
     assert result.landmark_5[2] == pytest.approx(expected[30], abs=1e-3)
+    np.testing.assert_array_equal(result.extras["landmark_5_detector"], face.landmark_5)  # the debugger's "5"
 
 
 def test_2dfan4_keeps_the_detector_points_when_unsure(tmp_path: Path) -> None:

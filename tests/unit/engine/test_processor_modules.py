@@ -37,7 +37,7 @@ def test_a_processor_owns_its_options_which_reach_the_form_and_the_flags(name: s
         assert field in Options.model_fields and schema[field]["description"] == Options.model_fields[field].description
 
 
-@pytest.mark.parametrize("name", list(PROCESSORS))
+@pytest.mark.parametrize("name", [name for name in PROCESSORS if f"{name}_model" in Options.model_fields])
 def test_every_model_a_processor_can_choose_is_in_the_catalogue_with_its_frame_size(name: str) -> None:
     processor = PROCESSORS[name]
     model_field = f"{name}_model"
@@ -65,8 +65,20 @@ def test_the_swapper_names_the_helper_models_its_options_need() -> None:
     }
 
 
+def test_the_debugger_chooses_no_model_but_names_the_ones_its_items_need() -> None:
+    """FaceFusion's face debugger has no model option: fan_68_5 for 68/5, the mask models for the mask outline."""
+    debugger = PROCESSORS["face_debugger"]
+    assert debugger.model_names(Options(processors=["face_debugger"])) == ()
+    options = Options(
+        processors=["face_debugger"],
+        face_debugger_items=["face-landmark-68/5", "face-mask"],
+        face_mask_types=["box", "occlusion", "region"],
+    )
+    assert set(debugger.model_names(options)) == {"fan_68_5", "xseg_1", "bisenet_resnet_34"} <= set(MODELS)
+
+
 def test_the_face_processors_read_faces_and_keep_the_frame_size() -> None:
-    for name in ("face_swapper", "face_enhancer"):
+    for name in ("face_swapper", "face_enhancer", "face_debugger"):
         options = Options(processors=[name])
         assert PROCESSORS[name].analysis(options).faces
         assert PROCESSORS[name].output_size(options, 1920, 1080) == (1920, 1080)

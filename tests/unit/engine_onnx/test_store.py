@@ -24,7 +24,7 @@ from facefusion_provider.exceptions import (
     ModelIncompatibleError,
     ModelMissingError,
 )
-from facefusion_provider.options import FrameEnhancerModel
+from facefusion_provider.options import BackgroundRemoverModel, FrameColorizerModel, FrameEnhancerModel
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
 
@@ -66,9 +66,13 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "xseg_3",
         "bisenet_resnet_34",
         "bisenet_resnet_18",
+        "fan_68_5",
         *get_args(FrameEnhancerModel),
+        *get_args(FrameColorizerModel),
+        *get_args(BackgroundRemoverModel),
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
+    assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
     assert MODELS["inswapper_128_fp16"].file_name == "inswapper_128_fp16.onnx"
     assert MODELS["inswapper_128"].input_names == ("target", "source")
     assert {spec.role for spec in MODELS.values()} == {
@@ -80,6 +84,8 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "enhance",
         "mask",
         "upscale",
+        "colorize",
+        "matte",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from facefusion_provider.engine.output_scale import scaled_size
-from facefusion_provider.engine.processors import face_enhancer, face_swapper, frame_enhancer
+from facefusion_provider.engine.processors import (
+    background_remover,
+    face_debugger,
+    face_enhancer,
+    face_swapper,
+    frame_colorizer,
+    frame_enhancer,
+)
 from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import Options
@@ -11,7 +18,14 @@ from facefusion_provider.options import Options
 # Adding a processor: its module here, its options class in ``options.PROCESSOR_OPTIONS``, its name in ``Processor``.
 PROCESSORS: dict[str, Processor] = {
     processor.name: processor
-    for processor in (face_swapper.PROCESSOR, face_enhancer.PROCESSOR, frame_enhancer.PROCESSOR)
+    for processor in (
+        face_swapper.PROCESSOR,
+        face_enhancer.PROCESSOR,
+        frame_enhancer.PROCESSOR,
+        frame_colorizer.PROCESSOR,
+        background_remover.PROCESSOR,
+        face_debugger.PROCESSOR,
+    )
 }
 
 

@@ -1,0 +1,85 @@
+"""The frame colorizer, background remover and face debugger through the whole DAG (``airflow dags test``, local
+workers) on their stand-ins, chained, without and after the face swapper: a carphone clip with a tone track in two
+segments. The output keeps the input's frame count, timestamps and audio packets; each frame shows every processor's
+work: the background (red below one half after colouring) filled green, the rest coloured by ddcolor's flat a and
+b, the face box drawn in red, and after the paint swapper the face one flat colour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from demo_airflow import dags_test, run_succeeded, swap_conf
+from people import carphone, carphone_face_contrast, person_file
+from readback import frame_digests, packet_payloads
+from standins import COLORIZER_AB, write_standins
+
+from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV
+
+pytestmark = pytest.mark.slow
+
+FRAMES, SEGMENT = 6, 3
+CHAIN = ["frame_colorizer", "background_remover", "face_debugger"]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(models folder, source image, target clip with audio)."""
+    folder = tmp_path_factory.mktemp("dag-frame-processors")
+    models = write_standins(folder / "models")
+    source = person_file(folder / "astronaut.png")
+    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
+
+@pytest.mark.parametrize("swapped", [False, True], ids=["alone", "after-face-swapper"])
+def test_the_dag_colours_removes_the_background_and_draws_the_faces(
+    swapped: bool, inputs: tuple[Path, Path, Path], dags_test_env: dict[str, str], tmp_path: Path
+) -> None:
+    models, source, target = inputs
+    env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
+    output = tmp_path / "out" / "processed.mp4"
+    options = {
+        "processors": [*(["face_swapper"] if swapped else []), *CHAIN],
+        "face_swapper_model": "inswapper_128",
+        "face_swapper_blend": 100,
+        "face_swapper_color_correction": False,
+        "frame_colorizer_model": "ddcolor",
+        "background_remover_model": "u2netp",
+        "background_remover_fill_color": [0, 255, 0, 255],
+        "face_debugger_items": ["bounding-box"],
+        "output_video_quality": 100,
+        "segment_size": SEGMENT,
+    }
+
+    result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
+
+    assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
+    original, processed = _frames(target), _frames(output)
+    assert len(processed) == len(original) == FRAMES
+    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
+        (d.pts, d.seconds) for d in frame_digests(str(target))
+    ]
+    audio = packet_payloads(str(target))
+    assert audio and packet_payloads(str(output)) == audio
+    for before, after in zip(original, processed, strict=True):
+        green = (after[:, :, 1] > 200) & (after[:, :, 0] < 60) & (after[:, :, 2] < 60)
+        assert 0.05 < green.mean() < 0.95, "the background filled, the foreground kept"
+        lab = cv2.cvtColor(after, cv2.COLOR_RGB2LAB).astype(float)
+        kept = ~cv2.dilate(green.astype(np.uint8), np.ones((5, 5), np.uint8)).astype(bool)
+        kept[60:210, 120:230] = False  # the face and its box
+        # ddcolor's a and b, towards which every kept pixel moved (bright ones less: their colour leaves the gamut)
+        shift = np.median(lab[kept][:, 1:] - cv2.cvtColor(before, cv2.COLOR_RGB2LAB).astype(float)[kept][:, 1:], axis=0)
+        assert (np.sign(shift) == np.sign(COLORIZER_AB)).all() and np.abs(shift).min() > 8, "coloured"
+        redness = after.astype(int)[:, :, 0] - after.astype(int)[:, :, 1:].max(axis=2)
+        rows, columns = np.nonzero(redness[40:240, 90:260] > 60)
+        assert len(rows) > 150 and np.ptp(rows) > 80 and np.ptp(columns) > 60, "the face box"
+        if swapped:
+            assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped"
