@@ -16,8 +16,6 @@ import onnxruntime as ort
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.models import MatteFacts, matte_facts
 from facefusion_provider.engine.processors.base import (
-    NO_ANALYSIS,
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -35,15 +33,7 @@ Rgba = tuple[int, int, int, int]
 class BackgroundRemover(Processor):
     name = "background_remover"
     options = BackgroundRemoverOptions
-
-    def model(self, options: Options) -> str:
-        return options.background_remover_model
-
-    def model_names(self, options: Options) -> tuple[str, ...]:
-        return (options.background_remover_model,)
-
-    def analysis(self, options: Options) -> AnalysisNeeds:
-        return NO_ANALYSIS
+    model_option = "background_remover_model"
 
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
         """Nothing from the sources; its model opened now, so a missing or mismatched file fails in prepare."""

@@ -87,18 +87,20 @@ class Processor(ABC):
 
     name: ClassVar[str]
     options: ClassVar[type[BaseModel]]  # its own fields of ``Options`` (``options.PROCESSOR_OPTIONS[name]``)
+    model_option: ClassVar[str] = ""  # the option that chooses its model (``<name>_model``); "": it has none
 
-    @abstractmethod
     def model(self, options: Options) -> str:
-        """The model these options choose (its ``<name>_model`` option): what the worker's load metric names."""
+        """The model these options choose (its ``model_option``, else its name): what the worker's load metric names."""
+        return str(getattr(options, self.model_option)) if self.model_option else self.name
 
-    @abstractmethod
     def model_names(self, options: Options) -> tuple[str, ...]:
-        """The catalogue entries (``engine.models``) it runs with these options, every helper model included."""
+        """The catalogue entries (``engine.models``) it runs with these options, every helper model included: its
+        chosen model, unless it says otherwise."""
+        return (self.model(options),)
 
-    @abstractmethod
     def analysis(self, options: Options) -> AnalysisNeeds:
-        """What it reads of each frame's analysis (faces, landmarks), or ``NO_ANALYSIS``."""
+        """What it reads of each frame's analysis (faces, landmarks): nothing, unless it says otherwise."""
+        return NO_ANALYSIS
 
     def output_size(self, options: Options, width: int, height: int) -> tuple[int, int]:
         """The size of the frames it returns for frames of ``width`` x ``height``: the same, unless it scales."""

@@ -54,9 +54,6 @@ class FaceDebugger(Processor):
     name = "face_debugger"
     options = FaceDebuggerOptions
 
-    def model(self, options: Options) -> str:
-        return "face_debugger"
-
     def model_names(self, options: Options) -> tuple[str, ...]:
         items = options.face_debugger_items
         masks = {"occlusion": options.face_occluder_model, "region": options.face_parser_model}

@@ -25,12 +25,7 @@ from facefusion_provider.options import FaceEnhancerOptions, Options
 class FaceEnhancer(Processor):
     name = "face_enhancer"
     options = FaceEnhancerOptions
-
-    def model(self, options: Options) -> str:
-        return options.face_enhancer_model
-
-    def model_names(self, options: Options) -> tuple[str, ...]:
-        return (options.face_enhancer_model,)
+    model_option = "face_enhancer_model"
 
     def analysis(self, options: Options) -> AnalysisNeeds:
         return AnalysisNeeds(faces=True)  # aligned by the detector's five points

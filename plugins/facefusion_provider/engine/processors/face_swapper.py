@@ -52,9 +52,7 @@ MESH_MODEL = "face_mesh_468"
 class FaceSwapper(Processor):
     name = "face_swapper"
     options = FaceSwapperOptions
-
-    def model(self, options: Options) -> str:
-        return options.face_swapper_model
+    model_option = "face_swapper_model"
 
     def model_names(self, options: Options) -> tuple[str, ...]:
         if options.face_swapper_model == "classic":

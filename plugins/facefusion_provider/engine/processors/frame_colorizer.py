@@ -15,8 +15,6 @@ import onnxruntime as ort
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.models import ColorizeFacts, colorize_facts
 from facefusion_provider.engine.processors.base import (
-    NO_ANALYSIS,
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -32,15 +30,7 @@ from facefusion_provider.options import FrameColorizerOptions, Options
 class FrameColorizer(Processor):
     name = "frame_colorizer"
     options = FrameColorizerOptions
-
-    def model(self, options: Options) -> str:
-        return options.frame_colorizer_model
-
-    def model_names(self, options: Options) -> tuple[str, ...]:
-        return (options.frame_colorizer_model,)
-
-    def analysis(self, options: Options) -> AnalysisNeeds:
-        return NO_ANALYSIS
+    model_option = "frame_colorizer_model"
 
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
         """Nothing from the sources; its model checked now, so a missing or mismatched file fails in prepare."""

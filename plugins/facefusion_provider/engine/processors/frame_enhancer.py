@@ -16,8 +16,6 @@ from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.frame_tiles import PlanarTiles, Tiles, cut_tiles, merge_tiles
 from facefusion_provider.engine.models import FrameEnhanceFacts, frame_enhance_facts
 from facefusion_provider.engine.processors.base import (
-    NO_ANALYSIS,
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -35,15 +33,7 @@ TILE_BATCH_PIXELS = 2**23  # output pixels per model call (8 tiles of 1024 x 102
 class FrameEnhancer(Processor):
     name = "frame_enhancer"
     options = FrameEnhancerOptions
-
-    def model(self, options: Options) -> str:
-        return options.frame_enhancer_model
-
-    def model_names(self, options: Options) -> tuple[str, ...]:
-        return (options.frame_enhancer_model,)
-
-    def analysis(self, options: Options) -> AnalysisNeeds:
-        return NO_ANALYSIS
+    model_option = "frame_enhancer_model"
 
     def output_size(self, options: Options, width: int, height: int) -> tuple[int, int]:
         scale = frame_enhance_facts(options.frame_enhancer_model).scale
