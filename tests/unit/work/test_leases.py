@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from facefusion_provider import storage
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.work import leases
+from facefusion_provider.work.access import run_held
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import RunHolder, RunLease, Sweep
 
@@ -94,6 +96,18 @@ def test_a_holder_learns_on_its_next_renewal_that_its_lease_was_swept(layout: Wo
     assert not _folder(layout).exists()  # the renewal wrote nothing back
 
 
+def test_a_worker_command_that_finds_its_work_swept_with_its_lease_says_the_lease_was_lost(layout: WorkLayout) -> None:
+    """A command paused past its run's TTL finds the work gone (no work.json, a segment file missing): that is the
+    lease's loss, retried as a new try that holds the work again, not a broken work."""
+    leases.hold(layout, "paused", _lease("paused", ttl=60))
+    with pytest.raises(InvalidWorkError), run_held(layout.work_uri, "paused"):
+        raise InvalidWorkError("no work.json")  # the lease is live: the work's own fault
+    _age(layout.run_lease("paused"), 120)
+    assert leases.sweep_if_unused(layout, "other") == []
+    with pytest.raises(leases.LeaseLostError, match="was removed"), run_held(layout.work_uri, "paused"):
+        raise InputMissingError("segments/00003.json does not exist")
+
+
 def test_a_run_waits_for_a_sweep_in_progress_then_holds_the_work(layout: WorkLayout) -> None:
     storage.write_bytes_atomic(layout.deleting, _sweep("x"))
     with pytest.raises(Exception, match="still being removed by run x"):
@@ -127,7 +141,9 @@ RACE = textwrap.dedent(
     import sys, time
     from datetime import UTC, datetime
     from facefusion_provider import storage
-    from facefusion_provider.work import leases
+    from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
+from facefusion_provider.work import leases
+from facefusion_provider.work.access import run_held
     from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.work.records import RunHolder, RunLease
 
