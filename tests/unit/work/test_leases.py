@@ -17,9 +17,9 @@ import pytest
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
-from facefusion_provider.work import leases
+from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import run_held
-from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.layout import WorkLayout, work_root_of
 from facefusion_provider.work.records import RunHolder, RunLease, Sweep
 
 
@@ -183,3 +183,24 @@ def test_cleanup_and_a_new_run_racing_in_two_processes_never_remove_held_work(la
     ]
     outputs = [process.communicate(timeout=120)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
+
+
+class _PausedOnce(liveness.Clock):
+    """A host 15 minutes behind, paused 40 s during its first probe's write (read back as its clock's jump)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def now(self) -> float:
+        self.reads += 1
+        return time.time() - 900 + (40 if self.reads == 2 else 0)
+
+
+def test_a_clock_probe_slowed_by_a_pause_is_measured_again(layout: WorkLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause between reading the clock and the probe's write would put the offset half the pause off, for five
+    minutes of lease judgements: such a probe is measured again."""
+    paused = _PausedOnce()
+    monkeypatch.setattr(liveness, "clock", paused)
+    offset = liveness.measure_offset(work_root_of(layout))
+    assert abs(offset - 900) < 2, offset
+    assert paused.reads == 4  # two probes
