@@ -55,20 +55,15 @@ def work_layout(work_uri: str) -> WorkLayout:
 @contextlib.contextmanager
 def run_held(work_uri: str, run_key: str) -> Iterator[Callable[[], None] | None]:
     """While a worker command of an Airflow run (``run_key``) works, renew its run's lease from a thread
-    (docs/protocol.md); yields the guard that stops the worker once the lease was found removed. A command that finds
-    the work, or a file of it, gone while its run's lease went too (a sweep, the process paused past its TTL) fails
-    with ``LeaseLostError``, which the run's next try answers. Outside a run (no key), nothing."""
+    (docs/protocol.md); yields the guard that stops the worker once the lease was found removed (``leases.renewing``).
+    Outside a run (no key), nothing."""
     if not run_key:
         yield None
         return
     from facefusion_provider.work import leases
 
     with leases.renewing(work_layout(work_uri), run_key) as held:
-        try:
-            yield held.check
-        except (InputMissingError, InvalidWorkError):
-            held.renew()  # LeaseLostError when the lease is gone: the work went with it
-            raise
+        yield held.check
 
 
 def load_work(layout: WorkLayout) -> WorkSpec:

@@ -19,7 +19,7 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import run_held
-from facefusion_provider.work.layout import WorkLayout, work_root_of
+from facefusion_provider.work.layout import WorkLayout, root_of, work_root_of
 from facefusion_provider.work.records import RunHolder, RunLease, Sweep
 
 
@@ -204,3 +204,16 @@ def test_a_clock_probe_slowed_by_a_pause_is_measured_again(layout: WorkLayout, m
     offset = liveness.measure_offset(work_root_of(layout))
     assert abs(offset - 900) < 2, offset
     assert paused.reads == 4  # two probes
+
+
+def test_a_lapsed_lease_renewed_is_announced_to_idle_standing_workers(layout: WorkLayout) -> None:
+    """Idle standing workers list the works only when the change signal changes: a run whose lease lapsed (its task
+    paused) and is renewed again, unswept, would otherwise wait for ever for them."""
+    signal = root_of(layout).signal
+    leases.hold(layout, "run", _lease("run", ttl=60))
+    announced = storage.stat(signal)
+    leases.renew(layout, "run")  # live: nothing new for anyone
+    assert storage.stat(signal) == announced
+    _age(layout.run_lease("run"), 120)
+    leases.renew(layout, "run")
+    assert storage.stat(signal) != announced
