@@ -19,6 +19,7 @@ NO_WORKER_SECONDS = 600.0  # a span waits this long for a live standing worker (
 WORKERS_EVERY_SECONDS = 300.0  # how often it lists the standing workers' leases (a LIST costs 12 GETs)
 RENEW_SECONDS = renew_every(DEFAULT_TTL_SECONDS[LeaseKind.RUN])  # the sensor passes a quarter of the run's own TTL
 REFUSALS_EVERY_SECONDS = 60.0  # how often it looks whether every live standing worker has given up (one LIST)
+LISTING_EVERY_SECONDS = 60.0  # how often a poll lists the segments instead of HEADs (a retired commit's next marker)
 # How often the gauge of waiting segments is counted (one LIST): within KEDA's query window (last_over_time[2m]).
 WAITING_EVERY_SECONDS = 60.0
 
@@ -31,7 +32,8 @@ class SpanCommittedTrigger(BaseTrigger):
 
     Cheap while it waits (docs/protocol.md, "The change signal"): each poll asks only whether the first segment not yet
     seen committed is committed now (one HEAD of its marker, then the next ones while they are), and one listing
-    confirms the end (a commit a merge retired as damaged is not committed: from then on each poll lists); the
+    confirms the end (a commit a merge retired as damaged is not committed: from then on each poll lists), as does
+    one poll every ``LISTING_EVERY_SECONDS`` (a segment committed again after a retirement has no first marker); the
     standing workers' leases are listed every ``WORKERS_EVERY_SECONDS``. It renews the run's lease (``run_key``) every
     ``renew_seconds``, so the work stays held while the run waits behind a long queue. Given the run's ``dag_id`` and
     ``run_id`` it sets the gauge of the run's waiting segments (``metric_names.SEGMENTS_WAITING``, what KEDA scales the
@@ -109,6 +111,7 @@ class SpanCommittedTrigger(BaseTrigger):
         waiting_counted = -WAITING_EVERY_SECONDS
         next_left = self.first  # segments before it were seen committed: a marker is never removed while we wait
         listing = False  # once the HEADs saw every marker, each poll lists the segments instead
+        listed = clock.monotonic()  # and one poll a minute lists them anyway
         # Storage calls block: they run in a thread, never on the triggerer's event loop.
         live_workers = await asyncio.to_thread(hook.standing_workers, work_root)
         if not live_workers:
@@ -117,8 +120,11 @@ class SpanCommittedTrigger(BaseTrigger):
             if self.run_key and clock.monotonic() - renewed >= self.renew_seconds:
                 await asyncio.to_thread(hook.renew_lease, self.work_uri, self.run_key)
                 renewed = clock.monotonic()
-            next_left = await self._next_uncommitted(hook, layout, next_left, listing=listing)
-            if next_left >= self.last and not listing:
+            listing_now = listing or clock.monotonic() - listed >= LISTING_EVERY_SECONDS
+            if listing_now:  # a segment's first marker may never come: it is committed in a later incarnation
+                listed = clock.monotonic()
+            next_left = await self._next_uncommitted(hook, layout, next_left, listing=listing_now)
+            if next_left >= self.last and not listing_now:
                 listing = True  # HEADs see first commits: a listing says which are current (a retired one is not)
                 next_left = await self._next_uncommitted(hook, layout, self.first, listing=listing)
             if next_left >= self.last:
