@@ -115,6 +115,7 @@ class Actor:
     group: str = ""  # actors of one process die together: ``process`` and its threads ``process/...``
     error: BaseException | None = None
     sweeping: bool = False  # inside ``leases.sweep_if_unused``
+    holding: bool = False  # inside ``leases.hold``
 
     @property
     def process(self) -> str:
@@ -671,7 +672,7 @@ class World:
             self.scheduler.log.append(f"{self.scheduler.now:.1f} LIVE CLAIM TAKEN {uri}")
 
     def written(self, uri: str, data: bytes) -> None:
-        if "/runs/" in uri:
+        if "/runs/" in uri and not self.scheduler.current().holding:
             lease = RunLease.model_validate_json(data)
             record = self._record_of(lease.output_uri)
             if record is not None:
@@ -710,10 +711,17 @@ class World:
     # The seams the real code is watched and driven through.
     def _hold(self, real: Callable[..., None]) -> Callable[..., None]:
         def hold(layout: WorkLayout, run_key: str, lease: RunLease, **kwargs: Any) -> None:
-            real(layout, run_key, lease, **kwargs)
+            actor = self.scheduler.current()
+            actor.holding = True  # its writes until hold returns hold nothing yet (it may wait for a sweep)
+            try:
+                real(layout, run_key, lease, **kwargs)
+            finally:
+                actor.holding = False
             record = self._record_of(lease.output_uri)
-            if record is not None:
+            written = self.store.objects.get(layout.run_lease(run_key))
+            if record is not None and written is not None:
                 record.holding, record.lapsed = True, False
+                record.last_write, record.ttl = written.written, lease.ttl_seconds
 
         return hold
 
