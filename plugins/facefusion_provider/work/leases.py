@@ -235,7 +235,15 @@ def sweep_if_unused(layout: WorkLayout, run_key: str, *, wait: float = DELETION_
         logger.info("%s: run %s is deciding whether to remove it; deciding again after", layout.work_uri, other.run_key)
         liveness.clock.sleep(POLL_SECONDS)
     try:
-        holders = [held.key for held in run_leases(layout) if held.key != run_key and held.live]
+        # Judged at the listing's time, not later: a sweep paused after its listing would judge a lease renewed
+        # meanwhile by the stale time the listing showed.
+        now = liveness.store_now(work_root_of(layout))
+        listed = run_leases(layout)
+        holders = [
+            held.key
+            for held in listed
+            if held.key != run_key and liveness.is_live(held.written, held.lease.ttl_seconds, now)
+        ]
         if holders:
             logger.info("%s: kept for runs %s", layout.work_uri, ", ".join(sorted(holders)))
             return holders
