@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import InvalidWorkError
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.telemetry.metrics import WorkerMetrics
 from facefusion_provider.work.claims import retire_commit
@@ -57,13 +57,17 @@ def segment_damage(
     Without ``hash_remote`` a remote object that has no checksum of its own passes here: its bytes are hashed by the
     download that uses them (``remote_digest_damage``)."""
     uri = layout.segment_file(marker.file)
+    missing = _damage(marker, "missing", f"{uri}: the segment file is missing although its marker exists")
     if listed_size is None:
-        return _damage(marker, "missing", f"{uri}: the segment file is missing although its marker exists")
+        return missing
     if listed_size != marker.size:
         return _damage(marker, "size", f"{uri}: holds {listed_size} bytes, its marker {marker.size}")
-    digest = storage.stored_sha256(uri)
-    if digest is None and (hash_remote or storage.local_path(uri) is not None):
-        digest = storage.object_sha256(uri)
+    try:
+        digest = storage.stored_sha256(uri)
+        if digest is None and (hash_remote or storage.local_path(uri) is not None):
+            digest = storage.object_sha256(uri)
+    except InputMissingError:  # removed since the listing
+        return missing
     if digest is not None and digest != marker.sha256:
         return _damage(marker, "checksum", f"{uri}: its checksum differs from its marker's")
     return None

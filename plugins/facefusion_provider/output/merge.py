@@ -96,6 +96,10 @@ def merge_work(
                 ) from None
             retire_damaged(layout, found.damage, metrics)
             recompute(sorted({item.index for item in found.damage}))
+        except SegmentsRetired as found:
+            if heal_round == HEAL_ROUNDS:
+                raise
+            recompute(found.indexes)  # a merge retired them and did not live to compute them again
     raise AssertionError("unreachable")
 
 
@@ -267,6 +271,8 @@ def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker],
     listing = SegmentIncarnations.of((item.uri.rsplit("/", 1)[-1], item.modified) for item in items)
     listed = {index: layout.segment_file(name) for index, name in listing.markers.items()}
     missing = [segment.index for segment in spec.segments if segment.index not in listed]
+    if missing and all(listing.current.get(index, 0) for index in missing):
+        raise SegmentsRetired(missing)
     if missing:
         raise InvalidWorkError(
             f"work {spec.work_id}: segments {_ranges(missing)} of {len(spec.segments)} are not committed; "
@@ -290,6 +296,14 @@ def _committed(spec: WorkSpec, layout: WorkLayout) -> tuple[list[SegmentMarker],
                 f"{marker.start}-{marker.end - 1}, not to segment {segment.index} ({segment.label}) of {spec.work_id}"
             )
     return markers, sizes
+
+
+class SegmentsRetired(InvalidWorkError):
+    """Segments whose damaged commits were retired and not committed again since: the merge computes them."""
+
+    def __init__(self, indexes: list[int]) -> None:
+        super().__init__(f"segments {_ranges(indexes)}: their damaged commits were retired and not committed again")
+        self.indexes = indexes
 
 
 def _read_marker(uri: str) -> SegmentMarker | str:

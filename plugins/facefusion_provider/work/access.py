@@ -56,8 +56,8 @@ def work_layout(work_uri: str) -> WorkLayout:
 @contextlib.contextmanager
 def run_held(work_uri: str, run_key: str) -> Iterator[Callable[[], None] | None]:
     """While a worker command of an Airflow run (``run_key``) works, renew its run's lease from a thread
-    (docs/protocol.md); yields the guard that stops the worker once the lease was found removed. Outside a run
-    (no key), nothing."""
+    (docs/protocol.md); yields the guard that stops the worker once the lease was found removed (``leases.renewing``).
+    Outside a run (no key), nothing."""
     if not run_key:
         yield None
         return

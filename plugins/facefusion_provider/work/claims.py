@@ -270,6 +270,8 @@ def retire_commit(
     )
 
 
+# Twice: a sweep removing the probe between its two writes (this process paused past its lease) looks the same once.
+CONDITIONAL_WRITE_PROBES = 2
 _CHECKED_ROOTS: set[str] = set()  # work roots whose store this process has seen honour exclusive creates
 
 
@@ -280,19 +282,21 @@ def check_conditional_writes(layout: WorkLayout) -> None:
     root = layout.work_uri.rsplit("/", 2)[0]
     if root in _CHECKED_ROOTS:
         return
-    probe = storage.join(layout.claims_dir, f".probe-{uuid.uuid4().hex[:12]}")
-    try:
-        created = storage.write_bytes_exclusive(probe, b"1")
-        again = storage.write_bytes_exclusive(probe, b"2")
-    finally:
-        storage.delete(probe)
-    if created and again:
-        raise StorageDeniedError(
-            f"{layout.work_uri}: this store ignores conditional writes (If-None-Match: *), so two workers could both "
-            "commit one segment; use a store with conditional PUTs (AWS S3, or an S3-compatible store that supports "
-            "them) for the work root"
-        )
-    _CHECKED_ROOTS.add(root)
+    for _ in range(CONDITIONAL_WRITE_PROBES):
+        probe = storage.join(layout.claims_dir, f".probe-{uuid.uuid4().hex[:12]}")
+        try:
+            created = storage.write_bytes_exclusive(probe, b"1")
+            again = storage.write_bytes_exclusive(probe, b"2")
+        finally:
+            storage.delete(probe)
+        if not (created and again):
+            _CHECKED_ROOTS.add(root)
+            return
+    raise StorageDeniedError(
+        f"{layout.work_uri}: this store ignores conditional writes (If-None-Match: *), so two workers could both "
+        "commit one segment; use a store with conditional PUTs (AWS S3, or an S3-compatible store that supports "
+        "them) for the work root"
+    )
 
 
 def longest_free_run(indexes: Iterable[int], is_free: Callable[[int], bool]) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from facefusion_provider import storage
-from facefusion_provider.exceptions import FaceFusionError, InputMissingError, RetryableError
+from facefusion_provider.exceptions import FaceFusionError, InputMissingError, InvalidWorkError, RetryableError
 from facefusion_provider.work import liveness
 from facefusion_provider.work.layout import RootLayout, WorkLayout, root_of, work_root_of
 from facefusion_provider.work.liveness import LeaseKind
@@ -107,9 +107,20 @@ def renew(layout: WorkLayout, run_key: str, lease: RunLease | None = None) -> No
         except InputMissingError:
             continue  # removed since the look: the next look says so
         if storage.write_bytes_if_unchanged(uri, record, found.version):
+            if _had_lapsed(found, record, layout):  # live again: idle standing workers had stopped looking at it
+                announce(root_of(layout))
             return
     if lease is not None:
         raise RetryableError(f"{uri}: rewritten by others {RENEW_ATTEMPTS} times while this run wrote its state")
+
+
+def _had_lapsed(found: storage.StoredObject, record: bytes, layout: WorkLayout) -> bool:
+    """Whether the lease ``record``, last written at ``found``, had lapsed by its TTL before this renewal."""
+    try:
+        ttl = RunLease.model_validate_json(record).ttl_seconds
+    except ValueError:
+        return False
+    return not liveness.is_live(found.modified, ttl, liveness.store_now(work_root_of(layout)))
 
 
 def keep_for_retry(layout: WorkLayout, run_key: str, ttl_seconds: float) -> None:
@@ -157,14 +168,20 @@ def holding(layout: WorkLayout, run_key: str, lease: RunLease) -> Iterator[RunHo
 @contextmanager
 def renewing(layout: WorkLayout, run_key: str, ttl_seconds: float | None = None) -> Iterator[RunHold]:
     """Renew a lease its run holds already (a worker command of an Airflow run) every quarter TTL while the block
-    runs; the TTL is read from the lease when not given."""
+    runs; the TTL is read from the lease when not given. A block that finds the work, or a file of it, gone while the
+    lease went too (a sweep, the process paused past its TTL) fails with ``LeaseLostError`` (I5), which a run's next
+    try answers by holding the work again."""
     held = RunHold(layout, run_key)
     if ttl_seconds is None:
         current = read_lease(layout.run_lease(run_key))
         ttl_seconds = current.ttl_seconds if current is not None else liveness.DEFAULT_TTL_SECONDS[LeaseKind.RUN]
     every = liveness.renew_every(ttl_seconds)
     with liveness.repeating(held.renew, every, name="facefusion-lease", what=f"renewing the lease of {run_key}"):
-        yield held
+        try:
+            yield held
+        except (InputMissingError, InvalidWorkError):
+            held.renew()  # LeaseLostError when the lease is gone: a sweep took the work with it (paused past its TTL)
+            raise
 
 
 def run_leases(layout: WorkLayout) -> list[HeldLease]:
@@ -218,7 +235,15 @@ def sweep_if_unused(layout: WorkLayout, run_key: str, *, wait: float = DELETION_
         logger.info("%s: run %s is deciding whether to remove it; deciding again after", layout.work_uri, other.run_key)
         liveness.clock.sleep(POLL_SECONDS)
     try:
-        holders = [held.key for held in run_leases(layout) if held.key != run_key and held.live]
+        # Judged at the listing's time, not later: a sweep paused after its listing would judge a lease renewed
+        # meanwhile by the stale time the listing showed.
+        now = liveness.store_now(work_root_of(layout))
+        listed = run_leases(layout)
+        holders = [
+            held.key
+            for held in listed
+            if held.key != run_key and liveness.is_live(held.written, held.lease.ttl_seconds, now)
+        ]
         if holders:
             logger.info("%s: kept for runs %s", layout.work_uri, ", ".join(sorted(holders)))
             return holders

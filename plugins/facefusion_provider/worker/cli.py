@@ -80,7 +80,13 @@ def _run_command(
         return asdict(result)
     faults.maybe_inject("merge")
     merged = worker.merge(
-        args.work_uri, args.target, args.output, models_dir=args.models_dir, owner=settings.task_key, guard=guard
+        args.work_uri,
+        args.target,
+        args.output,
+        models_dir=args.models_dir,
+        owner=settings.task_key,
+        guard=guard,
+        run_key=settings.run_key,
     )
     return asdict(merged)
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from facefusion_provider.output import MergeResult
 from facefusion_provider.output import merge as output_merge
-from facefusion_provider.work.access import checked_uris, load_work, work_layout
-from facefusion_provider.work.layout import WorkLayout, work_root_of
+from facefusion_provider.work.access import checked_uris, work_layout
+from facefusion_provider.work.layout import WorkLayout, output_done, work_root_of
 from facefusion_provider.work.records import WorkSpec
-from facefusion_provider.worker.span import FrameProcessors, work_segments
+from facefusion_provider.worker.span import FrameProcessors, load_or_prepare, prepare_again, work_segments
 
 
 def merge(
@@ -22,14 +22,20 @@ def merge(
     models_dir: str | None = None,
     owner: str = "",
     guard: Callable[[], None] | None = None,
+    run_key: str = "",
 ) -> MergeResult:
     """Write ``output_path`` from the work's committed segments (``output.merge``); a damaged segment is computed
-    again in this process, with the models from ``models_dir``, claimed for ``owner``."""
+    again in this process, with the models from ``models_dir``, claimed for ``owner``. A work removed while its run
+    (``run_key``) waited is prepared again from the run's lease first: the segments committed since stand (a work is
+    content-addressed), the missing ones are named."""
     layout = work_layout(work_uri)
+    output_uri = checked_uris([], target, output_path).output_uri
+    if run_key and output_uri is not None and output_done(layout.work_id, output_uri) is None:
+        prepare_again(layout, run_key, models_dir)
 
     def recompute(indexes: list[int]) -> None:
         target_uri = checked_uris([], target, None).target_uri
-        spec = load_work(layout)
+        spec = load_or_prepare(layout, run_key, models_dir)
         recompute_segments(spec, layout, target_uri, indexes, models_dir=models_dir, owner=owner, guard=guard)
 
     return output_merge.merge(layout.work_uri, target, output_path, recompute)

@@ -22,7 +22,7 @@ from facefusion_provider.contract import worker_settings
 from facefusion_provider.exceptions import FaceFusionError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.options import Options
 from facefusion_provider.output.sound import store_sound
-from facefusion_provider.work import leases
+from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import checked_uris, load_work, work_layout
 from facefusion_provider.work.claims import (
     SegmentClaims,
@@ -119,17 +119,16 @@ class FreeRun:
 
     length: int
     untouched: bool  # nobody had claimed a segment
-    at: float  # time.monotonic() of the look
+    at: float  # liveness.clock.monotonic() of the look
 
 
 @dataclass
 class HelpMemory:
     """What a helping worker remembers between passes, to spare requests: work specs (``work.json`` never changes),
-    works found complete, works it gave up on, what it saw of each work's free segments. Works no longer live are
-    forgotten."""
+    works it gave up on, what it saw of each work's free segments (a complete work has none, and is looked at again a
+    lease later like any other: a merge may have retired a damaged commit). Works no longer live are forgotten."""
 
     specs: dict[str, WorkSpec] = field(default_factory=dict)
-    complete: set[str] = field(default_factory=set)
     given_up: dict[str, WorkLayout] = field(default_factory=dict)  # by work id: refused while it stays live
     leases: dict[str, RunLease] = field(default_factory=dict)  # by URI and version: a lease is read once
     free_runs: dict[str, FreeRun] = field(default_factory=dict)
@@ -155,7 +154,6 @@ class HelpMemory:
     def keep_only(self, live: set[str]) -> None:
         self.specs = {work: spec for work, spec in self.specs.items() if work in live}
         self.free_runs = {work: seen for work, seen in self.free_runs.items() if work in live}
-        self.complete &= live
         for work, layout in list(self.given_up.items()):
             if work not in live:  # forgotten: a later run over it is tried again
                 del self.given_up[work]
@@ -177,7 +175,7 @@ class Scope:
 
     :param work_root: the runs under this root.
     :param owner: the claims' owner (the Airflow task, or the standing worker).
-    :param until: ``time.monotonic()`` after which it takes no more segments (a standing worker: never).
+    :param until: ``liveness.clock.monotonic()`` after which it takes no more segments (a standing worker: never).
     :param besides: its own run's work, worked already (a span task's worker).
     :param models: only runs that need no other models than these (a span task's worker has loaded them).
     :param standing: it also prepares waiting works and merges the outputs of the works it completes.
@@ -193,7 +191,7 @@ class Scope:
     stop: threading.Event | None = None
 
     def open(self) -> bool:
-        return time.monotonic() < self.until and not (self.stop is not None and self.stop.is_set())
+        return liveness.clock.monotonic() < self.until and not (self.stop is not None and self.stop.is_set())
 
 
 def work_live_runs(scope: Scope, models_dir: str | None, memory: HelpMemory | None = None) -> Helped:
@@ -230,7 +228,11 @@ def work_live_runs(scope: Scope, models_dir: str | None, memory: HelpMemory | No
                 break
             seen = _look(other, models, memory, owner)
             first = other.priority > live[-1].priority  # a run before others: any free segment is worth a seek
-            if seen is not None and (first or _worth_joining(seen)) and time.monotonic() - seen.at > FRESH_SECONDS:
+            if (
+                seen is not None
+                and (first or _worth_joining(seen))
+                and liveness.clock.monotonic() - seen.at > FRESH_SECONDS
+            ):
                 seen = _look(other, models, memory, owner, fresh=True)  # it may have shrunk since
             if seen is not None and seen.length and (first or _worth_joining(seen)):
                 committed += join(other)
@@ -253,16 +255,16 @@ def _worth_joining(seen: FreeRun) -> bool:
 
 def _may_have_lapsed(seen: FreeRun | None) -> bool:
     """A run seen with nothing free a lease ago may have a segment free again: its holder may have died."""
-    return seen is not None and not seen.length and time.monotonic() - seen.at >= lease_seconds()
+    return seen is not None and not seen.length and liveness.clock.monotonic() - seen.at >= lease_seconds()
 
 
 def _look(
     other: LiveWork, models: Options | None, memory: HelpMemory, owner: str, *, fresh: bool = False
 ) -> FreeRun | None:
     """What this worker knows of ``other``'s free segments: what it saw last unless ``fresh``, else both listings.
-    None when it cannot or need not help there (complete, given up, not prepared yet, other models)."""
+    None when it cannot help there (given up, not prepared yet, other models)."""
     work = other.layout.work_id
-    if work in memory.complete or work in memory.given_up:
+    if work in memory.given_up:
         return None
     remembered = memory.free_runs.get(work)
     if remembered is not None and not fresh:
@@ -279,12 +281,9 @@ def _look(
     if models is not None and not same_models(models, spec.options):
         return None
     state = scan_work(other.layout)
-    if len(state.committed) == len(spec.segments):
-        memory.complete.add(work)
-        return None
     claims = SegmentClaims(other.layout, owner=owner)
     free = longest_free_run(range(len(spec.segments)), lambda index: claims.is_free(index, state))
-    seen = FreeRun(len(free), not state.committed and not state.claims, time.monotonic())
+    seen = FreeRun(len(free), not state.committed and not state.claims, liveness.clock.monotonic())
     memory.free_runs[work] = seen
     return seen
 
@@ -312,12 +311,11 @@ def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: H
     except FaceFusionError as error:
         memory.give_up(other.layout, error)
         return 0
-    memory.free_runs[work] = FreeRun(0, False, time.monotonic())  # it took every free segment it found
+    memory.free_runs[work] = FreeRun(0, False, liveness.clock.monotonic())  # it took every free segment it found
     if result.committed:
         helped.works.add(work)
         helped.segments += result.committed
     if scope.standing and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
-        memory.complete.add(work)
         merge_waiting_outputs(other.layout, owner=scope.owner, models_dir=models_dir)
     return result.committed
 
@@ -422,7 +420,11 @@ def swap_span(
         return result
     began = time.perf_counter()
     scope = Scope(
-        work_root_of(layout), owner, until=time.monotonic() + budget, besides=spec.work_id, models=spec.options
+        work_root_of(layout),
+        owner,
+        until=liveness.clock.monotonic() + budget,
+        besides=spec.work_id,
+        models=spec.options,
     )
     helped = work_live_runs(scope, models_dir)
     logger.info("helped %d other runs with %d segments", helped.runs, helped.segments)

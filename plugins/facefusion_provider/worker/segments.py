@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.telemetry.metrics import WorkerMetrics
+from facefusion_provider.work import liveness
 from facefusion_provider.work.claims import SegmentClaims, WorkState, commit_marker, longest_free_run, scan_work
 from facefusion_provider.work.layout import WorkLayout, segment_file_name
 from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec, segment_label
@@ -50,7 +51,9 @@ class SegmentPicker:
     claims: SegmentClaims
     layout: WorkLayout
     scan: Callable[[WorkLayout], WorkState] = scan_work
-    deadline: float | None = None  # time.monotonic() after which it hands out no more segments (helping other runs)
+    deadline: float | None = (
+        None  # liveness.clock.monotonic() after which it hands out no more segments (helping other runs)
+    )
     guard: Callable[[], None] | None = None  # raises to stop the worker before its next claim (its run's lease lost)
     stop: threading.Event | None = None  # set: hand out no more segments (a standing worker told to stop drains)
     stolen: set[int] = field(default_factory=set)
@@ -60,7 +63,7 @@ class SegmentPicker:
 
     def past_deadline(self) -> bool:
         stopping = self.stop is not None and self.stop.is_set()
-        return stopping or (self.deadline is not None and time.monotonic() >= self.deadline)
+        return stopping or (self.deadline is not None and liveness.clock.monotonic() >= self.deadline)
 
     def take(self, after: int | None) -> Segment | None:
         """Claim and return the next segment to work on (the one after ``after`` when it is free), or None."""

@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,7 +60,7 @@ def serve(work_root: str, models_dir: str | None = None, *, idle_exit: float | N
         started_at=datetime.now(UTC),
         ttl_seconds=liveness.DEFAULT_TTL_SECONDS[LeaseKind.WORKER],
     )
-    began = idle_since = time.monotonic()
+    began = idle_since = liveness.clock.monotonic()
     done, memory, looks = Helped(), HelpMemory(refuses_as=me.name), 0
     stop = threading.Event()
     scope = Scope(root.root_uri, f"standing/{me.name}", standing=True, stop=stop)
@@ -73,19 +72,21 @@ def serve(work_root: str, models_dir: str | None = None, *, idle_exit: float | N
             done.works |= helped.works
             done.segments += helped.segments
             if helped.segments:
-                idle_since = time.monotonic()
+                idle_since = liveness.clock.monotonic()
                 logger.info("%d segments of %d runs committed so far", done.segments, done.runs)
                 continue
             until = math.inf if idle_exit is None else idle_since + idle_exit
-            if time.monotonic() >= until:
+            if liveness.clock.monotonic() >= until:
                 break
             rescan = SIGNAL_FREE_RESCAN_SECONDS if memory.free_runs else math.inf  # live runs seen: claims may lapse
-            seen, counted = _wait_for_change(root, seen, until=min(until, time.monotonic() + rescan), stop=stop)
+            seen, counted = _wait_for_change(
+                root, seen, until=min(until, liveness.clock.monotonic() + rescan), stop=stop
+            )
             looks += counted
         memory.finish()
     if stop.is_set():
         logger.info("standing worker %s stopped (SIGTERM) after committing its segment in flight", me.name)
-    return ServeResult(me.name, done.runs, done.segments, round(time.monotonic() - began, 3), looks)
+    return ServeResult(me.name, done.runs, done.segments, round(liveness.clock.monotonic() - began, 3), looks)
 
 
 def _signal_version(root: RootLayout) -> str | None:
@@ -99,7 +100,8 @@ def _wait_for_change(
     """Read the change signal, backing off from ``FIRST_LOOK_SECONDS`` to ``LONGEST_LOOK_SECONDS``, until it changes,
     ``until`` (monotonic) passes or ``stop`` is set; the version last seen and how many reads it took."""
     delay, looks = FIRST_LOOK_SECONDS, 0
-    while time.monotonic() < until and not stop.wait(min(delay, max(until - time.monotonic(), 0.0))):
+    clock = liveness.clock
+    while clock.monotonic() < until and not clock.wait(stop, min(delay, max(until - clock.monotonic(), 0.0))):
         looks += 1
         version = _signal_version(root)
         if version != seen:

@@ -9,15 +9,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from facefusion_provider import storage
 from facefusion_provider.contract import SpanProgress
 from facefusion_provider.metric_names import WORK_ID
 from facefusion_provider.storage.scratch import scratch_folder
 from facefusion_provider.telemetry.metrics import WorkerMetrics, worker_metrics
-from facefusion_provider.work import leases
+from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import checked_uris, load_work
 from facefusion_provider.work.claims import (
     SegmentClaims,
@@ -36,6 +38,9 @@ from facefusion_provider.worker.segments import (
     SegmentWriter,
     chosen_media_paths,
 )
+
+if TYPE_CHECKING:
+    from facefusion_provider.media.decode import DecodeStats
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +69,28 @@ class SpanResult:
 def load_or_prepare(layout: WorkLayout, run_key: str, models_dir: str | None) -> WorkSpec:
     """The work's work.json; when it is missing and the run's lease carries its inputs and options (docs/protocol.md,
     "Queued Airflow runs"), the work prepared again from them."""
+    return prepare_again(layout, run_key, models_dir) or load_work(layout)
+
+
+def prepare_again(layout: WorkLayout, run_key: str, models_dir: str | None) -> WorkSpec | None:
+    """The work prepared again from the run's lease when its work.json is missing (removed while the run waited);
+    None when it is there, or the lease carries no inputs to prepare it from. ``LeaseLostError`` when the lease went
+    with the work: this process was paused past its TTL, and its run's next try holds the work again."""
     if run_key and not storage.exists(layout.work_json):
         lease = leases.read_lease(layout.run_lease(run_key))
-        if lease is not None and lease.options is not None:
+        if lease is None:
+            raise leases.LeaseLostError(
+                f"{layout.work_uri}: the work and the lease of run {run_key} were removed (the lease was not renewed "
+                "within its TTL); run again to rebuild the work"
+            )
+        if lease.options is not None:
             from facefusion_provider.options import Options
             from facefusion_provider.worker.prepare import prepare_work
 
             logger.info("work %s: no work.json (removed while this run waited); preparing it again", layout.work_id)
             uris = checked_uris(lease.source_uris, lease.target_uri, None)
             return prepare_work(layout, uris, Options.model_validate(lease.options), models_dir)
-    return load_work(layout)
+    return None
 
 
 class FrameProcessors:
@@ -111,6 +128,80 @@ class FrameProcessors:
         return self._processor.counts if self._processor is not None else AnalysisCounts()
 
 
+EncodeSegments = Callable[[SegmentPicker, Committer, str], int]
+"""One pass of a span's frame work: the segments the picker hands out decoded, processed and encoded into the folder,
+each file handed to the committer as its last frame is encoded; returns the frames encoded."""
+
+
+class FrameWork(Protocol):
+    def __call__(  # noqa: PLR0917 - the span's state, passed on once
+        self,
+        spec: WorkSpec,
+        target_uri: str,
+        processors: FrameProcessors,
+        metrics: WorkerMetrics,
+        decoding: DecodeStats,
+        progress: Progress,
+        own: range,
+        span: int,
+        label: str,
+    ) -> AbstractContextManager[EncodeSegments]: ...
+
+
+@contextmanager
+def media_frame_work(  # noqa: PLR0917 - the span's state, passed on once
+    spec: WorkSpec,
+    target_uri: str,
+    processors: FrameProcessors,
+    metrics: WorkerMetrics,
+    decoding: DecodeStats,
+    progress: Progress,
+    own: range,
+    span: int,
+    label: str,
+) -> Iterator[EncodeSegments]:
+    """The frames of a span's segments: the target opened and this machine's decode and encode paths chosen once; each
+    pass decodes the segments the picker hands out, processes them (``worker/pipeline.py``) and encodes each to its
+    own file."""
+    from facefusion_provider.media.preview import preview_frames
+    from facefusion_provider.worker.pipeline import run_pipeline
+
+    previews = preview_frames(spec.frame_start, spec.frame_end)
+    with storage.open_input(target_uri) as target:
+        paths = chosen_media_paths(spec, metrics)
+        logger.info("%s: %s", label, paths.line())
+
+        def encode(picker: SegmentPicker, committer: Committer, folder: str) -> int:
+            processor = processors.get(metrics)
+            frames = SegmentFrames(
+                picker,
+                target,
+                target_uri,
+                stats=decoding,
+                preview_frames=previews,
+                metrics=metrics,
+                decode_plan=paths.decode,
+                preroll=processor.preroll if processor is not None else 0,
+            )
+            if processor is not None:
+                processor.preroll_source = frames.take_preroll
+            writer = SegmentWriter(
+                spec, folder, committer, frames, preview_frames=previews, metrics=metrics, progress=progress, own=own
+            )
+            stream = frames.stream()
+            try:
+                run_pipeline(faults.slowed(stream, span), writer.encode, processor)
+            finally:
+                stream.close()
+                writer.abort()
+            return writer.frames_encoded
+
+        yield encode
+
+
+frame_work: FrameWork = media_frame_work  # the one place frames are made: the simulation puts its stub here
+
+
 def work_segments(
     spec: WorkSpec,
     layout: WorkLayout,
@@ -127,12 +218,10 @@ def work_segments(
     """Work the segments of ``own`` (and then the tails of other spans) until every one of ``own`` is committed.
 
     With ``own`` empty the worker is helping another run: it works that run's free segments until none is left or
-    ``deadline`` (``time.monotonic()``) passes, and waits for nobody. ``guard`` is called before each claim and each
+    ``deadline`` (``liveness.clock.monotonic()``) passes, and waits for nobody. ``guard`` is called before each claim and each
     commit: it raises to stop the worker (its run's lease was removed: ``work.leases.RunHold.check``).
     """
     from facefusion_provider.media.decode import DecodeStats
-    from facefusion_provider.media.preview import preview_frames
-    from facefusion_provider.worker.pipeline import run_pipeline
 
     began = time.perf_counter()
     helping = not own
@@ -147,7 +236,6 @@ def work_segments(
         return _result(span, own, reused, skipped=True)
     check_conditional_writes(layout)
     metrics = worker_metrics({WORK_ID: spec.work_id})
-    previews = preview_frames(spec.frame_start, spec.frame_end)
     decoding = DecodeStats()
     frames_done = 0
     own_frames = [spec.segments[index].frame_count for index in own]
@@ -160,7 +248,12 @@ def work_segments(
     )
     if not helping:
         metrics.frames_remaining(people.remaining)
-    with claims.renewing(), scratch_folder("span-") as folder, storage.open_input(target_uri) as target:
+    label = f"work {spec.work_id} (helping)" if helping else f"span {span}"
+    with (
+        claims.renewing(),
+        scratch_folder("span-") as folder,
+        frame_work(spec, target_uri, processors, metrics, decoding, people, own, span, label) as encode,
+    ):
         progress = SpanProgress(
             span=span, segments_committed=reused, segments_total=len(own), committed_here=0, frames_done=0
         )
@@ -178,8 +271,6 @@ def work_segments(
             people.committed(segment.index)
             metrics.frames_remaining(people.remaining)
 
-        paths = chosen_media_paths(spec, metrics)
-        logger.info("%s: %s", f"work {spec.work_id} (helping)" if helping else f"span {span}", paths.line())
         committer = Committer(spec, layout, claims, on_commit=report, metrics=metrics, guard=guard)
         with committer:
             while True:
@@ -189,44 +280,15 @@ def work_segments(
                 if all(index in state.committed for index in own) and not helping:
                     break
                 if not picker.has_free(state):
-                    time.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait for them
+                    liveness.clock.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait
                     continue
-                processor = processors.get(metrics)
-                frames = SegmentFrames(
-                    picker,
-                    target,
-                    target_uri,
-                    stats=decoding,
-                    preview_frames=previews,
-                    metrics=metrics,
-                    decode_plan=paths.decode,
-                    preroll=processor.preroll if processor is not None else 0,
-                )
-                if processor is not None:
-                    processor.preroll_source = frames.take_preroll
-                writer = SegmentWriter(
-                    spec,
-                    folder,
-                    committer,
-                    frames,
-                    preview_frames=previews,
-                    metrics=metrics,
-                    progress=people,
-                    own=own,
-                )
-                stream = frames.stream()
-                try:
-                    run_pipeline(faults.slowed(stream, span), writer.encode, processor)
-                finally:
-                    stream.close()
-                    writer.abort()
-                frames_done += writer.frames_encoded
+                frames_done += encode(picker, committer, folder)
                 committer.wait()  # the next listing must see these markers
     stats = committer.stats
     total = time.perf_counter() - began
     logger.info(
         "%s: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
-        f"work {spec.work_id} (helping)" if helping else f"span {span}",
+        label,
         stats.committed,
         len(picker.stolen),
         reused,

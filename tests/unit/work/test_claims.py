@@ -123,6 +123,24 @@ def test_a_store_that_ignores_exclusive_creates_is_refused(layout: WorkLayout, m
         check_conditional_writes(layout)
 
 
+def test_a_probe_swept_between_its_two_writes_is_not_taken_for_a_store_without_exclusive_creates(
+    layout: WorkLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process paused between the probe's two writes while a sweep removed the probe sees both writes succeed once;
+    a second probe tells it from a store that ignores exclusive creates."""
+    create, writes = storage.write_bytes_exclusive, []
+
+    def swept_once(uri: str, data: bytes) -> bool:
+        writes.append(uri)
+        if len(writes) == 2:
+            storage.delete(uri)  # the sweep, between the first probe's two writes
+        return create(uri, data)
+
+    monkeypatch.setattr(storage, "write_bytes_exclusive", swept_once)
+    check_conditional_writes(layout)
+    assert len(writes) == 4 and writes[0] != writes[2]  # a second probe, whose second write failed as it must
+
+
 def test_longest_free_run_is_the_busiest_spans_tail() -> None:
     free = {2, 3, 4, 7, 8, 9, 10, 11, 14}
     assert longest_free_run(range(16), free.__contains__) == [7, 8, 9, 10, 11]

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from facefusion_provider import storage
-from facefusion_provider.work import leases
-from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
+from facefusion_provider.work import leases, liveness
+from facefusion_provider.work.access import run_held
+from facefusion_provider.work.layout import WorkLayout, root_of, work_root_of
 from facefusion_provider.work.records import RunHolder, RunLease, Sweep
 
 
@@ -94,6 +96,18 @@ def test_a_holder_learns_on_its_next_renewal_that_its_lease_was_swept(layout: Wo
     assert not _folder(layout).exists()  # the renewal wrote nothing back
 
 
+def test_a_worker_command_that_finds_its_work_swept_with_its_lease_says_the_lease_was_lost(layout: WorkLayout) -> None:
+    """A command paused past its run's TTL finds the work gone (no work.json, a segment file missing): that is the
+    lease's loss, retried as a new try that holds the work again, not a broken work."""
+    leases.hold(layout, "paused", _lease("paused", ttl=60))
+    with pytest.raises(InvalidWorkError), run_held(layout.work_uri, "paused"):
+        raise InvalidWorkError("no work.json")  # the lease is live: the work's own fault
+    _age(layout.run_lease("paused"), 120)
+    assert leases.sweep_if_unused(layout, "other") == []
+    with pytest.raises(leases.LeaseLostError, match="was removed"), run_held(layout.work_uri, "paused"):
+        raise InputMissingError("segments/00003.json does not exist")
+
+
 def test_a_run_waits_for_a_sweep_in_progress_then_holds_the_work(layout: WorkLayout) -> None:
     storage.write_bytes_atomic(layout.deleting, _sweep("x"))
     with pytest.raises(Exception, match="still being removed by run x"):
@@ -127,7 +141,9 @@ RACE = textwrap.dedent(
     import sys, time
     from datetime import UTC, datetime
     from facefusion_provider import storage
-    from facefusion_provider.work import leases
+    from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
+from facefusion_provider.work import leases
+from facefusion_provider.work.access import run_held
     from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.work.records import RunHolder, RunLease
 
@@ -167,3 +183,37 @@ def test_cleanup_and_a_new_run_racing_in_two_processes_never_remove_held_work(la
     ]
     outputs = [process.communicate(timeout=120)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
+
+
+class _PausedOnce(liveness.Clock):
+    """A host 15 minutes behind, paused 40 s during its first probe's write (read back as its clock's jump)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def now(self) -> float:
+        self.reads += 1
+        return time.time() - 900 + (40 if self.reads == 2 else 0)
+
+
+def test_a_clock_probe_slowed_by_a_pause_is_measured_again(layout: WorkLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause between reading the clock and the probe's write would put the offset half the pause off, for five
+    minutes of lease judgements: such a probe is measured again."""
+    paused = _PausedOnce()
+    monkeypatch.setattr(liveness, "clock", paused)
+    offset = liveness.measure_offset(work_root_of(layout))
+    assert abs(offset - 900) < 2, offset
+    assert paused.reads == 4  # two probes
+
+
+def test_a_lapsed_lease_renewed_is_announced_to_idle_standing_workers(layout: WorkLayout) -> None:
+    """Idle standing workers list the works only when the change signal changes: a run whose lease lapsed (its task
+    paused) and is renewed again, unswept, would otherwise wait for ever for them."""
+    signal = root_of(layout).signal
+    leases.hold(layout, "run", _lease("run", ttl=60))
+    announced = storage.stat(signal)
+    leases.renew(layout, "run")  # live: nothing new for anyone
+    assert storage.stat(signal) == announced
+    _age(layout.run_lease("run"), 120)
+    leases.renew(layout, "run")
+    assert storage.stat(signal) != announced

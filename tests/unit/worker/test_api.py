@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ from skimage import data
 from facefusion_provider import contract, storage, worker
 from facefusion_provider.exceptions import InputMissingError, InvalidOptionError, InvalidWorkError
 from facefusion_provider.media.images import encode_image
+from facefusion_provider.options import Options
+from facefusion_provider.work import leases
+from facefusion_provider.work.claims import retire_commit
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri
-from facefusion_provider.work.records import OutputMarker, SegmentMarker
+from facefusion_provider.work.records import OutputMarker, RunHolder, RunLease, SegmentMarker
 
 from .conftest import MakeVideo, work_folders
 
@@ -175,6 +179,51 @@ def test_merge_names_segments_not_committed_and_heals_damaged_ones(
     caplog.clear()
     worker.merge(work_uri, target, str(tmp_path / "again.mp4"))  # the new incarnations pass their checks
     assert caplog.records == [] or all("damaged" not in record.getMessage() for record in caplog.records)
+
+
+def test_a_merge_computes_the_segments_an_earlier_merge_retired_and_died_before_computing(
+    make_video: MakeVideo, tmp_path: Path, work_root: str
+) -> None:
+    target = make_video(frames=12)
+    options = {"segment_size": 4, **PASSTHROUGH}
+    work_uri = work_uri_for(work_root, [], target, **options)
+    worker.prepare(work_uri, [], target, **options)
+    worker.swap_span(work_uri, target, 0, 3)
+    worker.merge(work_uri, target, str(tmp_path / "reference.mp4"))
+    retire_commit(WorkLayout(work_uri), 1, 0, "its checksum differs from its marker's")  # then that merge was killed
+
+    worker.merge(work_uri, target, str(tmp_path / "healed.mp4"))
+    assert _frame_md5s(tmp_path / "healed.mp4") == _frame_md5s(tmp_path / "reference.mp4")
+    folder = Path(storage.local_path(WorkLayout(work_uri).segments_dir) or "")
+    assert sorted(p.name for p in folder.glob("0000?.1.json")) == ["00001.1.json"]
+
+
+def test_the_merge_of_a_run_whose_work_was_removed_prepares_it_again_from_the_runs_lease(
+    make_video: MakeVideo, tmp_path: Path, work_root: str
+) -> None:
+    """A work swept while its run waited past its lease's TTL: the run's merge prepares it again (the work is
+    content-addressed, so segments committed into it since stand) instead of failing for a missing work.json."""
+    target = make_video(frames=12)
+    options = {"segment_size": 4, **PASSTHROUGH}
+    work_uri = work_uri_for(work_root, [], target, **options)
+    worker.prepare(work_uri, [], target, **options)
+    worker.swap_span(work_uri, target, 0, 3)
+    layout = WorkLayout(work_uri)
+    lease = RunLease(
+        holder=RunHolder(kind="airflow", dag_id="facefusion_swap", run_id="r1"),
+        ttl_seconds=3600,
+        output_uri=(tmp_path / "out.mp4").as_uri(),
+        created_at=datetime.now(UTC),
+        target_uri=Path(target).resolve().as_uri(),
+        options=Options(**options).model_dump(mode="json"),
+    )
+    leases.hold(layout, "facefusion_swap--r1", lease)
+    Path(storage.local_path(layout.work_json) or "").unlink()
+    with pytest.raises(InvalidWorkError, match=r"no work\.json"):
+        worker.merge(work_uri, target, str(tmp_path / "out.mp4"))  # outside a run: nothing to prepare it from
+
+    worker.merge(work_uri, target, str(tmp_path / "out.mp4"), run_key="facefusion_swap--r1")
+    assert _frame_md5s(tmp_path / "out.mp4") == _frame_md5s(Path(target))
 
 
 def test_merge_refuses_a_segment_file_with_other_frames(make_video: MakeVideo, tmp_path: Path, work_root: str) -> None:
