@@ -142,8 +142,8 @@ RACE = textwrap.dedent(
     from datetime import UTC, datetime
     from facefusion_provider import storage
     from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
-from facefusion_provider.work import leases
-from facefusion_provider.work.access import run_held
+    from facefusion_provider.work import leases
+    from facefusion_provider.work.access import run_held
     from facefusion_provider.work.layout import WorkLayout
     from facefusion_provider.work.records import RunHolder, RunLease
 
