@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 
 import av
+import numpy as np
+import numpy.typing as npt
 
 from facefusion_provider.media.containers import MediaSource
 
@@ -40,3 +42,9 @@ def packet_payloads(source: MediaSource, kind: str = "audio") -> list[tuple[floa
             if packet.size and packet.pts is not None and packet.time_base is not None:
                 payloads.append((float(packet.pts * packet.time_base), bytes(packet)))
         return payloads
+
+
+def rgb_frames(source: MediaSource) -> list[npt.NDArray[np.uint8]]:
+    """Every decoded frame of the first video stream, as RGB arrays (height x width x 3)."""
+    with av.open(source, "r") as container:
+        return [np.asarray(frame.to_ndarray(format="rgb24"), np.uint8) for frame in container.decode(video=0)]

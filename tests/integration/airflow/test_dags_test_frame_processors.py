@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
 from demo_airflow import dags_test, run_succeeded, swap_conf
 from people import carphone, carphone_face_contrast, person_file
-from readback import frame_digests, packet_payloads
+from readback import frame_digests, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV
@@ -32,11 +31,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     models = write_standins(folder / "models")
     source = person_file(folder / "astronaut.png")
     return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
-
-
-def _frames(path: Path) -> list[np.ndarray]:
-    with av.open(str(path)) as container:
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
 
 
 @pytest.mark.parametrize("swapped", [False, True], ids=["alone", "after-face-swapper"])
@@ -62,7 +56,7 @@ def test_the_dag_colours_removes_the_background_and_draws_the_faces(
     result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
 
     assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
-    original, processed = _frames(target), _frames(output)
+    original, processed = rgb_frames(target), rgb_frames(output)
     assert len(processed) == len(original) == FRAMES
     assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
         (d.pts, d.seconds) for d in frame_digests(str(target))

@@ -11,12 +11,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
 from people import carphone, carphone_face_contrast, person_file
-from readback import frame_digests, packet_payloads
+from readback import frame_digests, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, background_remover_standin, colorizer_standin, write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
@@ -46,11 +45,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     models = write_standins(folder / "models")
     source = person_file(folder / "astronaut.png")
     return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
-
-
-def frames_of(path: Path) -> list[np.ndarray]:
-    with av.open(str(path)) as container:
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
 
 
 def assert_shows_its_work(processor: str, before: np.ndarray, after: np.ndarray) -> None:
@@ -88,7 +82,7 @@ def test_worker_run_with_each_frame_processor(
 
     assert cli.main(argv) == 0
 
-    original, processed = frames_of(target), frames_of(output)
+    original, processed = rgb_frames(target), rgb_frames(output)
     assert len(processed) == len(original) == FRAMES
     assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
         (d.pts, d.seconds) for d in frame_digests(str(target))

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import av
 import cv2
 import numpy as np
 import pytest
 from committed import work_uri_for
 from people import carphone, person_file
-from readback import frame_digests
+from readback import frame_digests, rgb_frames
 
 from facefusion_provider import worker
 from facefusion_provider.engine.face import Face, Frame
@@ -36,17 +35,12 @@ class Clip:
     frames: list[Frame]  # the target's frames, RGB
 
 
-def _rgb_frames(path: str) -> list[Frame]:
-    with av.open(path) as container:
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
-
-
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Clip:
     folder = tmp_path_factory.mktemp("tracker")
     target = str(carphone(folder / "carphone.mp4", frames=FRAMES))
     source = person_file(folder / "astronaut.jpg")
-    return Clip(target, str(source), _rgb_frames(target))
+    return Clip(target, str(source), rgb_frames(target))
 
 
 def _thumbnail(frame: Frame) -> np.ndarray:
@@ -80,7 +74,7 @@ def _face_change(output: Path, clip: Clip) -> list[float]:
     rows, columns = slice(height // 5, height * 3 // 5), slice(width // 3, width * 2 // 3)
     return [
         float(np.abs(out[rows, columns].astype(np.int16) - target[rows, columns].astype(np.int16)).mean())
-        for out, target in zip(_rgb_frames(str(output)), clip.frames, strict=True)
+        for out, target in zip(rgb_frames(str(output)), clip.frames, strict=True)
     ]
 
 
