@@ -40,6 +40,7 @@ FaceSwapperModel = Literal[
     "ghost_3_256",
     "blendswap_256",
     "uniface_256",
+    "hififace_unofficial_256",
 ]
 FaceSwapperPixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
 FaceMaskType = Literal["box", "occlusion", "area", "region"]
@@ -58,7 +59,17 @@ FaceMaskRegion = Literal[
 FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3"]
 FaceParserModel = Literal["bisenet_resnet_34", "bisenet_resnet_18"]
 FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
-FaceEnhancerModel = Literal["gfpgan_1.4", "gpen_bfr_256", "gpen_bfr_512", "codeformer", "restoreformer_plus_plus"]
+FaceEnhancerModel = Literal[
+    "gfpgan_1.4",
+    "gpen_bfr_256",
+    "gpen_bfr_512",
+    "codeformer",
+    "restoreformer_plus_plus",
+    "gfpgan_1.2",
+    "gfpgan_1.3",
+    "gpen_bfr_1024",
+    "gpen_bfr_2048",
+]
 FrameEnhancerModel = Literal[
     "clear_reality_x4",
     "face_dat_x4",
@@ -115,6 +126,7 @@ MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame
 DEFAULT_DETECTOR_INTERVAL = 8  # about a quarter of a second at 30 fps before a face coming into view is swapped
 MAX_DETECTOR_INTERVAL = 60
 MIN_OUTPUT_VIDEO_SCALE, MAX_OUTPUT_VIDEO_SCALE, OUTPUT_VIDEO_SCALE_STEP = 0.25, 8.0, 0.25  # FaceFusion's range
+WEIGHT_STEP = 0.05  # FaceFusion's face_swapper_weight and face_enhancer_weight: 0 to 1 in steps of 0.05
 MAX_SOURCES = 16  # source faces of one run: their identities are averaged; more only slow prepare down
 
 # The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
@@ -151,6 +163,7 @@ SWAPPER_MODEL_SIZES: dict[str, int] = {
     **dict.fromkeys(("hyperswap_1a_256", "hyperswap_1b_256", "hyperswap_1c_256", "simswap_256"), 256),
     **dict.fromkeys(("ghost_1_256", "ghost_2_256", "ghost_3_256", "blendswap_256", "uniface_256"), 256),
     "simswap_unofficial_512": 512,
+    "hififace_unofficial_256": 256,
 }
 DEFAULT_PIXEL_BOOST: FaceSwapperPixelBoost = "128x128"
 # Former option names: refused with a message that names the new one (not silently mapped: the work id would differ).
@@ -256,6 +269,18 @@ class FaceSwapperOptions(BaseModel):
         default=True,
         description="The new face takes the skin tone and light of the face it replaces.",
     )
+    face_swapper_weight: float = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        multiple_of=WEIGHT_STEP,
+        strict=True,
+        allow_inf_nan=False,
+        description="How strongly the source's identity is put on, in steps of 0.05: 0.5 is the source as it is, "
+        "lower keeps some of the replaced face's identity, higher pushes further from it. As in FaceFusion, for the "
+        "swappers that take an identity vector (classic, blendswap and uniface ignore it).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -339,6 +364,17 @@ class FaceEnhancerOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default=80,
         description="Only with the face enhancer processor: how much of the sharpened face is kept: 100 is all of it.",
+    )
+    face_enhancer_weight: float = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        multiple_of=WEIGHT_STEP,
+        strict=True,
+        allow_inf_nan=False,
+        description="Only with the face enhancer processor and codeformer (the other enhancers ignore it): its "
+        "fidelity weight, in steps of 0.05; lower restores more freely, higher keeps closer to the face as it is.",
     )
 
 

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from facefusion_provider.engine.face import FloatArray, Frame
 
-WarpTemplate = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512"]
+WarpTemplate = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512"]
 Matrix = npt.NDArray[np.float64]  # 2 x 3 affine
 
 # Five points (right eye, left eye, nose tip, right and left mouth corner, image left to right) as fractions of the crop.
@@ -56,6 +56,17 @@ WARP_TEMPLATES: dict[WarpTemplate, FloatArray] = {
             [0.50123859, 0.61331904],
             [0.39308822, 0.72541100],
             [0.61150205, 0.72490465],
+        ],
+        np.float32,
+    ),
+    # FaceFusion's mtcnn_512: HifiFace's crops.
+    "mtcnn_512": np.array(
+        [
+            [0.36562865, 0.46733799],
+            [0.63305391, 0.46585885],
+            [0.50019127, 0.61942959],
+            [0.39032951, 0.77598822],
+            [0.61178945, 0.77476328],
         ],
         np.float32,
     ),

@@ -1,5 +1,6 @@
-"""Face enhancement with FaceFusion's enhancers (gfpgan_1.4, gpen_bfr_256/512, codeformer, restoreformer_plus_plus):
-the face aligned to the model's template and size, restored, and blended back through a box mask."""
+"""Face enhancement with FaceFusion's enhancers (gfpgan_1.2/1.3/1.4, gpen_bfr_256/512/1024/2048, codeformer,
+restoreformer_plus_plus): the face aligned to the model's template and size, restored, and blended back through a box
+mask."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from facefusion_provider.options import Options
 
 ENHANCER_SIZE = 512
 NO_PADDING = (0, 0, 0, 0)
-CODEFORMER_WEIGHT = 0.5  # FaceFusion's --face-enhancer-weight default: fidelity against restoration
 
 
 def prepare_enhancer_input(crop: Frame) -> FloatArray:
@@ -28,8 +28,9 @@ def normalize_enhancer_output(output: FloatArray) -> FloatArray:
     return np.asarray(np.rint((np.clip(output[0], -1.0, 1.0) + 1.0) / 2.0 * 255.0).transpose(1, 2, 0), np.float32)
 
 
-def enhancer_feeds(crop: Frame, input_names: set[str], weight: float = CODEFORMER_WEIGHT) -> dict[str, np.ndarray]:
-    """``input`` from the crop, and CodeFormer's ``weight`` as float64 of shape (1,) when the model has one."""
+def enhancer_feeds(crop: Frame, input_names: set[str], weight: float) -> dict[str, np.ndarray]:
+    """``input`` from the crop, and ``face_enhancer_weight`` as the model's ``weight`` (CodeFormer's), float64 of shape
+    (1,), when it has one."""
     feeds: dict[str, np.ndarray] = {"input": prepare_enhancer_input(crop)}
     if "weight" in input_names:
         feeds["weight"] = np.array([weight], np.float64)
@@ -42,7 +43,7 @@ def enhance_face(frame: Frame, face: Face, options: Options, store: ModelStore, 
     facts = enhance_facts(options.face_enhancer_model)
     session = store.session_for(options.face_enhancer_model, options)
     crop, matrix = warp_face(frame, face.landmark_5, facts.template, facts.size)
-    (output, *_) = run_session(session, enhancer_feeds(crop, set(input_shapes(session))))
+    (output, *_) = run_session(session, enhancer_feeds(crop, set(input_shapes(session)), options.face_enhancer_weight))
     mask = create_box_mask(facts.size, options.face_mask_blur, NO_PADDING)
     blend = options.face_enhancer_blend / 100.0
     return paste_back(frame, normalize_enhancer_output(output), mask, matrix, blend, in_place=in_place)

@@ -21,8 +21,8 @@ USER_SOURCES: tuple[ModelSource, ...] = ("models_dir", "models_uri")
 FactsT = TypeVar("FactsT")
 
 # The five-point templates the models were trained on (engine.align holds their points): arcface_112 is FaceFusion's
-# arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's.
-TemplateName = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512"]
+# arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's, mtcnn_512 HifiFace's.
+TemplateName = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512"]
 # How a swapper's ``source`` input is made from the source face: the ArcFace embedding projected by the model's emap
 # (inswapper), the L2-normalised embedding (hyperswap), the raw embedding converted by a crossface model (simswap,
 # ghost), or an aligned crop of the source image (blendswap, uniface).
@@ -237,6 +237,7 @@ BLENDSWAP = SwapFacts(
     "ffhq_512", 256, UNIT_MEAN, UNIT_STD, "image", False, source_template="arcface_112", source_size=112
 )
 UNIFACE = SwapFacts("ffhq_512", 256, HALF, HALF, "image", True, source_template="ffhq_512", source_size=256)
+HIFIFACE = SwapFacts("mtcnn_512", 256, HALF, HALF, "crossface", True, converter="crossface_hififace")
 FFHQ_512 = EnhanceFacts("ffhq_512", 512)
 UNVERIFIED_LICENCE = "see FaceFusion's model card"
 # FaceFusion 3.8.1's frame enhancers: (tile, pad, overlap, scale), licence, vendor.
@@ -423,6 +424,7 @@ MODELS: dict[str, ModelSpec] = {
         ),
         _swapper("blendswap_256", BLENDSWAP, licence=UNVERIFIED_LICENCE, vendor="BlendFace (BlendSwap)"),
         _swapper("uniface_256", UNIFACE, licence=UNVERIFIED_LICENCE, vendor="UniFace"),
+        _swapper("hififace_unofficial_256", HIFIFACE, licence="Unknown", vendor="GuijiAI"),
         *(
             _user_model(
                 name,
@@ -432,7 +434,7 @@ MODELS: dict[str, ModelSpec] = {
                 licence=UNVERIFIED_LICENCE,
                 vendor="FaceFusion (crossface)",
             )
-            for name in ("crossface_simswap", "crossface_ghost")
+            for name in ("crossface_simswap", "crossface_ghost", "crossface_hififace")
         ),
         *(
             _user_model(
@@ -457,6 +459,16 @@ MODELS: dict[str, ModelSpec] = {
             for name in ("bisenet_resnet_34", "bisenet_resnet_18")
         ),
         _enhancer("gfpgan_1.4", FFHQ_512, licence="Apache-2.0", vendor="TencentARC"),
+        *(
+            _enhancer(f"gfpgan_{version}", FFHQ_512, licence="Apache-2.0", vendor="TencentARC")
+            for version in ("1.2", "1.3")
+        ),
+        *(
+            _enhancer(
+                f"gpen_bfr_{size}", EnhanceFacts("ffhq_512", size), licence="Non-Commercial", vendor="yangxy (GPEN)"
+            )
+            for size in (1024, 2048)
+        ),
         _enhancer("gpen_bfr_256", EnhanceFacts("arcface_128", 256), licence=UNVERIFIED_LICENCE, vendor="yangxy (GPEN)"),
         _enhancer("gpen_bfr_512", FFHQ_512, licence=UNVERIFIED_LICENCE, vendor="yangxy (GPEN)"),
         _enhancer("codeformer", FFHQ_512, weight=True, licence="S-Lab License 1.0", vendor="sczhou (CodeFormer)"),

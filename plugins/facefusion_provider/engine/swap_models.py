@@ -35,7 +35,7 @@ from facefusion_provider.engine.paste import (
     match_color_statistics,
     to_uint8,
 )
-from facefusion_provider.engine.recognize import normalize_embedding
+from facefusion_provider.engine.recognize import normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError, ModelIncompatibleError
@@ -45,6 +45,8 @@ MODEL_SIZE = INSWAPPER.size
 EMBEDDING_SIZE = 512
 ScalarT = TypeVar("ScalarT", bound=np.generic)
 DEFAULT_BATCH_SIZE = 16
+# FaceFusion's face_swapper_weight: 0..1 maps linearly onto the target identity's share, 0.35 down to -0.35.
+TARGET_SHARE_AT_NO_WEIGHT = 0.35
 
 
 # Protobuf field numbers: ModelProto.graph and GraphProto.initializer.
@@ -214,6 +216,24 @@ def source_tensor(identity: SwapIdentity, facts: SwapFacts, model_path: str | No
     return np.ascontiguousarray(identity.image.transpose(2, 0, 1)[None], np.float32) / 255.0
 
 
+def target_share(weight: float) -> float:
+    """The share of the target face's embedding ``face_swapper_weight`` mixes into the source input: 0 at 0.5."""
+    return TARGET_SHARE_AT_NO_WEIGHT * (1.0 - 2.0 * weight)
+
+
+def target_embedding(frame: Frame, face: Face, facts: SwapFacts, store: ModelStore, options: Options) -> FloatArray:
+    """The target face's ArcFace embedding as FaceFusion mixes it in: L2-normalised for every swapper whose source
+    vector is (all but ghost), else raw."""
+    embedding = raw_embedding(frame, face, store, options)
+    return normalize_embedding(embedding) if facts.normalize_source else embedding
+
+
+def balance_sources(source: FloatArray, targets: FloatArray, share: float) -> FloatArray:
+    """One source input per target face: ``source * (1 - share) + target * share`` (FaceFusion's order: the source
+    as the model takes it, emap-projected or converted, with the target's embedding as it is)."""
+    return np.asarray(source * (1.0 - share) + targets * share, np.float32)
+
+
 def pixel_boost_size(options: Options, facts: SwapFacts = INSWAPPER) -> int:
     """The crop size ``face_swapper_pixel_boost`` asks for; InvalidOptionError when the swapper does not offer it."""
     boost = int(options.face_swapper_pixel_boost.split("x")[0])
@@ -289,7 +309,8 @@ def swap_faces(
     among ``face_mask_types`` every face needs its dense landmarks. ``source`` is the work's identity (an embedding
     alone will do for inswapper and hyperswap).
     ``timings``, when given, accumulates seconds spent aligning, in the model, and pasting back. With ``pool`` the
-    frames are pasted back side by side (a frame's own faces in turn).
+    frames are pasted back side by side (a frame's own faces in turn). A ``face_swapper_weight`` other than 0.5 mixes
+    each target face's own embedding into its source input (not for image sources).
     """
     pending = swap_pending(frames, faces, source, options, store, batch_size=batch_size, timings=timings, pool=pool)
     clock = StageClock(timings)
@@ -332,10 +353,19 @@ def swap_pending(
     clock.lap("swap_align")
     if not crops:
         return list(frames)
+    per_face = total * total
+    share = target_share(options.face_swapper_weight) if facts.source != "image" else 0.0
+    if share:
+        numbered_faces = [(index, face) for (index, _, _), face in zip(crops, crop_faces, strict=True)]
+
+        def embedded(pair: tuple[int, Face]) -> FloatArray:
+            return target_embedding(frames[pair[0]], pair[1], facts, store, options)
+
+        targets = each(pool, embedded, numbered_faces)
+        source_input = np.repeat(balance_sources(source_input, np.stack(targets), share), per_face, axis=0)
     swapped_tiles = run_swapper(session, np.concatenate(tiles), source_input, batch_size, facts)
     clock.lap("swap_infer")
     blend = options.face_swapper_blend / 100.0
-    per_face = total * total
     numbered: dict[int, list[int]] = {}  # frame index -> its crops' numbers
     for number, (index, _, _) in enumerate(crops):
         numbered.setdefault(index, []).append(number)
@@ -386,12 +416,13 @@ def run_swapper(
     batch_size: int,
     facts: SwapFacts = INSWAPPER,
 ) -> FloatArray:
-    """All model-sized tiles through the swapper: in batches when the model's batch is dynamic, else one at a time."""
+    """All model-sized tiles through the swapper: in batches when the model's batch is dynamic, else one at a time.
+    ``source``: one input for every tile, or one per tile."""
     step = max(1, batch_size) if batch_is_dynamic(session) else 1
     outputs = []
     for start in range(0, len(tiles), step):
         target = prepare_target(tiles[start : start + step], facts)
-        repeated = np.repeat(source, len(target), axis=0)
-        (output, *_) = run_session(session, {"target": target, "source": repeated})
+        sources = source[start : start + step] if len(source) > 1 else np.repeat(source, len(target), axis=0)
+        (output, *_) = run_session(session, {"target": target, "source": sources})
         outputs.append(normalize_output(output, facts))
     return np.concatenate(outputs)

@@ -44,6 +44,7 @@ TEMPLATES = {
     ],
     "arcface_128": [(0.36168, 0.40388), (0.63697, 0.40235), (0.50020, 0.56044), (0.38710, 0.72161), (0.61508, 0.72034)],
     "ffhq_512": [(0.37692, 0.46865), (0.62286, 0.46913), (0.50124, 0.61332), (0.39309, 0.72541), (0.61150, 0.72490)],
+    "mtcnn_512": [(0.36563, 0.46734), (0.63305, 0.46586), (0.50019, 0.61943), (0.39033, 0.77599), (0.61179, 0.77476)],
 }
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -55,6 +56,7 @@ FAMILIES: dict[str, tuple[str, int, Any, tuple[int, ...], bool]] = {
     "simswap_256": ("arcface_112_v1", 256, IMAGENET, (1, 512), False),
     "simswap_unofficial_512": ("arcface_112_v1", 512, UNIT, (1, 512), False),
     "ghost_1_256": ("arcface_112_v1", 256, HALF, (1, 512), True),
+    "hififace_unofficial_256": ("mtcnn_512", 256, HALF, (1, 512), True),
     "blendswap_256": ("ffhq_512", 256, UNIT, (1, 3, 112, 112), False),
     "uniface_256": ("ffhq_512", 256, HALF, (1, 3, 256, 256), True),
 }
@@ -227,7 +229,10 @@ def astronaut_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("model", ["simswap_256", "ghost_3_256", "blendswap_256", "uniface_256", "hyperswap_1c_256"])
+@pytest.mark.parametrize(
+    "model",
+    ["simswap_256", "ghost_3_256", "hififace_unofficial_256", "blendswap_256", "uniface_256", "hyperswap_1c_256"],
+)
 def test_prepare_stores_what_the_source_kind_needs(model: str, astronaut_file: str, tmp_path: Path) -> None:
     models = write_standins(tmp_path / "models")
     options = Options(face_swapper_model=model)
@@ -262,6 +267,10 @@ ENHANCERS = {
     "gpen_bfr_512": ("ffhq_512", 512),
     "codeformer": ("ffhq_512", 512),
     "restoreformer_plus_plus": ("ffhq_512", 512),
+    "gfpgan_1.2": ("ffhq_512", 512),
+    "gfpgan_1.3": ("ffhq_512", 512),
+    "gpen_bfr_1024": ("ffhq_512", 1024),
+    "gpen_bfr_2048": ("ffhq_512", 2048),
 }
 
 

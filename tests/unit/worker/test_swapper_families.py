@@ -22,6 +22,7 @@ FAMILIES = [
     "simswap_256",
     "simswap_unofficial_512",
     "ghost_1_256",
+    "hififace_unofficial_256",
     "blendswap_256",
     "uniface_256",
 ]
@@ -78,3 +79,25 @@ def test_worker_run_with_codeformer_after_a_hyperswap(inputs: tuple[Path, Path, 
     assert cli.main(argv) == 0
 
     assert len(frames_of(output)) == FRAMES
+
+
+def test_worker_run_face_swapper_weight_changes_hififaces_face(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The paint stand-in's colour is its source vector's: the weight mixes the target face's identity into it."""
+    models, source, target = inputs
+    colours = {}
+    for weight in ("0.0", "0.5", "1.0"):
+        output = tmp_path / f"out-{weight}.mp4"
+        argv = ["run", "--source", str(source), "--target", str(target), "--output", str(output)]
+        argv += ["--work-root", str(tmp_path / "work"), "--models-dir", str(models), "--face-swapper-blend", "100"]
+        argv += ["--face-swapper-model", "hififace_unofficial_256", "--face-swapper-weight", weight]
+        argv += ["--no-face-swapper-color-correction", "--output-video-quality", "100"]
+
+        assert cli.main(argv) == 0
+
+        first = frames_of(output)[0]
+        assert carphone_face_contrast(first) < 3
+        colours[weight] = first[100:150, 150:200].reshape(-1, 3).mean(axis=0)
+    assert np.abs(colours["0.0"] - colours["0.5"]).max() > 4 and np.abs(colours["1.0"] - colours["0.5"]).max() > 4
+    # FaceFusion's mix is linear in the weight: 0.5 sits between 0 and 1
+    assert np.all(np.minimum(colours["0.0"], colours["1.0"]) - 2 <= colours["0.5"])
+    assert np.all(colours["0.5"] <= np.maximum(colours["0.0"], colours["1.0"]) + 2)

@@ -1,5 +1,6 @@
 """The face swapper: the source identity put on each selected face, by the offline classic swapper (the face mesh's
-warp, colour match and blend) or by a catalogue model (inswapper, hyperswap, simswap, ghost, blendswap, uniface)."""
+warp, colour match and blend) or by a catalogue model (inswapper, hyperswap, simswap, ghost, hififace, blendswap,
+uniface)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class FaceSwapper(Processor):
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
         """classic: the largest source face as a crop (PNG, base64), its 468 mesh points and their triangles.
         model swappers: the mean of the L2-normalised ArcFace embeddings of each source image's largest face,
-        normalised; for simswap and ghost also the mean raw embedding through their crossface converter; for
+        normalised; for simswap, ghost and hififace also the mean raw embedding through their crossface converter; for
         blendswap and uniface also the first source image's face aligned as the model takes it (PNG, base64)."""
         if not source_paths:
             raise NoFaceError("face_swapper needs at least one source image with a face")
