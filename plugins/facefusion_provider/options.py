@@ -22,7 +22,7 @@ Processor = Literal[
     "face_swapper", "face_enhancer", "frame_enhancer", "frame_colorizer", "background_remover", "face_debugger"
 ]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
-FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
+FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g", "yunet_2023_mar", "many"]
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
 FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4"]
 FaceSelectorMode = Literal["one", "many", "reference"]
@@ -156,6 +156,8 @@ ANALYSIS_OPTIONS: frozenset[str] = frozenset(
         "segment_size",
     }
 )
+# Detectors FaceFusion runs at 640x640 only (many: its three detectors pooled).
+DETECTORS_AT_640: frozenset[str] = frozenset({"yoloface_8n", "yunet_2023_mar", "many"})
 # Each model swapper's own crop size (engine.models holds the rest of its facts): its pixel boost is a whole multiple.
 SWAPPER_MODEL_SIZES: dict[str, int] = {
     "inswapper_128": 128,
@@ -180,7 +182,8 @@ class _FacesOptions(BaseModel):
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
         default="retinaface_mnet",
-        description="The model that finds faces. The first one comes with the provider; the others are model files you install.",
+        description="The model that finds faces. The first one comes with the provider; the others are model files "
+        "you install. many: retinaface_10g, scrfd_2.5g and yoloface_8n together, as FaceFusion's many.",
     )
     face_detector_size: FaceDetectorSize = Field(
         json_schema_extra=SECTION_FACES,
@@ -245,6 +248,15 @@ class _FacesOptions(BaseModel):
         "found at the next search. Each segment starts with a search. 1 searches every frame, as FaceFusion does; so "
         "does the face tracker.",
     )
+
+    @model_validator(mode="after")
+    def _detector_size_of_the_model(self) -> _FacesOptions:
+        if self.face_detector_model in DETECTORS_AT_640 and self.face_detector_size != "640x640":
+            raise ValueError(
+                f"face_detector_size {self.face_detector_size} does not fit face_detector_model "
+                f"{self.face_detector_model}, which takes 640x640 only"
+            )
+        return self
 
 
 class FaceSwapperOptions(BaseModel):

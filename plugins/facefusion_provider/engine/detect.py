@@ -1,4 +1,6 @@
-"""Face detection: the offline RetinaFace (MobileNet) and FaceFusion's yoloface_8n, retinaface_10g and scrfd_2.5g.
+"""Face detection: the offline RetinaFace (MobileNet) and FaceFusion's yoloface_8n, retinaface_10g, scrfd_2.5g and
+yunet_2023_mar, or ``many``: FaceFusion's three (retinaface_10g, scrfd_2.5g, yoloface_8n) on the same view, their
+detections pooled and suppressed together at a lower overlap.
 
 Every detector sees the frame letterboxed into ``options.face_detector_size`` (shrunk to fit, never enlarged, placed
 top-left on a black canvas, as FaceFusion does); boxes and points come back in frame pixels, best score first.
@@ -19,6 +21,7 @@ from facefusion_provider.engine.detect_decoders import (
     Detections,
     decode_scrfd,
     decode_yoloface,
+    decode_yunet,
     empty_detections,
     non_max_suppression,
 )
@@ -28,6 +31,8 @@ from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
 
 NMS_IOU_THRESHOLD = 0.4
+MANY_NMS_IOU_THRESHOLD = 0.1  # FaceFusion's for many: two detectors' boxes of one face overlap less than one's own
+MANY_DETECTORS = ("retinaface_10g", "scrfd_2.5g", "yoloface_8n")  # FaceFusion's many (yunet is not among them)
 
 # RetinaFace (Pytorch_Retinaface, MobileNet-0.25): BGR input minus the ImageNet means, three levels of two priors per cell.
 RETINAFACE_MEAN_BGR = np.array([104.0, 117.0, 123.0], np.float32)
@@ -45,7 +50,7 @@ class Letterbox:
     content: tuple[int, int]
 
 
-Detector = Callable[[Letterbox, Options, ModelStore], Detections]
+Detector = Callable[[str, Letterbox, Options, ModelStore], Detections]  # model name, view, options, store
 
 
 def detector_size(options: Options) -> tuple[int, int]:
@@ -107,14 +112,14 @@ def decode_retinaface(
     return boxes.astype(np.float32), scores[keep].astype(np.float32), points.astype(np.float32)
 
 
-def _detect_retinaface_mnet(view: Letterbox, options: Options, store: ModelStore) -> Detections:
+def _detect_retinaface_mnet(model: str, view: Letterbox, options: Options, store: ModelStore) -> Detections:
     # This network takes any input size: it sees only the content, rounded up to its coarsest stride (less work).
     stride = RETINAFACE_STEPS[-1]
     canvas_width, canvas_height = detector_size(options)
     width = min(canvas_width, -(-view.content[0] // stride) * stride)
     height = min(canvas_height, -(-view.content[1] // stride) * stride)
     pixels = _bgr_tensor(view.canvas[:height, :width], 1.0, RETINAFACE_MEAN_BGR)
-    session = store.session_for("retinaface_mnet", options)
+    session = store.session_for(model, options)
     loc, conf, landmarks = run_session(session, {session.get_inputs()[0].name: pixels})
     return decode_retinaface(loc[0], conf[0], landmarks[0], (width, height), options.face_detector_score)
 
@@ -134,16 +139,23 @@ def _bgr_tensor(rgb: Frame, scale: float, mean_bgr: npt.NDArray[np.float32]) -> 
     return np.asarray(blob, np.float32)
 
 
-def _detect_scrfd_family(view: Letterbox, options: Options, store: ModelStore) -> Detections:
-    session = store.session_for(options.face_detector_model, options)
+def _detect_scrfd_family(model: str, view: Letterbox, options: Options, store: ModelStore) -> Detections:
+    session = store.session_for(model, options)
     outputs = run_session(session, {session.get_inputs()[0].name: _facefusion_tensor(view.canvas, (-1, 1))})
     return decode_scrfd(outputs, detector_size(options), options.face_detector_score)
 
 
-def _detect_yoloface(view: Letterbox, options: Options, store: ModelStore) -> Detections:
-    session = store.session_for("yoloface_8n", options)
+def _detect_yoloface(model: str, view: Letterbox, options: Options, store: ModelStore) -> Detections:
+    session = store.session_for(model, options)
     (output, *_) = run_session(session, {session.get_inputs()[0].name: _facefusion_tensor(view.canvas, (0, 1))})
     return decode_yoloface(output, options.face_detector_score)
+
+
+def _detect_yunet(model: str, view: Letterbox, options: Options, store: ModelStore) -> Detections:
+    session = store.session_for(model, options)
+    pixels = _bgr_tensor(view.canvas, 1.0, np.zeros(3, np.float32))  # FaceFusion feeds yunet BGR 0..255 as it is
+    outputs = run_session(session, {session.get_inputs()[0].name: pixels})
+    return decode_yunet(outputs, detector_size(options), options.face_detector_score)
 
 
 DETECTORS: dict[str, Detector] = {
@@ -151,16 +163,25 @@ DETECTORS: dict[str, Detector] = {
     "retinaface_10g": _detect_scrfd_family,
     "scrfd_2.5g": _detect_scrfd_family,
     "yoloface_8n": _detect_yoloface,
+    "yunet_2023_mar": _detect_yunet,
 }
 
 
+def detector_models(options: Options) -> tuple[str, ...]:
+    """The catalogue detectors ``face_detector_model`` runs: ``many`` is FaceFusion's three."""
+    return MANY_DETECTORS if options.face_detector_model == "many" else (options.face_detector_model,)
+
+
 def detect_faces(frame: Frame, options: Options, store: ModelStore) -> list[Face]:
-    """Every face in the frame above ``options.face_detector_score``, after NMS, best score first."""
+    """Every face in the frame above ``options.face_detector_score``, after NMS (over all of ``many``'s detections
+    pooled), best score first."""
     view = letterbox(frame, detector_size(options))
-    boxes, scores, landmarks = DETECTORS[options.face_detector_model](view, options, store)
+    found = [DETECTORS[model](model, view, options, store) for model in detector_models(options)]
+    boxes, scores, landmarks = (np.concatenate(parts) for parts in zip(*found, strict=True))
     if scores.size == 0:
         return []
-    kept = non_max_suppression(boxes, scores, NMS_IOU_THRESHOLD)
+    many = options.face_detector_model == "many"
+    kept = non_max_suppression(boxes, scores, MANY_NMS_IOU_THRESHOLD if many else NMS_IOU_THRESHOLD)
     return [
         Face(
             bbox=_to_frame(boxes[index], view.scale, frame.shape),

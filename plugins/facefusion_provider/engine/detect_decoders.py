@@ -16,6 +16,7 @@ Detections = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray
 
 SCRFD_STRIDES = (8, 16, 32)
 SCRFD_ANCHORS_PER_CELL = 2
+YUNET_STRIDES = (8, 16, 32)  # one anchor per cell
 
 
 def empty_detections() -> Detections:
@@ -77,6 +78,48 @@ def decode_scrfd(
         all_boxes.append(np.concatenate([kept_centers - distances[:, :2], kept_centers + distances[:, 2:]], axis=1))
         all_scores.append(scores[keep])
         all_landmarks.append(kept_centers[:, None, :] + offsets)
+    if not all_scores:
+        return empty_detections()
+    return (
+        np.concatenate(all_boxes).astype(np.float32),
+        np.concatenate(all_scores).astype(np.float32),
+        np.concatenate(all_landmarks).astype(np.float32),
+    )
+
+
+def decode_yunet(
+    outputs: Sequence[npt.NDArray[np.floating]], input_size: tuple[int, int], score_threshold: float
+) -> Detections:
+    """yunet_2023_mar: 12 outputs, class scores, objectness, boxes and points for strides 8, 16, 32, one anchor a cell.
+
+    A face's score is class x objectness; its box a centre offset and a log size, its five points offsets, all in
+    stride units from the cell's top-left corner. ``input_size`` is (width, height) of the detector input.
+    """
+    if len(outputs) != 4 * len(YUNET_STRIDES):
+        raise ValueError(f"expected {4 * len(YUNET_STRIDES)} detector outputs, got {len(outputs)}")
+    width, height = input_size
+    levels = len(YUNET_STRIDES)
+    all_boxes, all_scores, all_landmarks = [], [], []
+    for level, stride in enumerate(YUNET_STRIDES):
+        classes = np.asarray(outputs[level], np.float32).reshape(-1)
+        scores = classes * np.asarray(outputs[level + levels], np.float32).reshape(-1)
+        keep = scores >= score_threshold
+        if not np.any(keep):
+            continue
+        centers = anchor_centers(stride, height // stride, width // stride, 1)
+        if centers.shape[0] != scores.shape[0]:
+            raise ValueError(
+                f"stride {stride}: {scores.shape[0]} scores do not match {centers.shape[0]} anchors of a "
+                f"{width}x{height} input"
+            )
+        kept_centers = centers[keep]
+        boxes = np.asarray(outputs[level + 2 * levels], np.float32).reshape(-1, 4)[keep]
+        box_centers = boxes[:, :2] * stride + kept_centers
+        half_sizes = np.exp(boxes[:, 2:4]) * stride / 2
+        points = np.asarray(outputs[level + 3 * levels], np.float32).reshape(-1, 5, 2)[keep]
+        all_boxes.append(np.concatenate([box_centers - half_sizes, box_centers + half_sizes], axis=1))
+        all_scores.append(scores[keep])
+        all_landmarks.append(points * stride + kept_centers[:, None, :])
     if not all_scores:
         return empty_detections()
     return (

@@ -330,6 +330,12 @@ _SCRFD_OUTPUTS: TensorSpec = tuple(
     for kind, width in (("score", 1), ("bbox", 4), ("kps", 10))
     for stride in (8, 16, 32)
 )
+# yunet: class score, objectness, box (centre offset, log size) and five points, per stride, one anchor a cell.
+_YUNET_OUTPUTS: TensorSpec = tuple(
+    (f"{kind}_{stride}", (1, None, width))
+    for kind, width in (("cls", 1), ("obj", 1), ("bbox", 4), ("kps", 10))
+    for stride in (8, 16, 32)
+)
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -383,6 +389,14 @@ MODELS: dict[str, ModelSpec] = {
             outputs=_SCRFD_OUTPUTS,
             licence="Non-Commercial",
             vendor="InsightFace",
+        ),
+        _user_model(
+            "yunet_2023_mar",  # FaceFusion's yunet: BGR 0..255 in, at 640x640
+            "detect",
+            inputs=(("input", (None, 3, None, None)),),
+            outputs=_YUNET_OUTPUTS,
+            licence="MIT",
+            vendor="OpenCV (YuNet)",
         ),
         _user_model(
             "2dfan4",

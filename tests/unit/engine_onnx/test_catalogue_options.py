@@ -182,12 +182,25 @@ def test_a_weight_out_of_bounds_is_refused_naming_the_field(field: str, value: o
         parse_options({field: value})
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [("face_swapper_model", "hififace_256"), ("face_enhancer_model", "gpen_bfr_4096")],
-)
-def test_an_unknown_model_is_refused_naming_the_field_and_the_choices(field: str, value: str) -> None:
-    with pytest.raises(InvalidOptionError, match=rf"options\.{field}: Input should be .*'{value}'") as raised:
+CHOICES = {
+    "face_swapper_model": ("hififace_256", "hififace_unofficial_256"),
+    "face_enhancer_model": ("gpen_bfr_4096", "gpen_bfr_2048"),
+    "face_detector_model": ("yunet", "yunet_2023_mar"),  # FaceFusion's name for it: the catalogue's is the file's
+}
+
+
+@pytest.mark.parametrize("field", list(CHOICES))
+def test_an_unknown_model_is_refused_naming_the_field_and_the_choices(field: str) -> None:
+    value, listed = CHOICES[field]
+    with pytest.raises(InvalidOptionError, match=rf"options\.{field}: Input should be .*'{listed}'.*'{value}'"):
         parse_options({field: value})
-    message = str(raised.value)
-    assert ("'hififace_unofficial_256'" in message) if field == "face_swapper_model" else ("'gpen_bfr_2048'" in message)
+
+
+@pytest.mark.parametrize("model", ["many", "yunet_2023_mar", "yoloface_8n"])
+def test_detectors_facefusion_runs_at_640_refuse_another_size_naming_the_field(model: str) -> None:
+    with pytest.raises(
+        InvalidOptionError, match=rf"face_detector_size 320x320 does not fit face_detector_model {model}"
+    ):
+        parse_options({"face_detector_model": model, "face_detector_size": "320x320"})
+    assert parse_options({"face_detector_model": model}).face_detector_size == "640x640"
+    assert parse_options({"face_detector_model": "scrfd_2.5g", "face_detector_size": "320x320"})

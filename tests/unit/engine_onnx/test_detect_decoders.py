@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from facefusion_provider.engine.detect_decoders import decode_scrfd, decode_yoloface, non_max_suppression
+from facefusion_provider.engine.detect_decoders import decode_scrfd, decode_yoloface, decode_yunet, non_max_suppression
 
 
 def yolo_output(candidates: dict[int, list[float]]) -> np.ndarray:
@@ -83,6 +83,51 @@ def test_scrfd_rejects_outputs_that_do_not_fit_the_input_size() -> None:
 
     with pytest.raises(ValueError, match="anchors"):
         decode_scrfd(outputs, (320, 320), score_threshold=0.5)
+
+
+def yunet_outputs(width: int, height: int) -> list[np.ndarray]:
+    counts = [(height // stride) * (width // stride) for stride in (8, 16, 32)]
+    widths = (1, 1, 4, 10)  # cls, obj, bbox, kps
+    return [np.zeros((1, count, size), np.float32) for size in widths for count in counts]
+
+
+@pytest.mark.parametrize(("width", "height"), [(640, 640), (320, 320)])
+def test_yunet_scores_class_times_objectness_and_decodes_from_the_cells_corner(width: int, height: int) -> None:
+    outputs = yunet_outputs(width, height)
+    # Stride 16, grid row 7, column 9 (one anchor a cell): corner (144, 112).
+    index16 = 7 * (width // 16) + 9
+    outputs[1][0, index16] = 0.9  # class
+    outputs[4][0, index16] = 0.8  # objectness: score 0.72
+    outputs[7][0, index16] = [0.5, 1.0, np.log(4.0), np.log(5.0)]  # centre (152, 128), size 64 x 80
+    offsets = np.array([[-1, -1], [1, -1], [0, 0], [-1, 1], [1, 1]], np.float32)
+    outputs[10][0, index16] = offsets.reshape(-1)
+    # Stride 8, row 2, column 3: a sure class but no object, below the threshold.
+    outputs[0][0, 2 * (width // 8) + 3] = 1.0
+    outputs[3][0, 2 * (width // 8) + 3] = 0.4
+    # Stride 32, row 1, column 2, corner (64, 32): exactly at the threshold, kept.
+    index32 = 1 * (width // 32) + 2
+    outputs[2][0, index32] = 0.5
+    outputs[5][0, index32] = 1.0
+    outputs[8][0, index32] = [0.0, 0.0, 0.0, 0.0]  # centre at the corner, one stride square
+
+    boxes, scores, landmarks = decode_yunet(outputs, (width, height), score_threshold=0.5)
+
+    np.testing.assert_allclose(boxes, [[120, 88, 184, 168], [48, 16, 80, 48]], rtol=1e-6)
+    np.testing.assert_allclose(scores, [0.72, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(landmarks[0], np.array([144, 112]) + offsets * 16)
+    np.testing.assert_allclose(landmarks[1], np.tile([64, 32], (5, 1)))
+    assert boxes.dtype == scores.dtype == landmarks.dtype == np.float32
+
+
+def test_yunet_rejects_outputs_of_another_size_or_count() -> None:
+    outputs = yunet_outputs(640, 640)
+    outputs[0][0, 0] = outputs[3][0, 0] = 1.0
+    with pytest.raises(ValueError, match="anchors"):
+        decode_yunet(outputs, (320, 320), score_threshold=0.5)
+    with pytest.raises(ValueError, match="expected 12 detector outputs, got 9"):
+        decode_yunet(outputs[:9], (640, 640), score_threshold=0.5)
+    boxes, scores, landmarks = decode_yunet(yunet_outputs(640, 640), (640, 640), score_threshold=0.5)
+    assert boxes.shape == (0, 4) and scores.shape == (0,) and landmarks.shape == (0, 5, 2)
 
 
 def test_nms_keeps_the_best_of_overlapping_boxes_in_score_order() -> None:

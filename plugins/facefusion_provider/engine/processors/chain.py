@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from facefusion_provider.engine.detect import detect_faces
+from facefusion_provider.engine.detect import detect_faces, detector_models
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.landmarks import (
     follow_face_mesh,
@@ -247,7 +247,8 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
         frame_threads=_frame_threads(options),
     )
     if needs.faces:
-        store.session_for(options.face_detector_model, options)
+        for detector in detector_models(options):
+            store.session_for(detector, options)
         require_recognizer(options, store)
         if options.face_selector_mode == "reference":
             processor.reference_embedding = _embedding(identity, "reference_embedding")
