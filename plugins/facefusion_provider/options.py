@@ -24,7 +24,7 @@ Processor = Literal[
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g", "yunet_2023_mar", "many"]
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
-FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4"]
+FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4", "peppa_wutz", "many"]
 FaceSelectorMode = Literal["one", "many", "reference"]
 FaceSwapperModel = Literal[
     "classic",
@@ -56,7 +56,7 @@ FaceMaskRegion = Literal[
     "upper-lip",
     "lower-lip",
 ]
-FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3"]
+FaceOccluderModel = Literal["xseg_1", "xseg_2", "xseg_3", "many"]
 FaceParserModel = Literal["bisenet_resnet_34", "bisenet_resnet_18"]
 FaceMaskArea = Literal["upper-face", "lower-face", "mouth"]
 FaceEnhancerModel = Literal[
@@ -202,7 +202,8 @@ class _FacesOptions(BaseModel):
     face_landmarker_model: FaceLandmarkerModel = Field(
         json_schema_extra=SECTION_FACES,
         default="face_mesh_468",
-        description="The model that places eyes, nose and mouth on each face. The first one comes with the provider.",
+        description="The model that places eyes, nose and mouth on each face. The first one comes with the provider. "
+        "many: 2dfan4 and peppa_wutz, the points of the surer one, as FaceFusion's many.",
     )
     face_selector_mode: FaceSelectorMode = Field(
         default="one",
@@ -341,7 +342,8 @@ class _FaceMaskOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default="xseg_1",
         description="Only with the occlusion mask: the model that finds what covers the face (hands, hair, "
-        "glasses), where the original stays. A model file you install.",
+        "glasses), where the original stays. A model file you install. many: all three, covered where any of "
+        "them says so, as FaceFusion's many.",
     )
     face_parser_model: FaceParserModel = Field(
         json_schema_extra=SECTION_SWAP,

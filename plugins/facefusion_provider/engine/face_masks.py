@@ -188,6 +188,7 @@ def face_regions(shape: tuple[int, int], points: FloatArray) -> FaceRegions:
 # --- FaceFusion's model masks ----------------------------------------------------------------------------------------
 
 OCCLUDER_SIZE = 256
+OCCLUDER_MODELS = ("xseg_1", "xseg_2", "xseg_3")  # face_occluder_model many: all of them
 PARSER_SIZE = 512
 MODEL_MASK_SIGMA = 5.0  # the Gaussian that softens a model mask before its re-threshold
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -231,12 +232,27 @@ def _crop_sized(mask: FloatArray, crop: CropImage) -> FloatArray:
     return np.asarray(cv2.resize(mask, (width, height)), np.float32)
 
 
+def occluder_models(options: Options) -> tuple[str, ...]:
+    """The occluders ``face_occluder_model`` runs: ``many`` is all three, as in FaceFusion."""
+    return OCCLUDER_MODELS if options.face_occluder_model == "many" else (options.face_occluder_model,)
+
+
+def mask_models(options: Options) -> tuple[str, ...]:
+    """The catalogue models the chosen ``face_mask_types`` run: the occluders, the face parser."""
+    occlusion = occluder_models(options) if "occlusion" in options.face_mask_types else ()
+    region = (options.face_parser_model,) if "region" in options.face_mask_types else ()
+    return (*occlusion, *region)
+
+
 def occlusion_mask(crop: CropImage, store: ModelStore, options: Options) -> SoftMask:
-    """1 where the face shows, 0 where something covers it (a hand, hair, glasses): ``face_occluder_model``'s answer."""
-    session = store.session_for(options.face_occluder_model, options)
-    (output, *_) = run_session(session, {"input": occluder_input(crop)})
-    visible = np.clip(np.asarray(output, np.float32)[0, :, :, 0], 0.0, 1.0)
-    return sharpen_model_mask(_crop_sized(visible, crop))
+    """1 where the face shows, 0 where something covers it (a hand, hair, glasses): ``face_occluder_model``'s answer;
+    with ``many``, covered where any of the three says so."""
+    masks = []
+    for model in occluder_models(options):
+        (output, *_) = run_session(store.session_for(model, options), {"input": occluder_input(crop)})
+        visible = np.clip(np.asarray(output, np.float32)[0, :, :, 0], 0.0, 1.0)
+        masks.append(_crop_sized(visible, crop))
+    return sharpen_model_mask(np.minimum.reduce(masks))
 
 
 def region_mask(crop: CropImage, store: ModelStore, options: Options) -> SoftMask:
@@ -263,7 +279,5 @@ def with_model_masks(
 
 def load_mask_models(store: ModelStore, options: Options) -> None:
     """Load the models the chosen mask types need, so a missing file fails before any frame is decoded."""
-    if "occlusion" in options.face_mask_types:
-        store.session_for(options.face_occluder_model, options)
-    if "region" in options.face_mask_types:
-        store.session_for(options.face_parser_model, options)
+    for model in mask_models(options):
+        store.session_for(model, options)

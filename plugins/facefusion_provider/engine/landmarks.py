@@ -1,6 +1,7 @@
-"""Dense landmarks: MediaPipe's 468-point face mesh (LiteRT, offline) and FaceFusion's 2dfan4 (68 points, ONNX).
+"""Dense landmarks: MediaPipe's 468-point face mesh (LiteRT, offline) and FaceFusion's 68-point landmarkers (ONNX):
+2dfan4, peppa_wutz, or ``many``, both with FaceFusion's pick between them.
 
-Both run on a square crop around the detector box, turned so that the eyes lie level, so tilted heads work too.
+All run on a square crop around the detector box, turned so that the eyes lie level, so tilted heads work too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ FAN_SIZE = 256
 FAN_FACE_SIZE = 195.0  # 2dfan4 sees the face box's long side at 195 of its 256 pixels
 FAN_HEATMAP_SIZE = 64
 FAN_MIN_SCORE = 0.5  # FaceFusion's default face_landmarker_score: below it the detector's 5 points are kept
+PEPPA_SCORE_FULL = 0.95  # peppa_wutz's mean point score that FaceFusion maps to 1 (2dfan4's heatmap peak: 0.9)
+MANY_LANDMARKERS = ("2dfan4", "peppa_wutz")
+MANY_PEPPA_MARGIN = 0.2  # FaceFusion's many takes 2dfan4's points unless peppa_wutz scores this much higher
 
 
 @functools.lru_cache(maxsize=4)
@@ -154,18 +158,49 @@ def _rotation(angle: float) -> Matrix:
     return np.array([[cos, sin, 0.0], [-sin, cos, 0.0]], np.float64)
 
 
-def landmark_2dfan4(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
-    """The face with 2dfan4's 68 points; when their score is high enough, its 5 points are read off them (5/68)."""
+def landmark_68_models(options: Options) -> tuple[str, ...]:
+    """The 68-point landmarkers ``face_landmarker_model`` runs (none for the face mesh; ``many``: both)."""
+    if options.face_landmarker_model == "face_mesh_468":
+        return ()
+    return MANY_LANDMARKERS if options.face_landmarker_model == "many" else (options.face_landmarker_model,)
+
+
+def _run_2dfan4(tensor: FloatArray, options: Options, store: ModelStore) -> tuple[FloatArray, float]:
+    """2dfan4's 68 points in its crop's pixels, and its score: the mean heatmap peak, 0.9 and above as 1."""
+    session = store.session_for("2dfan4", options)
+    raw_points, heatmaps, *_ = run_session(session, {session.get_inputs()[0].name: tensor})
+    points = np.asarray(raw_points[0, :, :2] * (FAN_SIZE / FAN_HEATMAP_SIZE), np.float32)
+    return points, float(np.interp(np.mean(np.amax(heatmaps[0], axis=(1, 2))), [0.0, 0.9], [0.0, 1.0]))
+
+
+def _run_peppa_wutz(tensor: FloatArray, options: Options, store: ModelStore) -> tuple[FloatArray, float]:
+    """peppa_wutz's 68 (x, y, score) in 64 units of its crop: the points in crop pixels, the mean score mapped."""
+    session = store.session_for("peppa_wutz", options)
+    (prediction, *_) = run_session(session, {session.get_inputs()[0].name: tensor})
+    rows = np.asarray(prediction, np.float32).reshape(-1, 3)
+    points = rows[:, :2] * (FAN_SIZE / FAN_HEATMAP_SIZE)
+    return points, float(np.interp(rows[:, 2].mean(), [0.0, PEPPA_SCORE_FULL], [0.0, 1.0]))
+
+
+LANDMARKERS_68 = {"2dfan4": _run_2dfan4, "peppa_wutz": _run_peppa_wutz}
+
+
+def landmark_68(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
+    """The face with the chosen 68-point landmarker's points (``many``: 2dfan4's unless peppa_wutz's score is 0.2
+    higher, as FaceFusion picks); when their score is high enough, its 5 points are read off them (5/68).
+    Both see the same crop: the box's long side at 195 of 256 pixels, BGR 0..1, dark faces' contrast raised."""
     x1, y1, x2, y2 = (float(v) for v in face.bbox)
     side = max(x2 - x1, y2 - y1) * FAN_SIZE / FAN_FACE_SIZE
     matrix = crop_matrix(((x1 + x2) / 2, (y1 + y2) / 2), eye_angle(face.landmark_5), side, FAN_SIZE)
     crop = cv2.warpAffine(frame, matrix, (FAN_SIZE, FAN_SIZE), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
     crop = _optimize_contrast(np.asarray(crop, np.uint8))
     tensor = (crop[:, :, ::-1].astype(np.float32) / 255.0).transpose(2, 0, 1)[np.newaxis]
-    session = store.session_for("2dfan4", options)
-    raw_points, heatmaps, *_ = run_session(session, {session.get_inputs()[0].name: tensor})
-    points = transform_points(raw_points[0, :, :2] * (FAN_SIZE / FAN_HEATMAP_SIZE), invert_affine(matrix))
-    score = float(np.interp(np.mean(np.amax(heatmaps[0], axis=(1, 2))), [0.0, 0.9], [0.0, 1.0]))
+    found = {model: LANDMARKERS_68[model](tensor, options, store) for model in landmark_68_models(options)}
+    if len(found) == 2 and found["2dfan4"][1] <= found["peppa_wutz"][1] - MANY_PEPPA_MARGIN:
+        crop_points, score = found["peppa_wutz"]
+    else:
+        crop_points, score = next(iter(found.values()))
+    points = transform_points(crop_points, invert_affine(matrix))
     landmark_5 = landmark_5_from_68(points) if score >= FAN_MIN_SCORE else face.landmark_5
     # The detector's own five are kept for the face debugger, which draws both sets.
     extras = {**face.extras, "landmark_dense_score": score, "landmark_5_detector": face.landmark_5}
@@ -183,15 +218,16 @@ def _optimize_contrast(crop: Frame) -> Frame:
 
 def detect_landmarks(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
     """Dense landmarks by ``options.face_landmarker_model``."""
-    if options.face_landmarker_model == "2dfan4":
-        return landmark_2dfan4(frame, face, options, store)
+    if landmark_68_models(options):
+        return landmark_68(frame, face, options, store)
     return landmark_face_mesh(frame, face, store)
 
 
 def mesh_landmarks(frame: Frame, face: Face, options: Options, store: ModelStore) -> Face:
-    """The 468-point mesh a face processor reads; with 2dfan4 chosen, its 5/68 points steer the mesh crop first."""
-    if options.face_landmarker_model == "2dfan4":
-        face = landmark_2dfan4(frame, face, options, store)
+    """The 468-point mesh a face processor reads; with a 68-point landmarker chosen, its 5/68 points steer the mesh
+    crop first."""
+    if landmark_68_models(options):
+        face = landmark_68(frame, face, options, store)
     return landmark_face_mesh(frame, face, store)
 
 

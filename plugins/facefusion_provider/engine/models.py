@@ -407,6 +407,14 @@ MODELS: dict[str, ModelSpec] = {
             vendor="breadbread1984 (2DFAN4)",
         ),
         _user_model(
+            "peppa_wutz",  # 68 (x, y, score) in 64 units of 2dfan4's crop, flattened: read whatever its shape
+            "landmarks",
+            inputs=(("input", (None, 3, 256, 256)),),
+            outputs=(("output", (None, 204)),),
+            licence="Apache-2.0",
+            vendor="610265158 (Peppa_Pig_Face_Landmark)",
+        ),
+        _user_model(
             "fan_68_5",  # the face debugger's 68/5: five points in ffhq_512's unit square -> 68 there
             "landmarks",
             inputs=(("input", (1, 5, 2)),),

@@ -16,8 +16,8 @@ from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.landmarks import (
     crop_matrix,
     detect_landmarks,
-    landmark_2dfan4,
     landmark_5_from_mesh,
+    landmark_68,
     landmark_face_mesh,
 )
 from facefusion_provider.engine.store import ModelStore
@@ -117,7 +117,7 @@ def test_2dfan4_keeps_the_detector_points_when_unsure(tmp_path: Path) -> None:
     fan_model(tmp_path / "2dfan4.onnx", np.full((68, 2), 32.0), peak=0.2)
     store = ModelStore(models_dir=str(tmp_path), cache_dir=str(tmp_path / "cache"))
     face = level_face()
-    result = landmark_2dfan4(np.zeros((400, 600, 3), np.uint8), face, Options(face_landmarker_model="2dfan4"), store)
+    result = landmark_68(np.zeros((400, 600, 3), np.uint8), face, Options(face_landmarker_model="2dfan4"), store)
     assert result.landmark_dense is not None and result.landmark_dense.shape == (68, 2)
     assert np.array_equal(result.landmark_5, face.landmark_5)
 

@@ -186,6 +186,8 @@ CHOICES = {
     "face_swapper_model": ("hififace_256", "hififace_unofficial_256"),
     "face_enhancer_model": ("gpen_bfr_4096", "gpen_bfr_2048"),
     "face_detector_model": ("yunet", "yunet_2023_mar"),  # FaceFusion's name for it: the catalogue's is the file's
+    "face_landmarker_model": ("peppa", "peppa_wutz"),
+    "face_occluder_model": ("xseg_4", "many"),
 }
 
 

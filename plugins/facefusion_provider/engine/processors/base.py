@@ -24,8 +24,8 @@ from facefusion_provider.engine.paste import PendingFrame
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
 
-# The dense landmarks a target's analysis holds, least to most: none, 2dfan4's 68, the face mesh's 468 (steered by
-# 2dfan4 when that is the landmarker).
+# The dense landmarks a target's analysis holds, least to most: none, a 68-point landmarker's 68 ("2dfan4": 2dfan4's,
+# peppa_wutz's or many's, the face_landmarker_model chosen), the face mesh's 468 (steered by that landmarker's).
 Landmarks = Literal["none", "2dfan4", "mesh"]
 LANDMARK_ORDER: tuple[Landmarks, ...] = ("none", "2dfan4", "mesh")
 ProcessedFrame = Frame | PendingFrame  # a frame, or one whose faces are still to be written (the swapper's)

@@ -22,7 +22,8 @@ from facefusion_provider.engine.detect import detect_faces, detector_models
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.landmarks import (
     follow_face_mesh,
-    landmark_2dfan4,
+    landmark_68,
+    landmark_68_models,
     mesh_found,
     mesh_landmarks,
     tflite_interpreter,
@@ -228,7 +229,7 @@ class FrameProcessor:
 
     def landmarks(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
         frame, faces = pair
-        return [landmark_2dfan4(frame, face, self.options, self.store) for face in faces]
+        return [landmark_68(frame, face, self.options, self.store) for face in faces]
 
 
 def build_frame_processor(options: Options, identity: dict[str, Any], models_dir: str | None) -> FrameProcessor:
@@ -252,8 +253,9 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
         require_recognizer(options, store)
         if options.face_selector_mode == "reference":
             processor.reference_embedding = _embedding(identity, "reference_embedding")
-        if needs.landmarks != "none" and options.face_landmarker_model == "2dfan4":
-            store.session_for("2dfan4", options)
+        if needs.landmarks != "none":
+            for landmarker in landmark_68_models(options):
+                store.session_for(landmarker, options)
         if needs.landmarks == "mesh":
             tflite_interpreter(store.resolve(MESH_MODEL))
     processor.steps = [chosen.load(options, identity, store, processor.stats) for chosen in chain]

@@ -17,11 +17,12 @@ import onnxruntime as ort
 
 from facefusion_provider.engine.align import estimate_matrix, invert_affine, transform_points, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame, detector_5
-from facefusion_provider.engine.face_masks import load_mask_models, with_model_masks
+from facefusion_provider.engine.face_masks import load_mask_models, mask_models, with_model_masks
 from facefusion_provider.engine.landmarks import (
     FAN_MIN_SCORE,
     MESH_POINTS,
     landmark_5_from_mesh,
+    landmark_68_models,
     mesh_found,
 )
 from facefusion_provider.engine.paste import create_area_mask, create_box_mask
@@ -56,9 +57,8 @@ class FaceDebugger(Processor):
 
     def model_names(self, options: Options) -> tuple[str, ...]:
         items = options.face_debugger_items
-        masks = {"occlusion": options.face_occluder_model, "region": options.face_parser_model}
         return (
-            *(model for kind, model in masks.items() if "face-mask" in items and kind in options.face_mask_types),
+            *(mask_models(options) if "face-mask" in items else ()),
             *([LANDMARK_68_5_MODEL] if "face-landmark-68/5" in items else []),
         )
 
@@ -68,7 +68,7 @@ class FaceDebugger(Processor):
         mask_area = "face-mask" in items and "area" in options.face_mask_types
         if not (items & DENSE_ITEMS or mask_area):
             return AnalysisNeeds(faces=True)
-        return AnalysisNeeds(faces=True, landmarks="2dfan4" if options.face_landmarker_model == "2dfan4" else "mesh")
+        return AnalysisNeeds(faces=True, landmarks="2dfan4" if landmark_68_models(options) else "mesh")
 
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
         """Nothing from the sources; the models its items need opened now, so a missing file fails in prepare."""

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from facefusion_provider.engine.face import Face, Frame
-from facefusion_provider.engine.face_masks import load_mask_models
-from facefusion_provider.engine.landmarks import mesh_found, mesh_landmarks
+from facefusion_provider.engine.face_masks import load_mask_models, mask_models
+from facefusion_provider.engine.landmarks import landmark_68_models, mesh_found, mesh_landmarks
 from facefusion_provider.engine.models import swap_facts
 from facefusion_provider.engine.paste import Patch, PendingFrame
 from facefusion_provider.engine.processors.base import (
@@ -59,21 +59,20 @@ class FaceSwapper(Processor):
         if options.face_swapper_model == "classic":
             return (MESH_MODEL,)
         facts = swap_facts(options.face_swapper_model)
-        masks = {"occlusion": options.face_occluder_model, "region": options.face_parser_model}
         return (
             options.face_swapper_model,
             RECOGNIZER_MODEL,
             *([facts.converter] if facts.converter else []),
-            *(model for kind, model in masks.items() if kind in options.face_mask_types),
+            *mask_models(options),
             *([MESH_MODEL] if self.analysis(options).landmarks == "mesh" else []),
         )
 
     def analysis(self, options: Options) -> AnalysisNeeds:
-        """classic warps the face mesh; a model swapper reads 2dfan4's points when chosen, and draws the area mask
+        """classic warps the face mesh; a model swapper reads a 68-point landmarker's points when chosen, and draws the area mask
         from the face mesh."""
         if options.face_swapper_model == "classic":
             return AnalysisNeeds(faces=True, landmarks="mesh")
-        if options.face_landmarker_model == "2dfan4":
+        if landmark_68_models(options):
             return AnalysisNeeds(faces=True, landmarks="2dfan4")
         return AnalysisNeeds(faces=True, landmarks="mesh" if "area" in options.face_mask_types else "none")
 
