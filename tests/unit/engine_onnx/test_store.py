@@ -67,6 +67,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "bisenet_resnet_34",
         "bisenet_resnet_18",
         "fan_68_5",
+        "fairface",
         *get_args(FrameEnhancerModel),
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
@@ -86,6 +87,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "upscale",
         "colorize",
         "matte",
+        "classify",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 
