@@ -110,7 +110,7 @@ def technical_line(name: str, prop: dict[str, Any]) -> str:
     numeric = next((p for p in [prop, *prop.get("anyOf", [])] if p.get("type") in ("integer", "number")), prop)
     items = prop.get("prefixItems", [prop.get("items", {})])[0]
     low, high = numeric.get("minimum", items.get("minimum")), numeric.get("maximum", items.get("maximum"))
-    variant = next((p for p in prop.get("anyOf", []) if "enum" in p), {})
+    variant: dict[str, Any] = next((p for p in prop.get("anyOf", []) if "enum" in p), {})
     choices = (
         prop.get("enum") or variant.get("enum") or items.get("enum") or ([prop["const"]] if "const" in prop else [])
     )
