@@ -153,16 +153,16 @@ class AnalysedProcessor:
         from facefusion_provider.engine.track import PRE_ROLL_FRAMES, seeded
 
         wanted = range(max(0, start - PRE_ROLL_FRAMES), start)
-        frames = dict(self._recent)
-        if any(number not in frames and number not in self._recent_faces for number in wanted):
-            frames.update(zip(wanted, self._preroll_frames(start, len(wanted)), strict=False))
+        if any(number not in self._recent and number not in self._recent_faces for number in wanted):
+            # Kept as frames just worked: a segment shorter than the pre-roll has the next one's reach back into it.
+            self._recent.update(zip(wanted, self._preroll_frames(start, len(wanted)), strict=False))
         detections = []
         for number in wanted:
             found = self._recent_faces.get(number)
             if found is None:
-                if number not in frames:
+                if number not in self._recent:
                     raise RuntimeError(f"frame {number}, of the pre-roll of frame {start}, was not decoded")
-                found = self.engine.detect(frames[number])
+                found = self._recent_faces[number] = self.engine.detect(self._recent[number])
             detections.append(found)
         return seeded(detections, self._settings())
 

@@ -20,7 +20,8 @@ from standins_selection import classifier_standin
 
 from facefusion_provider.worker import cli
 
-FRAMES, SEGMENT = 16, 8  # segments as long as the tracker's pre-roll (8 frames)
+FRAMES, SEGMENT = 16, 8
+SHORT_SEGMENT = 4  # shorter than the tracker's pre-roll (8 frames): a segment's pre-roll reaches into the one before
 MEN: dict[str, Any] = {
     "segment_size": SEGMENT,
     "face_selector_mode": "many",
@@ -30,6 +31,7 @@ MEN: dict[str, Any] = {
 # The tracker seeds each segment from the frames before it: a span started mid-video must choose as a whole run does.
 TRACKED_MAN: dict[str, Any] = {
     **MEN,
+    "segment_size": SHORT_SEGMENT,
     "face_selector_mode": "one",
     "face_selector_order": "left-right",
     "face_tracker_score": 0.3,
@@ -131,8 +133,9 @@ def test_a_span_started_mid_video_chooses_the_faces_a_run_from_frame_0_chooses(
     )
     assert ran["frame_count"] == FRAMES
     middle = tmp_path / "middle.mp4"
-    span = _in_parts(capsys, clip, tmp_path / "parts", source, middle, f"1:{FRAMES // SEGMENT}", **TRACKED_MAN)
-    assert (span["committed"], span["stolen"]) == (FRAMES // SEGMENT, 1)  # segments 1 and 2 after a seek, then 0
+    segments = FRAMES // SHORT_SEGMENT
+    span = _in_parts(capsys, clip, tmp_path / "parts", source, middle, f"1:{segments}", **TRACKED_MAN)
+    assert (span["committed"], span["stolen"]) == (segments, 1)  # segments 1 to 3 after a seek, then 0
     assert [d.md5 for d in frame_digests(str(middle))] == [d.md5 for d in frame_digests(str(whole))]
     assert min(_change(whole, clip, RIGHT_FACE)) > SWAPPED, "one mode, left to right, men only: the man at the right"
     assert max(_change(whole, clip, LEFT_FACE)) < UNCHANGED
