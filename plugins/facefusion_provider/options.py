@@ -26,6 +26,11 @@ FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", 
 FaceDetectorSize = Literal["160x160", "320x320", "480x480", "512x512", "640x640"]
 FaceLandmarkerModel = Literal["face_mesh_468", "2dfan4", "peppa_wutz", "many"]
 FaceSelectorMode = Literal["one", "many", "reference"]
+FaceSelectorOrder = Literal[
+    "left-right", "right-left", "top-bottom", "bottom-top", "small-large", "large-small", "best-worst", "worst-best"
+]
+FaceSelectorGender = Literal["female", "male"]
+FaceSelectorRace = Literal["white", "black", "latino", "asian", "indian", "arabic"]  # FaceFusion's fairface classes
 FaceSwapperModel = Literal[
     "classic",
     "inswapper_128",
@@ -128,6 +133,8 @@ MAX_DETECTOR_INTERVAL = 60
 MIN_OUTPUT_VIDEO_SCALE, MAX_OUTPUT_VIDEO_SCALE, OUTPUT_VIDEO_SCALE_STEP = 0.25, 8.0, 0.25  # FaceFusion's range
 WEIGHT_STEP = 0.05  # FaceFusion's face_swapper_weight and face_enhancer_weight: 0 to 1 in steps of 0.05
 MAX_SOURCES = 16  # source faces of one run: their identities are averaged; more only slow prepare down
+MAX_AGE = 100  # FaceFusion's face_selector_age range: 0-100
+MAX_REFERENCE_FACE_POSITION = 99
 
 # The trigger form's sections (Params' ``section``): options without one are the everyday ones, shown open.
 SECTION_FACES: dict[str, Any] = {"section": "Faces: detection and selection"}
@@ -151,6 +158,12 @@ ANALYSIS_OPTIONS: frozenset[str] = frozenset(
         "reference_face_distance",
         "face_tracker_score",
         "face_detector_interval",
+        "face_selector_order",
+        "face_selector_gender",
+        "face_selector_race",
+        "face_selector_age_start",
+        "face_selector_age_end",
+        "reference_face_position",
         "trim_frame_start",
         "trim_frame_end",
         "segment_size",
@@ -207,7 +220,7 @@ class _FacesOptions(BaseModel):
     )
     face_selector_mode: FaceSelectorMode = Field(
         default="one",
-        description="Which faces in the video to replace: one (the largest), many (all of them), reference (only the person shown in the reference frame).",
+        description="Which faces in the video to replace: one (the first in Face selector order: the largest by default), many (all of them), reference (only the person shown in the reference frame).",
     )
     reference_frame_number: int = Field(
         json_schema_extra=SECTION_FACES,
@@ -256,6 +269,67 @@ class _FacesOptions(BaseModel):
             raise ValueError(
                 f"face_detector_size {self.face_detector_size} does not fit face_detector_model "
                 f"{self.face_detector_model}, which takes 640x640 only"
+            )
+        return self
+
+
+class _FaceSelectorOptions(BaseModel):
+    """Which of the faces found are chosen, in what order (FaceFusion's face selector): the face classifier (fairface)
+    runs only where a gender, race or age filter is set."""
+
+    face_selector_order: FaceSelectorOrder = Field(
+        json_schema_extra=SECTION_FACES,
+        default="large-small",
+        description="The order of the faces found in a frame: by their left edge, their top edge, their size or the "
+        "finder's score. Face selector mode one replaces the first face in this order, reference takes the "
+        "reference face from the reference frame's faces in this order, many replaces them in this order.",
+    )
+    face_selector_gender: FaceSelectorGender | None = Field(
+        json_schema_extra=SECTION_FACES,
+        default=None,
+        description="Only faces the face classifier (fairface, a model file you install) takes for this gender "
+        "(empty: any). In reference mode it chooses among the reference frame's faces.",
+    )
+    face_selector_race: FaceSelectorRace | None = Field(
+        json_schema_extra=SECTION_FACES,
+        default=None,
+        description="Only faces the face classifier (fairface, a model file you install) takes for this race "
+        "(empty: any). In reference mode it chooses among the reference frame's faces.",
+    )
+    face_selector_age_start: int | None = Field(
+        json_schema_extra=SECTION_FACES,
+        default=None,
+        ge=0,
+        le=MAX_AGE,
+        strict=True,
+        description="Only faces whose age class (fairface's: 0-2, 3-9, 10-19, ... 70-100) reaches at least this age "
+        "(empty: 0).",
+    )
+    face_selector_age_end: int | None = Field(
+        json_schema_extra=SECTION_FACES,
+        default=None,
+        ge=0,
+        le=MAX_AGE,
+        strict=True,
+        description="Only faces whose age class starts below this age (empty: 100).",
+    )
+    reference_face_position: int = Field(
+        json_schema_extra=SECTION_FACES,
+        default=0,
+        ge=0,
+        le=MAX_REFERENCE_FACE_POSITION,
+        strict=True,
+        description="Only with Face selector mode reference: which of the reference frame's faces, counted from 0 "
+        "in Face selector order (after the filters), is the person to replace; past the last: the last.",
+    )
+
+    @model_validator(mode="after")
+    def _ages_in_order(self) -> _FaceSelectorOptions:
+        start, end = self.face_selector_age_start, self.face_selector_age_end
+        if start is not None and end is not None and end <= start:
+            raise ValueError(
+                f"face_selector_age_end ({end}) must be greater than face_selector_age_start ({start}): the ages "
+                "from start up to end are kept"
             )
         return self
 
@@ -596,6 +670,7 @@ class Options(
     FaceEnhancerOptions,
     _FaceMaskOptions,
     FaceSwapperOptions,
+    _FaceSelectorOptions,
     _FacesOptions,
 ):
     """Everything a user may set for one swap run."""
@@ -791,6 +866,9 @@ def options_markdown_table() -> str:
 def _allowed(prop: dict[str, Any]) -> str:
     if "enum" in prop or "const" in prop:
         return ", ".join(f"`{v}`" for v in prop.get("enum", [prop.get("const")]))
+    choice = next((p for p in prop.get("anyOf", []) if "enum" in p), None)
+    if choice is not None:  # a choice that may be left empty
+        return ", ".join(f"`{v}`" for v in choice["enum"]) + " or unset"
     if prop.get("type") == "array" and "enum" in prop.get("items", {}):
         return "list of " + ", ".join(f"`{v}`" for v in prop["items"]["enum"])
     if prop.get("type") == "array" and "prefixItems" in prop:

@@ -15,6 +15,15 @@ Frame = npt.NDArray[np.uint8]  # H x W x 3, RGB, uint8
 
 
 @dataclass(frozen=True)
+class FaceClasses:
+    """What the face classifier (fairface) takes a face for: FaceFusion's gender, race and age class."""
+
+    gender: str  # female or male
+    race: str  # white, black, latino, asian, indian or arabic
+    age: range  # the age class, its end excluded as FaceFusion's (20-29 is range(20, 29))
+
+
+@dataclass(frozen=True)
 class Face:
     """One detected face in frame pixel coordinates."""
 
@@ -26,6 +35,7 @@ class Face:
     landmark_dense: FloatArray | None = None  # (468, 2) face mesh or (68, 2) 2dfan4, when a landmarker ran
     embedding: FloatArray | None = None  # (512,) identity embedding, L2-normalised, when a recognizer ran
     extras: dict[str, object] = field(default_factory=dict)
+    classes: FaceClasses | None = None  # when the face classifier ran (a gender, race or age filter is set)
 
     @property
     def area(self) -> float:
@@ -59,6 +69,7 @@ def pack_faces(frames: list[list[Face]]) -> bytes:
         arrays["dense"] = np.stack(dense)
     if embeddings:
         arrays["embedding"] = np.stack(embeddings)
+    arrays.update(_packed_classes(faces))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
@@ -77,11 +88,31 @@ def unpack_faces(data: bytes) -> list[list[Face]]:
             landmark_dense=next(dense) if loaded["has_dense"][i] else None,
             embedding=next(embeddings) if loaded["has_embedding"][i] else None,
             extras=_extras(loaded, i),
+            classes=_unpacked_classes(loaded, i),
         )
         for i in range(len(loaded["score"]))
     ]
     bounds = np.concatenate([[0], np.cumsum(loaded["counts"])]).tolist()
     return [faces[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+def _packed_classes(faces: list[Face]) -> dict[str, Any]:
+    """The classes as plain arrays (no pickles): gender and race as text ("" none), the age class's start and stop."""
+    classes = [face.classes for face in faces]
+    if all(found is None for found in classes):
+        return {}
+    return {
+        "gender": np.array([found.gender if found else "" for found in classes], np.str_),
+        "race": np.array([found.race if found else "" for found in classes], np.str_),
+        "age": np.array([(found.age.start, found.age.stop) if found else (0, 0) for found in classes], np.int16),
+    }
+
+
+def _unpacked_classes(loaded: dict[str, Any], i: int) -> FaceClasses | None:
+    if "gender" not in loaded or not loaded["gender"][i]:
+        return None
+    start, stop = (int(value) for value in loaded["age"][i])
+    return FaceClasses(str(loaded["gender"][i]), str(loaded["race"][i]), range(start, stop))
 
 
 def _extras(loaded: dict[str, Any], i: int) -> dict[str, object]:

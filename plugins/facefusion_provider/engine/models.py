@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 ModelRole = Literal[
-    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte"
+    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte", "classify"
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -429,6 +429,14 @@ MODELS: dict[str, ModelSpec] = {
             outputs=(("output", (None, 512)),),
             licence="Non-Commercial",
             vendor="InsightFace",
+        ),
+        _user_model(
+            "fairface",  # FaceFusion's face classifier: ids out, by position race, gender, age (engine.classify)
+            "classify",
+            inputs=(("input", (None, 3, 224, 224)),),
+            outputs=(("race_id", (None,)), ("gender_id", (None,)), ("age_id", (None,))),
+            licence="CC-BY-4.0",
+            vendor="dchen236 (FairFace)",
         ),
         *(
             _swapper(name, INSWAPPER, licence="Non-Commercial", vendor="InsightFace")

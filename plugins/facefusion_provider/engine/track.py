@@ -11,11 +11,12 @@ faces do not depend on where the span that works it began.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from facefusion_provider.engine.face import Face, FloatArray
+from facefusion_provider.engine.face_filter import FaceSelection, sort_and_filter
 
 PRE_ROLL_FRAMES = 8  # frames before a segment whose detections seed its tracker
 FILL_FRAMES = 3  # frames a track carries its face through missed detections before it ends
@@ -30,6 +31,9 @@ class TrackerSettings:
     mode: str  # face_selector_mode: one, many or reference
     reference: FloatArray | None = None  # reference mode: the person to swap
     distance: float = 0.6  # reference mode: reference_face_distance
+    selection: FaceSelection = field(
+        default_factory=FaceSelection
+    )  # one and many modes: face_selector_order and the filters
 
 
 @dataclass(frozen=True)
@@ -160,19 +164,20 @@ def track_distance(track: Track, reference: FloatArray) -> float:
 def select_tracked(
     state: TrackerState, faces: Sequence[Face], settings: TrackerSettings
 ) -> tuple[TrackerState, list[Face]]:
-    """The faces to process, decided per track: all (many); the track of the largest face, followed while it lives
-    (one); the tracks whose identity over all their detections is close to the reference (reference)."""
+    """The faces to process, decided per track: all the filters keep, in ``face_selector_order`` (many); the track of
+    the first detected face in that order that the filters keep, followed while it lives (one); the tracks whose
+    identity over all their detections is close to the reference (reference)."""
     if settings.mode == "many":
-        return state, list(faces)
+        return state, sort_and_filter(faces, settings.selection)
     if settings.mode == "one":
         followed = [face for face in faces if face.extras.get(TRACK_KEY) == state.followed]
         if followed:
             return state, followed[:1]
         detected = [face for face in faces if not face.extras.get(FILLED_KEY)]
-        if not detected:
+        candidates = sort_and_filter(detected, settings.selection)
+        if not candidates:
             return replace(state, followed=None), []
-        largest = max(detected, key=lambda face: face.area)
-        return replace(state, followed=_track_number(largest)), [largest]
+        return replace(state, followed=_track_number(candidates[0])), candidates[:1]
     if settings.reference is None:
         raise ValueError("face_selector_mode=reference needs the reference face's embedding")
     reference = settings.reference

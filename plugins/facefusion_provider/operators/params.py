@@ -83,6 +83,8 @@ def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
     variants = [variant for variant in prop.get("anyOf", []) if variant.get("type") != "null"]
     if len(variants) == 1:
         schema.update(variants[0])
+        if "enum" in schema:  # a choice that may be left empty (face_selector_gender): empty is one of its values
+            schema["enum"] = [*schema["enum"], None]
     if "prefixItems" in prop:  # a fixed-length tuple of like items (face_mask_padding)
         schema["items"] = prop["prefixItems"][0]
     if "const" in schema:  # a choice of one (a single enum value): still a dropdown
@@ -108,7 +110,10 @@ def technical_line(name: str, prop: dict[str, Any]) -> str:
     numeric = next((p for p in [prop, *prop.get("anyOf", [])] if p.get("type") in ("integer", "number")), prop)
     items = prop.get("prefixItems", [prop.get("items", {})])[0]
     low, high = numeric.get("minimum", items.get("minimum")), numeric.get("maximum", items.get("maximum"))
-    choices = prop.get("enum") or items.get("enum") or ([prop["const"]] if "const" in prop else [])
+    variant: dict[str, Any] = next((p for p in prop.get("anyOf", []) if "enum" in p), {})
+    choices = (
+        prop.get("enum") or variant.get("enum") or items.get("enum") or ([prop["const"]] if "const" in prop else [])
+    )
     if choices:
         return "choices: " + ", ".join(str(choice) for choice in choices)
     if low is not None and high is not None:

@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class AnalysisCounts:
     analysed_frames: int = 0  # frames whose faces this worker detected
+    classified_faces: int = 0  # faces it ran the face classifier on (a gender, race or age filter set)
     reused_frames: int = 0  # frames whose faces came from the stored analysis
     segments_written: int = 0
 
@@ -61,6 +62,7 @@ class AnalysedProcessor:
         self._pending: dict[int, dict[int, list[Face]]] = {}  # segment -> frame number -> faces found here
         self._seconds = dict(self.engine.stats.seconds)
         self._faces = (self.engine.stats.detected, self.engine.stats.swapped)
+        self._classified = self.engine.stats.classified
         self.swapped_so_far = (0, 0)  # (frames, faces swapped) after the last whole batch: one value, read by progress
         self._tracker: TrackerState | None = None
         self._tracked_last: int | None = None  # the last frame number the tracker saw
@@ -133,6 +135,7 @@ class AnalysedProcessor:
         return track
 
     def _settings(self) -> TrackerSettings:
+        from facefusion_provider.engine.face_filter import FaceSelection
         from facefusion_provider.engine.track import TrackerSettings
 
         options = self.spec.options
@@ -141,6 +144,7 @@ class AnalysedProcessor:
             options.face_selector_mode,
             self.engine.reference_embedding,
             options.reference_face_distance,
+            FaceSelection.of(options),
         )
 
     def _seeded(self, start: int) -> TrackerState:
@@ -149,16 +153,16 @@ class AnalysedProcessor:
         from facefusion_provider.engine.track import PRE_ROLL_FRAMES, seeded
 
         wanted = range(max(0, start - PRE_ROLL_FRAMES), start)
-        frames = dict(self._recent)
-        if any(number not in frames and number not in self._recent_faces for number in wanted):
-            frames.update(zip(wanted, self._preroll_frames(start, len(wanted)), strict=False))
+        if any(number not in self._recent and number not in self._recent_faces for number in wanted):
+            # Kept as frames just worked: a segment shorter than the pre-roll has the next one's reach back into it.
+            self._recent.update(zip(wanted, self._preroll_frames(start, len(wanted)), strict=False))
         detections = []
         for number in wanted:
             found = self._recent_faces.get(number)
             if found is None:
-                if number not in frames:
+                if number not in self._recent:
                     raise RuntimeError(f"frame {number}, of the pre-roll of frame {start}, was not decoded")
-                found = self.engine.detect(frames[number])
+                found = self._recent_faces[number] = self.engine.detect(self._recent[number])
             detections.append(found)
         return seeded(detections, self._settings())
 
@@ -237,6 +241,9 @@ class AnalysedProcessor:
         stats = self.engine.stats
         with stats.lock:
             seconds, detected, swapped = dict(stats.seconds), stats.detected, stats.swapped
+            classified = stats.classified
+        self.counts.classified_faces += classified - self._classified
+        self._classified = classified
         for stage, total in seconds.items():
             if total > self._seconds.get(stage, 0.0):
                 self.metrics.stage_seconds(stage, total - self._seconds.get(stage, 0.0))  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ class SpanResult:
     skipped: bool  # nothing to do: the span was committed already
     analysed_frames: int = 0  # frames whose faces this worker detected (not in the target's stored analysis)
     analysis_reused_frames: int = 0  # frames whose faces came from the stored analysis
+    classified_faces: int = 0  # faces it ran the face classifier on (none where the stored analysis was read)
     helped_runs: int = 0  # other runs' works this worker committed segments of, its own span done
     helped_segments: int = 0  # segments it committed there (not counted in ``committed``)
     timings: dict[str, float] = field(default_factory=dict)
@@ -308,6 +309,7 @@ def work_segments(
         skipped=False,
         analysed_frames=processors.analysis.analysed_frames,
         analysis_reused_frames=processors.analysis.reused_frames,
+        classified_faces=processors.analysis.classified_faces,
         timings={
             "load_s": round(processors.load_seconds, 3),
             "upload_s": round(stats.upload_seconds, 3),

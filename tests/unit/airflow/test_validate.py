@@ -115,6 +115,12 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
         ),
         ({"options": {"chunk_sise": 8}}, InvalidOptionError, "options.chunk_sise: unknown option"),
         ({"trim_frame_start": 9, "trim_frame_end": 3}, InvalidOptionError, "trim_frame_end (3) must be greater"),
+        (
+            {"face_selector_age_start": 40, "face_selector_age_end": 30},
+            InvalidOptionError,
+            "face_selector_age_end (30) must be greater than face_selector_age_start (40)",
+        ),
+        ({"face_selector_race": "martian"}, InvalidOptionError, "options.face_selector_race: Input should be 'white'"),
         ({"options": "fast"}, InvalidOptionError, "options: expected an object"),
         ({"source_uris": "face.png"}, InvalidOptionError, "source_uris: expected a non-empty list"),
         ({"source_uris": []}, InvalidOptionError, "source_uris: expected a non-empty list"),
@@ -231,6 +237,8 @@ def test_params_accept_a_good_conf_in_either_shape(inputs: dict[str, Any]) -> No
     [
         ({"face_swapper_blend": 150}, "face_swapper_blend"),
         ({"face_selector_mode": "everyone"}, "face_selector_mode"),
+        ({"face_selector_race": "martian"}, "face_selector_race"),
+        ({"face_selector_age_end": 101}, "face_selector_age_end"),
         ({"segment_size": -5}, "segment_size"),
         ({"output_video_scale": 9}, "output_video_scale"),
         ({"source_uris": [""]}, "source_uris"),  # an empty list is refused at the trigger (conf_limits)
@@ -264,6 +272,9 @@ def test_every_option_is_its_own_typed_field() -> None:
     assert "section" not in blend.schema  # an everyday option: in the open first section
     mode = params["face_selector_mode"]
     assert mode.schema["enum"] == ["one", "many", "reference"]
+    gender = params["face_selector_gender"]  # a choice that may stay empty: empty is one of its values
+    assert (gender.schema["enum"], gender.value) == (["female", "male", None], None)
+    assert gender.schema["description_md"].endswith("face_selector_gender · choices: female, male")
     encoder = params["output_video_encoder"]
     assert encoder.schema["section"] == "Output video" and "libx264" in encoder.schema["enum"]
     segment = params["segment_size"]

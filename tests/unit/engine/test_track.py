@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_provider.engine.face import Face
+from facefusion_provider.engine.face import Face, FaceClasses
+from facefusion_provider.engine.face_filter import FaceSelection
 from facefusion_provider.engine.recognize import face_distance
 from facefusion_provider.engine.track import (
     FILL_FRAMES,
@@ -109,6 +110,28 @@ def test_one_mode_follows_its_face_while_another_grows_larger() -> None:
     chosen = run(lost, TrackerSettings(SCORE, "one"))
     assert chosen[2][0].extras[FILLED_KEY] is True, "a missed frame keeps the followed face"
     assert chosen[-1][0].bbox[0] == 300, "once its track ends, the largest face is followed"
+
+
+def test_one_mode_follows_the_first_face_in_the_order_that_the_filters_keep() -> None:
+    woman, man = FaceClasses("female", "white", range(20, 29)), FaceClasses("male", "white", range(20, 29))
+    frames = [
+        [
+            face(0, 200, 80).with_(classes=woman),
+            face(200, 100, 90).with_(classes=man),
+            face(400, 0, 120).with_(classes=man),
+        ]
+        for _ in range(4)
+    ]
+    by_order = run(frames, TrackerSettings(SCORE, "one", selection=FaceSelection("left-right")))
+    assert [faces[0].bbox[0] for faces in by_order] == [0] * 4
+    men_from_the_left = FaceSelection("left-right", gender="male")
+    assert [faces[0].bbox[0] for faces in run(frames, TrackerSettings(SCORE, "one", selection=men_from_the_left))] == [
+        200
+    ] * 4
+    many = run(frames, TrackerSettings(SCORE, "many", selection=FaceSelection("bottom-top", gender="male")))
+    assert [[chosen.bbox[1] for chosen in faces] for faces in many] == [[100, 0]] * 4
+    filled = run([*frames[:2], []], TrackerSettings(SCORE, "many", selection=FaceSelection(gender="female")))
+    assert filled[2][0].extras[FILLED_KEY] and filled[2][0].classes == woman, "a carried face keeps its classes"
 
 
 def test_a_tracker_seeded_from_the_pre_roll_continues_as_the_whole_run_does() -> None:

@@ -75,6 +75,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "gpen_bfr_2048",
         "yunet_2023_mar",
         "peppa_wutz",
+        "fairface",
         *get_args(FrameEnhancerModel),
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
@@ -94,6 +95,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "upscale",
         "colorize",
         "matte",
+        "classify",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,6 +59,21 @@ def test_analysis_id_ignores_the_source_and_the_swap_but_not_detection() -> None
     assert base != analysis_id("t", Options(face_selector_mode="many"), "mesh")
     assert base != analysis_id("t", Options(segment_size=32), "mesh")
     assert base != analysis_id("t2", Options(), "mesh")
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"face_selector_order": "left-right"},
+        {"face_selector_gender": "female"},
+        {"face_selector_race": "asian"},
+        {"face_selector_age_start": 30},
+        {"face_selector_age_end": 40},
+        {"reference_face_position": 1},
+    ],
+)
+def test_each_face_selector_option_names_another_analysis(selector: dict[str, Any]) -> None:
+    assert analysis_id("t", Options(**selector), "mesh") != analysis_id("t", Options(), "mesh")
 
 
 def test_run_keys_are_storage_safe_and_distinct() -> None:

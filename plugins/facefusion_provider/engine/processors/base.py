@@ -49,17 +49,21 @@ NO_ANALYSIS = AnalysisNeeds()
 
 @dataclass
 class FaceStats:
-    """What a processor did, summed over its batches: faces found and swapped, seconds per stage."""
+    """What a processor did, summed over its batches: faces found, classified and swapped, seconds per stage."""
 
     detected: int = 0
     swapped: int = 0
+    classified: int = 0  # faces the face classifier ran on (only with a gender, race or age filter)
     seconds: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, *, detected: int = 0, swapped: int = 0, seconds: dict[str, float] | None = None) -> None:
+    def add(
+        self, *, detected: int = 0, swapped: int = 0, classified: int = 0, seconds: dict[str, float] | None = None
+    ) -> None:
         with self.lock:
             self.detected += detected
             self.swapped += swapped
+            self.classified += classified
             for stage, value in (seconds or {}).items():
                 self.seconds[stage] = self.seconds.get(stage, 0.0) + value
 

@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from facefusion_provider.engine.classify import require_classifier, with_classes
 from facefusion_provider.engine.detect import detect_faces, detector_models
 from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.face_filter import FaceSelection
 from facefusion_provider.engine.landmarks import (
     follow_face_mesh,
     landmark_68,
@@ -41,7 +43,13 @@ from facefusion_provider.engine.processors.base import (
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu
-from facefusion_provider.engine.select import largest_face, require_recognizer, select_faces, with_embeddings
+from facefusion_provider.engine.select import (
+    classifies_targets,
+    reference_face,
+    require_recognizer,
+    select_faces,
+    with_embeddings,
+)
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.exceptions import InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
@@ -59,11 +67,13 @@ def prepare_identity(
     source_paths: list[str], reference_frame: Frame | None, options: Options, models_dir: str | None
 ) -> dict[str, Any]:
     """The work's identity for ``work.json``: the source files' names, what each processor of the chain takes from
-    the sources (``Processor.prepare``), and in reference mode the embedding of the largest face in
-    ``reference_frame``."""
+    the sources (``Processor.prepare``), and in reference mode the embedding of the reference face in
+    ``reference_frame`` (``reference_face_position`` in ``face_selector_order``, after the filters)."""
     check_chain(options)
     store = store_from_environment(models_dir)
     require_recognizer(options, store)
+    if FaceSelection.of(options).filters:
+        require_classifier(store, options)
     identity: dict[str, Any] = {
         "version": IDENTITY_VERSION,
         "sources": [os.path.basename(path) for path in source_paths],
@@ -84,7 +94,16 @@ def _reference_embedding(reference_frame: Frame | None, options: Options, store:
             f"no face found in the reference frame (reference_frame_number={options.reference_frame_number}): "
             "choose a frame where the person to swap is visible"
         )
-    return embed_face(reference_frame, largest_face(faces), store, options)
+    if FaceSelection.of(options).filters:
+        faces = with_classes(reference_frame, faces, store, options)
+    chosen = reference_face(faces, options)
+    if chosen is None:
+        raise NoFaceError(
+            f"none of the {len(faces)} faces in the reference frame (reference_frame_number="
+            f"{options.reference_frame_number}) passes face_selector_gender, face_selector_race and "
+            "face_selector_age_start/end: choose another frame or other filters"
+        )
+    return embed_face(reference_frame, chosen, store, options)
 
 
 # --- swap-span: the frame processor -------------------------------------------------------------------------------
@@ -121,6 +140,11 @@ class FrameProcessor:
     def tracks_faces(self) -> bool:
         """Whether the face tracker selects the faces (it links every frame's detections to the frames before)."""
         return self.needs.faces and self.options.face_tracker_score > 0
+
+    @property
+    def classifies(self) -> bool:
+        """Whether each face found is classified (``select.classifies_targets``): a filter chooses among them."""
+        return self.needs.faces and classifies_targets(self.options)
 
     @property
     def follows_faces(self) -> bool:
@@ -209,20 +233,31 @@ class FrameProcessor:
             yield own
 
     def detect(self, frame: Frame) -> list[Face]:
-        """Every face found, with its embedding in reference mode: what the face tracker links and selects from."""
+        """Every face found, with its embedding in reference mode and its classes where a filter is set: what the face
+        tracker links and selects from."""
         with timed(self.stats, "detect"):
             faces = detect_faces(frame, self.options, self.store)
             if self.options.face_selector_mode == "reference":
                 faces = with_embeddings(frame, faces, self.options, self.store)
         self.stats.add(detected=len(faces))
-        return faces
+        return self.classify(frame, faces)
 
     def select(self, frame: Frame) -> list[Face]:
         with timed(self.stats, "detect"):
             faces = detect_faces(frame, self.options, self.store)
-            selected = select_faces(frame, faces, self.options, self.store, self.reference_embedding)
         self.stats.add(detected=len(faces))
-        return selected
+        faces = self.classify(frame, faces)
+        with timed(self.stats, "detect"):
+            return select_faces(frame, faces, self.options, self.store, self.reference_embedding)
+
+    def classify(self, frame: Frame, faces: list[Face]) -> list[Face]:
+        """``faces`` with their classes where a filter chooses among them (each face once: the analysis is stored)."""
+        if not self.classifies or not faces:
+            return faces
+        with timed(self.stats, "classify"):
+            classified = with_classes(frame, faces, self.store, self.options)
+        self.stats.add(classified=len(faces))
+        return classified
 
     def mesh(self, frame: Frame, faces: list[Face]) -> list[Face]:
         return [mesh_landmarks(frame, face, self.options, self.store) for face in faces]
@@ -251,6 +286,8 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
         for detector in detector_models(options):
             store.session_for(detector, options)
         require_recognizer(options, store)
+        if processor.classifies:
+            require_classifier(store, options)
         if options.face_selector_mode == "reference":
             processor.reference_embedding = _embedding(identity, "reference_embedding")
         if needs.landmarks != "none":
