@@ -8,6 +8,7 @@ target's face; the editor's sliders move the face's colour; pixels far from the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,10 @@ import pytest
 from people import carphone, person_file
 from readback import frame_digests, packet_payloads, rgb_frames
 from standins import write_standins
-from standins_live_portrait import write_live_portrait_standins
+from standins_live_portrait import retargeter_standin, write_live_portrait_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
-from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.exceptions import EXIT_MODEL_INCOMPATIBLE, InvalidOptionError
 from facefusion_provider.options import FaceEditorOptions, parse_options
 from facefusion_provider.worker import cli
 
@@ -26,6 +27,7 @@ FRAMES, SEGMENT = 5, 3
 FACE = (slice(100, 170), slice(145, 205))  # the middle of the driver's face in carphone's enlarged frames
 CORNER = (slice(0, 30), slice(0, 40))  # far from his face
 EDITOR_FLAGS = ["--face-editor-mouth-smile", "1", "--face-editor-mouth-position-horizontal", "0.6"]
+EDITOR_FLAGS += ["--face-editor-eye-open-ratio", "0.5"]  # the eye retargeter reads the face mesh's eye points
 
 
 @pytest.fixture(autouse=True)
@@ -122,3 +124,21 @@ def test_a_slider_given_as_a_string_is_refused_naming_it(slider: str) -> None:
         parse_options({"processors": ["face_editor"], slider: "0.5"})
     with pytest.raises(InvalidOptionError, match=f"options.{slider}: Input should be less than or equal to 1"):
         parse_options({"processors": ["face_editor"], slider: 1.05})
+
+
+@pytest.mark.parametrize("processor", ["expression_restorer", "face_editor"])
+def test_a_generator_file_of_another_kind_is_refused_in_prepare_naming_it(
+    processor: str, inputs: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, target = inputs
+    models = write_live_portrait_standins(tmp_path / "models")
+    retargeter_standin(models, "generator")  # a one-input model under the generator's name
+    work = tmp_path / "work"
+    argv = ["run", "--target", str(target), "--output", str(tmp_path / "out.mp4"), "--work-root", str(work)]
+    argv += ["--models-dir", str(models), "--processors", processor]
+
+    assert cli.main(argv) == EXIT_MODEL_INCOMPATIBLE
+
+    message = json.loads([line for line in capsys.readouterr().err.splitlines() if line.startswith("{")][-1])["message"]
+    assert "live_portrait_generator.onnx" in message and "feature_volume ?x32x16x64x64" in message
+    assert not list(work.glob("work/*/work.json"))  # refused in prepare: no work was written
