@@ -21,6 +21,7 @@ from standins_live_portrait import retargeter_standin, write_live_portrait_stand
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_MODEL_INCOMPATIBLE, InvalidOptionError
 from facefusion_provider.options import FaceEditorOptions, parse_options
+from facefusion_provider.work.run_inputs import check_conf
 from facefusion_provider.worker import cli
 
 FRAMES, SEGMENT = 5, 3
@@ -119,11 +120,13 @@ def test_swap_restore_enhance_keeps_every_frame_and_the_sound(
 
 
 @pytest.mark.parametrize("slider", [name for name in FaceEditorOptions.model_fields if name != "face_editor_model"])
-def test_a_slider_given_as_a_string_is_refused_naming_it(slider: str) -> None:
-    with pytest.raises(InvalidOptionError, match=f"options.{slider}: Input should be a valid number"):
-        parse_options({"processors": ["face_editor"], slider: "0.5"})
-    with pytest.raises(InvalidOptionError, match=f"options.{slider}: Input should be less than or equal to 1"):
-        parse_options({"processors": ["face_editor"], slider: 1.05})
+def test_a_slider_given_as_a_string_is_refused_at_validate_naming_it(slider: str) -> None:
+    conf = {"source_uris": ["s3://in/face.jpg"], "target_uri": "s3://in/talk.mp4", "output_uri": "s3://out/talk.mp4"}
+    for value, why in [("0.5", "Input should be a valid number"), (True, "Input should be a valid number"), (1.05, "")]:
+        sent = {**conf, "processors": ["face_editor"], slider: value}
+        with pytest.raises(InvalidOptionError, match=f"^invalid options: options.{slider}: {why}"):
+            check_conf(sent, sent)
+    assert parse_options({"processors": ["face_editor"], slider: -1}).model_dump()[slider] == -1.0
 
 
 @pytest.mark.parametrize("processor", ["expression_restorer", "face_editor"])
