@@ -1,11 +1,13 @@
-"""Frame colorizer, background remover and face debugger benchmark: CPU ms per 720p frame of each on its stand-in
-(tests/support/standins.py), one process, the same frames for every row.
+"""Frame colorizer, background remover, face debugger, expression restorer and face editor benchmark: CPU ms per 720p
+frame of each on its stand-in (tests/support/standins.py, standins_live_portrait.py), one process, the same frames for
+every row.
 
 The stand-ins are a few arithmetic nodes, so inference costs next to nothing: the figures are what the engine does
 around the model (grey and LAB conversions, resizes to and from the model's size, normalisation, the mask, despill
-and fill; the debugger's drawing and mask outline), the part of the cost this project owns. The debugger's faces come
-from the offline analysis (retinaface_mnet and the face mesh), run once before the timing. Input: the carphone clip
-scaled to 720 px high on a 1280x720 canvas.
+and fill; the debugger's drawing and mask outline; LivePortrait's crops, keypoint math, 512 paste and the stand-ins'
+8 MB feature volume), the part of the cost this project owns. The face processors' faces come from the offline
+analysis (retinaface_mnet and the face mesh), run once before the timing. Input: the carphone clip scaled to 720 px
+high on a 1280x720 canvas.
 
     python bench/bench_frame_processors.py [--frames 8] [--out bench/results/frame-processors]
 """
@@ -46,12 +48,16 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
         "face_debugger",
         {"face_debugger_items": ["bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68"]},
     ),
+    ("expression_restorer", {}),  # alone: the target's frames are the frames it restores
+    ("face_editor", {"face_editor_mouth_smile": 0.5, "face_editor_head_yaw": 0.3}),
+    ("face_editor", {"face_editor_eye_open_ratio": 0.5, "face_editor_lip_open_ratio": 0.5}),  # the retargeters too
 )
 
 
 def measure(frame_count: int) -> list[dict[str, Any]]:
     from bench_engine import carphone_frames
     from standins import write_standins
+    from standins_live_portrait import write_live_portrait_standins
 
     from facefusion_provider.engine.processors.chain import build_frame_processor
     from facefusion_provider.options import Options
@@ -59,7 +65,7 @@ def measure(frame_count: int) -> list[dict[str, Any]]:
     frames = carphone_frames(frame_count, 1280, 720)
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        write_standins(Path(folder))
+        write_live_portrait_standins(write_standins(Path(folder)))
         for processor, chosen in CASES:
             options = Options(processors=[processor], execution_thread_count=2, **chosen)
             engine = build_frame_processor(options, {}, folder)
@@ -84,7 +90,8 @@ def measure(frame_count: int) -> list[dict[str, Any]]:
 
 def markdown(results: list[dict[str, Any]], frames: int) -> str:
     lines = [
-        "# The frame colorizer, background remover and face debugger on their CPU stand-ins",
+        "# The frame colorizer, background remover, face debugger, expression restorer and face editor on their CPU "
+        "stand-ins",
         "",
         f"`python bench/bench_frame_processors.py --frames {frames}` on "
         f"{platform.processor() or platform.machine()}, Python {platform.python_version()}: {frames} frames of the "

@@ -19,7 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from facefusion_provider.exceptions import InvalidOptionError
 
 Processor = Literal[
-    "face_swapper", "face_enhancer", "frame_enhancer", "frame_colorizer", "background_remover", "face_debugger"
+    "face_swapper",
+    "face_enhancer",
+    "frame_enhancer",
+    "frame_colorizer",
+    "background_remover",
+    "face_debugger",
+    "expression_restorer",
+    "face_editor",
 ]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g", "yunet_2023_mar", "many"]
@@ -118,6 +125,8 @@ BackgroundRemoverModel = Literal[
 FaceDebuggerItem = Literal[
     "bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68", "face-landmark-68/5", "face-mask"
 ]
+LivePortraitModel = Literal["live_portrait"]
+ExpressionRestorerArea = Literal["upper-face", "lower-face"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -127,6 +136,7 @@ OutputVideoPreset = Literal[
 Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
 Channel = Annotated[int, Field(strict=True, ge=0, le=255)]
 Rgba = tuple[Channel, Channel, Channel, Channel]  # red, green, blue, alpha: FaceFusion's colour options
+Slider = Annotated[float, Field(strict=True, ge=-1.0, le=1.0, allow_inf_nan=False)]  # the face editor's, -1..1
 MAX_FRAME_NUMBER = 2**31 - 1  # about 2 years of video at 30 fps: any real frame index, far inside int64
 DEFAULT_DETECTOR_INTERVAL = 8  # about a quarter of a second at 30 fps before a face coming into view is swapped
 MAX_DETECTOR_INTERVAL = 60
@@ -190,7 +200,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, bring back the target's expression on the face, edit the face. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -562,6 +572,117 @@ class FaceDebuggerOptions(BaseModel):
     )
 
 
+class ExpressionRestorerOptions(BaseModel):
+    """The expression restorer's own options (``engine/processors/expression_restorer.py``)."""
+
+    expression_restorer_model: LivePortraitModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="live_portrait",
+        description="Only with the expression restorer processor: the LivePortrait model files (feature extractor, "
+        "motion extractor, generator) that redraw the face with the target's expression. Model files you install.",
+    )
+    expression_restorer_factor: Percent = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=80,
+        description="Only with the expression restorer processor: how much of the target's own expression comes "
+        "back on the face (0 keeps the face's expression, 100 a little more than the target's).",
+    )
+    expression_restorer_areas: list[ExpressionRestorerArea] = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=["upper-face", "lower-face"],
+        description="Only with the expression restorer processor: where the target's expression comes back: the "
+        "eyes and brows (upper-face), the mouth and chin (lower-face).",
+    )
+
+    @field_validator("expression_restorer_areas")
+    @classmethod
+    def _some_areas_once_each(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError("name at least one area, each once")
+        return value
+
+
+class FaceEditorOptions(BaseModel):
+    """The face editor's own options (``engine/processors/face_editor.py``): FaceFusion's sliders, -1 to 1, 0 leaves
+    that part as it is."""
+
+    face_editor_model: LivePortraitModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="live_portrait",
+        description="Only with the face editor processor: the LivePortrait model files (feature and motion "
+        "extractors, generator, stitcher, eye and lip retargeters) that redraw the edited face. Model files you "
+        "install.",
+    )
+    face_editor_eyebrow_direction: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: moves the brows, one way (-1) or the other (1); 0 leaves them.",
+    )
+    face_editor_eye_gaze_horizontal: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: turns the eyes' gaze sideways, either way.",
+    )
+    face_editor_eye_gaze_vertical: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: turns the eyes' gaze up or down, either way.",
+    )
+    face_editor_eye_open_ratio: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: closes (-1) or opens (1) the eyes; reads the eyes' landmarks.",
+    )
+    face_editor_lip_open_ratio: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: closes (-1) or opens (1) the lips; reads the lips' landmarks.",
+    )
+    face_editor_mouth_grim: Slider = Field(
+        json_schema_extra=SECTION_SWAP, default=0.0, description="Only with the face editor: a grimace, either way."
+    )
+    face_editor_mouth_pout: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: pouts the lips, either way.",
+    )
+    face_editor_mouth_purse: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: purses the lips, either way.",
+    )
+    face_editor_mouth_smile: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: a smile (1) or its opposite (-1).",
+    )
+    face_editor_mouth_position_horizontal: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: moves the mouth sideways, either way.",
+    )
+    face_editor_mouth_position_vertical: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: moves the mouth up or down, either way.",
+    )
+    face_editor_head_pitch: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: tilts the head up or down, up to 20 degrees either way.",
+    )
+    face_editor_head_yaw: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: turns the head sideways, up to 60 degrees either way.",
+    )
+    face_editor_head_roll: Slider = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.0,
+        description="Only with the face editor: leans the head sideways, up to 15 degrees either way.",
+    )
+
+
 class _RunOptions(BaseModel):
     """Frames, segments, the output video and where the models run."""
 
@@ -655,6 +776,8 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "frame_colorizer": FrameColorizerOptions,
     "background_remover": BackgroundRemoverOptions,
     "face_debugger": FaceDebuggerOptions,
+    "expression_restorer": ExpressionRestorerOptions,
+    "face_editor": FaceEditorOptions,
 }
 
 
@@ -663,6 +786,8 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 class Options(
     OutputOptions,
     _RunOptions,
+    FaceEditorOptions,
+    ExpressionRestorerOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
     FrameColorizerOptions,

@@ -10,7 +10,18 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 ModelRole = Literal[
-    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte", "classify"
+    "detect",
+    "landmarks",
+    "identity",
+    "swap",
+    "convert",
+    "enhance",
+    "mask",
+    "upscale",
+    "colorize",
+    "matte",
+    "classify",
+    "animate",
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -86,6 +97,11 @@ class FrameEnhanceFacts:
 
 
 ColorizerKind = Literal["ddcolor", "deoldify"]
+# LivePortrait's networks, one ONNX file each (``live_portrait_<network>.onnx``): the expression restorer runs the
+# first three, the face editor all six.
+LivePortraitNetwork = Literal[
+    "feature_extractor", "motion_extractor", "generator", "stitcher", "eye_retargeter", "lip_retargeter"
+]
 MatteKind = Literal["plain", "classes", "corridor_key"]
 
 
@@ -116,6 +132,24 @@ class MatteFacts:
 
 
 @dataclass(frozen=True)
+class LivePortraitFacts:
+    """One network of a LivePortrait set (KwaiVGI's, as FaceFusion exports it), read by position:
+
+    - ``feature_extractor``: ``input`` (1, 3, 256, 256) RGB 0..1 -> the appearance feature volume (1, 32, 16, 64, 64).
+    - ``motion_extractor``: ``input`` as above -> pitch, yaw, roll (scalars, degrees), scale (1, 1), translation
+      (1, 3), expression (1, 21, 3), canonical motion points (1, 21, 3).
+    - ``generator``: ``feature_volume``, ``source`` (the driving points) and ``target`` (the crop's own points), each
+      (1, 21, 3) -> the crop redrawn, (1, 3, 512, 512) RGB 0..1.
+    - ``stitcher``: ``source`` (driving) and ``target`` (own) points -> the driving points stitched, (1, 21, 3).
+    - ``eye_retargeter``: ``input`` (1, 66), the 63 own points, both eyes' open ratios and the wanted one -> a
+      (1, 63) offset; ``lip_retargeter``: ``input`` (1, 65), the points, the lips' ratio and the wanted one -> (1, 63).
+    """
+
+    family: str  # the option value naming the set (``expression_restorer_model``, ``face_editor_model``)
+    network: LivePortraitNetwork
+
+
+@dataclass(frozen=True)
 class PackagedFile:
     """A model file shipped inside an installed distribution, found by path and never imported."""
 
@@ -143,6 +177,7 @@ class ModelSpec:
     frame_enhance: FrameEnhanceFacts | None = None
     colorize: ColorizeFacts | None = None
     matte: MatteFacts | None = None
+    live_portrait: LivePortraitFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -162,6 +197,7 @@ def _user_model(
     frame_enhance: FrameEnhanceFacts | None = None,
     colorize: ColorizeFacts | None = None,
     matte: MatteFacts | None = None,
+    live_portrait: LivePortraitFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -178,6 +214,7 @@ def _user_model(
         frame_enhance=frame_enhance,
         colorize=colorize,
         matte=matte,
+        live_portrait=live_portrait,
     )
 
 
@@ -322,6 +359,53 @@ def _background_remover(name: str, facts: MatteFacts, *, licence: str, vendor: s
         licence=licence,
         vendor=vendor,
         matte=facts,
+    )
+
+
+LIVE_PORTRAIT_CROP: Shape = (None, 3, 256, 256)
+LIVE_PORTRAIT_POINTS: Shape = (None, 21, 3)
+LIVE_PORTRAIT_FEATURES: Shape = (None, 32, 16, 64, 64)
+LIVE_PORTRAIT_IO: dict[LivePortraitNetwork, tuple[TensorSpec, TensorSpec]] = {
+    "feature_extractor": ((("input", LIVE_PORTRAIT_CROP),), (("feature_volume", LIVE_PORTRAIT_FEATURES),)),
+    "motion_extractor": (
+        (("input", LIVE_PORTRAIT_CROP),),
+        (
+            ("pitch", ()),
+            ("yaw", ()),
+            ("roll", ()),
+            ("scale", (None, 1)),
+            ("translation", (None, 3)),
+            ("expression", LIVE_PORTRAIT_POINTS),
+            ("motion_points", LIVE_PORTRAIT_POINTS),
+        ),
+    ),
+    "generator": (
+        (
+            ("feature_volume", LIVE_PORTRAIT_FEATURES),
+            ("source", LIVE_PORTRAIT_POINTS),
+            ("target", LIVE_PORTRAIT_POINTS),
+        ),
+        (("output", (None, 3, 512, 512)),),
+    ),
+    "stitcher": (
+        (("source", LIVE_PORTRAIT_POINTS), ("target", LIVE_PORTRAIT_POINTS)),
+        (("output", LIVE_PORTRAIT_POINTS),),
+    ),
+    "eye_retargeter": ((("input", (None, 66)),), (("output", (None, 63)),)),
+    "lip_retargeter": ((("input", (None, 65)),), (("output", (None, 63)),)),
+}
+
+
+def _live_portrait(family: str, network: LivePortraitNetwork) -> ModelSpec:
+    inputs, outputs = LIVE_PORTRAIT_IO[network]
+    return _user_model(
+        f"{family}_{network}",
+        "animate",
+        inputs=inputs,
+        outputs=outputs,
+        licence="MIT",
+        vendor="KwaiVGI (LivePortrait)",
+        live_portrait=LivePortraitFacts(family, network),
     )
 
 
@@ -517,6 +601,7 @@ MODELS: dict[str, ModelSpec] = {
             _background_remover(name, facts, licence=licence, vendor=vendor)
             for name, (facts, licence, vendor) in BACKGROUND_REMOVERS.items()
         ),
+        *(_live_portrait("live_portrait", network) for network in LIVE_PORTRAIT_IO),
     )
 }
 
@@ -547,6 +632,13 @@ def colorize_facts(name: str) -> ColorizeFacts:
 
 def matte_facts(name: str) -> MatteFacts:
     return _facts(name, "background remover", lambda spec: spec.matte)
+
+
+def live_portrait_model(family: str, network: LivePortraitNetwork) -> str:
+    """The catalogue name of ``network`` in the LivePortrait set ``family``; KeyError naming the sets otherwise."""
+    name = f"{family}_{network}"
+    _facts(name, "LivePortrait network", lambda spec: spec.live_portrait)
+    return name
 
 
 def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:

@@ -2,7 +2,8 @@
 workers) on their stand-ins, chained, without and after the face swapper: a carphone clip with a tone track in two
 segments. The output keeps the input's frame count, timestamps and audio packets; each frame shows every processor's
 work: the background (red below one half after colouring) filled green, the rest coloured by ddcolor's flat a and
-b, the face box drawn in red, and after the paint swapper the face one flat colour."""
+b, the face box drawn in red, and after the paint swapper the face one flat colour. The expression restorer and the
+face editor after the swapper, on their LivePortrait stand-ins, move that flat colour."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from demo_airflow import dags_test, run_succeeded, swap_conf
 from people import carphone, carphone_face_contrast, person_file
 from readback import frame_digests, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, write_standins
+from standins_live_portrait import write_live_portrait_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV
+from facefusion_provider.worker import cli
 
 pytestmark = pytest.mark.slow
 
@@ -77,3 +80,56 @@ def test_the_dag_colours_removes_the_background_and_draws_the_faces(
         assert len(rows) > 150 and np.ptp(rows) > 80 and np.ptp(columns) > 60, "the face box"
         if swapped:
             assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped"
+
+
+@pytest.mark.parametrize(
+    ("processor", "options"),
+    [
+        ("expression_restorer", {"expression_restorer_factor": 100}),
+        ("face_editor", {"face_editor_mouth_smile": 1.0, "face_editor_mouth_position_horizontal": 0.6}),
+    ],
+)
+def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
+    processor: str,
+    options: dict[str, object],
+    dags_test_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the LivePortrait stand-ins (``standins_live_portrait.py``), whose generator shifts the crop's colour by how
+    far the driving keypoints moved: the restorer and the editor each move the swapped face's flat colour."""
+    folder = tmp_path / "inputs"
+    models = write_live_portrait_standins(write_standins(folder / "models"))
+    source = person_file(folder / "astronaut.png")
+    target = carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
+    output = tmp_path / "out" / "processed.mp4"
+    chosen = {
+        "processors": ["face_swapper", processor],
+        "face_swapper_model": "inswapper_128",
+        "face_swapper_blend": 100,
+        "face_swapper_color_correction": False,
+        "output_video_quality": 100,
+        "segment_size": SEGMENT,
+        **options,
+    }
+
+    result = dags_test(swap_conf([str(source)], str(target), str(output), chosen), env, timeout=600)
+
+    assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
+    original, processed = rgb_frames(target), rgb_frames(output)
+    assert len(processed) == len(original) == FRAMES
+    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
+        (d.pts, d.seconds) for d in frame_digests(str(target))
+    ]
+    audio = packet_payloads(str(target))
+    assert audio and packet_payloads(str(output)) == audio
+    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+    swap_only = tmp_path / "swapped.mp4"
+    argv = ["run", "--source", str(source), "--target", str(target), "--output", str(swap_only), "--models-dir"]
+    argv += [str(models), "--work-root", str(tmp_path / "work"), "--face-swapper-model", "inswapper_128"]
+    assert cli.main([*argv, "--face-swapper-blend", "100", "--no-face-swapper-color-correction"]) == 0
+    for before, swapped, after in zip(original, rgb_frames(swap_only), processed, strict=True):
+        assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped, flat"
+        moved = np.abs(after[100:150, 150:200].astype(float) - swapped[100:150, 150:200]).mean(axis=(0, 1))
+        assert moved.max() > 10, "and its colour moved by the processor"

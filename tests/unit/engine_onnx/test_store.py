@@ -13,7 +13,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from facefusion_provider.engine.models import MODELS
+from facefusion_provider.engine.models import MODELS, LivePortraitNetwork
 from facefusion_provider.engine.store import ModelStore, parse_sha256sums, store_from_environment
 from facefusion_provider.exceptions import (
     EXIT_MODEL_CORRUPT,
@@ -79,6 +79,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         *get_args(FrameEnhancerModel),
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
+        *(f"live_portrait_{network}" for network in get_args(LivePortraitNetwork)),
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
@@ -96,6 +97,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "colorize",
         "matte",
         "classify",
+        "animate",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

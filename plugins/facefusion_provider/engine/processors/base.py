@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -83,6 +83,17 @@ class FrameStep(Protocol):
 
     def __call__(
         self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None
+    ) -> Sequence[ProcessedFrame]: ...
+
+
+@runtime_checkable
+class TargetFramesStep(FrameStep, Protocol):
+    """A loaded processor that also reads the target's own frames: the chain gives ``targets`` (the frames as
+    decoded, before any processor changed them) beside ``frames`` (as the processors before it left them). The
+    expression restorer reads the target's expression there."""
+
+    def with_targets(
+        self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
     ) -> Sequence[ProcessedFrame]: ...
 
 

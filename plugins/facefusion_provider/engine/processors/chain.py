@@ -38,6 +38,7 @@ from facefusion_provider.engine.processors.base import (
     FaceStats,
     FrameStep,
     ProcessedFrame,
+    TargetFramesStep,
     timed,
 )
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
@@ -216,12 +217,16 @@ class FrameProcessor:
         self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
-        needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame."""
+        needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame.
+        ``frames`` stay as decoded: a step that reads the target's own frames (``TargetFramesStep``) gets them."""
         with self._pool(given) as pool:
             results: list[ProcessedFrame] = list(frames)
             for step in self.steps:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
-                results = list(step(images, faces, pool))
+                if isinstance(step, TargetFramesStep):
+                    results = list(step.with_targets(frames, images, faces, pool))
+                else:
+                    results = list(step(images, faces, pool))
             return results
 
     @contextlib.contextmanager

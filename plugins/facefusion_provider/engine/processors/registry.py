@@ -5,7 +5,9 @@ from __future__ import annotations
 from facefusion_provider.engine.output_scale import scaled_size
 from facefusion_provider.engine.processors import (
     background_remover,
+    expression_restorer,
     face_debugger,
+    face_editor,
     face_enhancer,
     face_swapper,
     frame_colorizer,
@@ -25,6 +27,8 @@ PROCESSORS: dict[str, Processor] = {
         frame_colorizer.PROCESSOR,
         background_remover.PROCESSOR,
         face_debugger.PROCESSOR,
+        expression_restorer.PROCESSOR,
+        face_editor.PROCESSOR,
     )
 }
 
