@@ -25,6 +25,10 @@ LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 SEGMENT_FORMAT = "mp4"
+# Encoders whose segments are QuickTime files (MP4 has no ProRes sample entry); their names stay ``.mp4``: the same
+# ISO boxes, which the commit and the merge read alike.
+SEGMENT_FORMATS = {"prores_ks": "mov"}
+ALPHA_PIX_FMT, ALPHA_PROFILE = "yuva444p10le", "4444"  # ProRes 4444: the one alpha output (``run_inputs``)
 LABEL_TAG = "comment"  # a container tag that says which work and frames a segment file holds
 # A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
@@ -51,17 +55,19 @@ class EncoderSettings:
     codec: str
     pix_fmt: str
     options: dict[str, str] = field(default_factory=dict)
+    container: str = SEGMENT_FORMAT  # the segments' container format
 
 
 def encoder_settings(options: Options, probe: VideoProbe, size: tuple[int, int] | None = None) -> EncoderSettings:
     """The settings for the target ``probe``'s frames processed into frames of ``size`` (None: the target's)."""
     codec = options.output_video_encoder
     width, height = size or (probe.width, probe.height)
-    return EncoderSettings(
-        codec=codec,
-        pix_fmt=output_pix_fmt(codec, probe.pix_fmt, width, height),
-        options=codec_options(codec, options.output_video_quality, options.output_video_preset),
-    )
+    settings = codec_options(codec, options.output_video_quality, options.output_video_preset)
+    if options.transparent_background():  # the frames come as RGBA; validate allowed prores_ks alone
+        pix_fmt, settings = ALPHA_PIX_FMT, {**settings, "profile": ALPHA_PROFILE}
+    else:
+        pix_fmt = output_pix_fmt(codec, probe.pix_fmt, width, height)
+    return EncoderSettings(codec, pix_fmt, settings, SEGMENT_FORMATS.get(codec, SEGMENT_FORMAT))
 
 
 def output_pix_fmt(codec: str, input_pix_fmt: str, width: int, height: int) -> str:
@@ -84,6 +90,8 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
     if codec == "libx265":
         x265_params = "log-level=error" + (":lossless=1" if lossless else "")
         return {"preset": preset, "x265-params": x265_params, **({} if lossless else {"crf": crf})}
+    if codec == "prores_ks":  # ProRes's profile is its rate and quality: chosen from the pixel format
+        return {}
     if codec == "libvpx-vp9":
         settings = {"deadline": "good", "cpu-used": str(round(5 - speed * 5 / (len(PRESETS) - 1))), "row-mt": "1"}
         settings.update({"lossless": "1"} if lossless else {"crf": str(round(63 - quality * 0.63)), "b": "0"})
@@ -194,7 +202,6 @@ class VideoEncoder:
         frame_rate: Fraction,
         time_base: Fraction,
         pts_offset: int = 0,
-        container_format: str = SEGMENT_FORMAT,
         label: str | None = None,
     ) -> None:
         _check_once(settings, width, height, frame_rate)
@@ -202,7 +209,7 @@ class VideoEncoder:
         self._time_base = time_base
         self._pts_offset = pts_offset
         self._pix_fmt = settings.pix_fmt
-        self._container = av.open(path, mode="w", format=container_format)
+        self._container = av.open(path, mode="w", format=settings.container)
         if label:
             self._container.metadata[LABEL_TAG] = label
         stream = self._container.add_stream(settings.codec, rate=frame_rate, options=fixed_thread_options(settings))

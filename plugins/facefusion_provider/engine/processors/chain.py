@@ -16,7 +16,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import cv2
 import numpy as np
+import numpy.typing as npt
 
 from facefusion_provider.engine.detect import detect_faces
 from facefusion_provider.engine.face import Face, FloatArray, Frame
@@ -47,6 +49,7 @@ from facefusion_provider.options import Options
 
 IDENTITY_VERSION = 1
 FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
+Alpha = npt.NDArray[np.uint8]  # H x W, 255 opaque: a transparent output's alpha plane
 GPU_BATCH_SIZE = 8  # frames per call when a GPU provider runs: the swapper stacks all their faces in batches
 MESH_MODEL = "face_mesh_468"
 
@@ -194,10 +197,13 @@ class FrameProcessor:
         needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame."""
         with self._pool(given) as pool:
             results: list[ProcessedFrame] = list(frames)
+            alphas: list[Alpha | None] = [None] * len(frames)
             for step in self.steps:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
-                results = list(step(images, faces, pool))
-            return results
+                results, alphas = _split_alphas(list(step(images, faces, pool)), alphas)
+            if all(alpha is None for alpha in alphas):
+                return results
+            return [_with_alpha(result, alpha) for result, alpha in zip(results, alphas, strict=True)]
 
     @contextlib.contextmanager
     def _pool(self, pool: Executor | None = None) -> Iterator[Executor | None]:
@@ -259,6 +265,38 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
     if options.output_video_scale != 1.0:
         processor.steps.append(ScaleFrames(options.output_video_scale, processor.stats))
     return processor
+
+
+def _split_alphas(
+    results: list[ProcessedFrame], alphas: list[Alpha | None]
+) -> tuple[list[ProcessedFrame], list[Alpha | None]]:
+    """A step's RGBA frames (the background remover's, transparent) split into the RGB the next step takes and the
+    alpha carried to the end; where an alpha was carried already, the two meet at their minimum (FaceFusion's
+    masks)."""
+    colours, carried = [], []
+    for result, alpha in zip(results, alphas, strict=True):
+        if isinstance(result, np.ndarray) and result.ndim == 3 and result.shape[2] == 4:
+            result, new = np.ascontiguousarray(result[:, :, :3]), result[:, :, 3]
+            alpha = new if alpha is None else np.minimum(_sized(alpha, new.shape), new)
+        colours.append(result)
+        carried.append(alpha)
+    return colours, carried
+
+
+def _with_alpha(result: ProcessedFrame, alpha: Alpha | None) -> ProcessedFrame:
+    """The finished frame with its carried alpha as a fourth channel, scaled with the frame where a later step
+    resized it."""
+    if alpha is None:
+        return result
+    rgb = as_rgb(result)
+    return np.dstack((rgb, _sized(alpha, rgb.shape[:2])))
+
+
+def _sized(alpha: Alpha, shape: tuple[int, ...]) -> Alpha:
+    height, width = shape[:2]
+    if alpha.shape == (height, width):
+        return alpha
+    return np.asarray(cv2.resize(alpha, (width, height), interpolation=cv2.INTER_LINEAR), np.uint8)
 
 
 def _batch_size(options: Options) -> int:
