@@ -459,7 +459,11 @@ class _RunOptions(BaseModel):
         "at the first segment not saved.",
     )
     output_video_encoder: OutputVideoEncoder = Field(
-        json_schema_extra=SECTION_OUTPUT, default="libx264", description="The codec of the finished video."
+        json_schema_extra=SECTION_OUTPUT,
+        default="libx264",
+        description="The codec of the finished video. prores_ks (ProRes, .mov only) is the one that keeps a "
+        "transparent background (ProRes 4444); its profile sets its quality, so output_video_quality and "
+        "output_video_preset do not apply to it.",
     )
     output_video_preset: OutputVideoPreset = Field(
         json_schema_extra=SECTION_OUTPUT,

@@ -138,7 +138,9 @@ def check_alpha_output(output_uri: str, extension: str, options: Options, fields
     asked = f"a transparent background (background_remover_fill_color alpha {options.background_remover_fill_color[3]})"
     works = f"a {ALPHA_EXTENSION} output with output_video_encoder {ALPHA_ENCODER} (ProRes 4444), or an opaque fill (alpha 255)"
     if extension != ALPHA_EXTENSION:
-        raise InvalidOptionError(f"{fields.output}: {output_uri} is a {extension} file, which cannot carry {asked}; use {works}")
+        raise InvalidOptionError(
+            f"{fields.output}: {output_uri} is a {extension} file, which cannot carry {asked}; use {works}"
+        )
     if options.output_video_encoder != ALPHA_ENCODER:
         raise InvalidOptionError(
             f"{fields.options}.output_video_encoder: {options.output_video_encoder} cannot carry {asked}; use {works}"

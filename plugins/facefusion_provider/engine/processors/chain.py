@@ -273,13 +273,16 @@ def _split_alphas(
     """A step's RGBA frames (the background remover's, transparent) split into the RGB the next step takes and the
     alpha carried to the end; where an alpha was carried already, the two meet at their minimum (FaceFusion's
     masks)."""
-    colours, carried = [], []
+    colours: list[ProcessedFrame] = []
+    carried: list[Alpha | None] = []
     for result, alpha in zip(results, alphas, strict=True):
         if isinstance(result, np.ndarray) and result.ndim == 3 and result.shape[2] == 4:
-            result, new = np.ascontiguousarray(result[:, :, :3]), result[:, :, 3]
-            alpha = new if alpha is None else np.minimum(_sized(alpha, new.shape), new)
-        colours.append(result)
-        carried.append(alpha)
+            new = result[:, :, 3]
+            colours.append(np.ascontiguousarray(result[:, :, :3]))
+            carried.append(new if alpha is None else np.minimum(_sized(alpha, new.shape), new))
+        else:
+            colours.append(result)
+            carried.append(alpha)
     return colours, carried
 
 
