@@ -397,7 +397,8 @@ class BackgroundRemoverOptions(BaseModel):
         description="Only with the background remover processor: the colour the background becomes, red green blue "
         "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). An alpha below 255 makes the output "
         "transparent where the background was (its alpha is the model's matte, as FaceFusion writes it; the fill's "
-        "alpha mixes the fill colour in): it needs a .mov output with output_video_encoder prores_ks (ProRes 4444).",
+        "alpha mixes the fill colour in): it needs a .mov output with output_video_encoder prores_ks (ProRes 4444) "
+        "or a .webm with libvpx-vp9 (VP9 with alpha).",
     )
     background_remover_despill_color: Rgba = Field(
         json_schema_extra=SECTION_SWAP,
@@ -461,8 +462,8 @@ class _RunOptions(BaseModel):
     output_video_encoder: OutputVideoEncoder = Field(
         json_schema_extra=SECTION_OUTPUT,
         default="libx264",
-        description="The codec of the finished video. prores_ks (ProRes, .mov only) is the one that keeps a "
-        "transparent background (ProRes 4444); its profile sets its quality, so output_video_quality and "
+        description="The codec of the finished video. A transparent background needs prores_ks (ProRes 4444, "
+        ".mov only) or libvpx-vp9 (in a .webm). ProRes's profile sets its quality: output_video_quality and "
         "output_video_preset do not apply to it.",
     )
     output_video_preset: OutputVideoPreset = Field(

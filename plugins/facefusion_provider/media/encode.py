@@ -25,10 +25,31 @@ LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 SEGMENT_FORMAT = "mp4"
-# Encoders whose segments are QuickTime files (MP4 has no ProRes sample entry); their names stay ``.mp4``: the same
-# ISO boxes, which the commit and the merge read alike.
+# Encoders whose segments are QuickTime files: MP4 has no ProRes sample entry. Segment files keep their ``.mp4``
+# names whatever the container (the commit and the merge open them by their content).
 SEGMENT_FORMATS = {"prores_ks": "mov"}
-ALPHA_PIX_FMT, ALPHA_PROFILE = "yuva444p10le", "4444"  # ProRes 4444: the one alpha output (``run_inputs``)
+
+# Matroska draws its segment and track UIDs at random unless told to be bit-exact: a segment is the same bytes
+# wherever it is encoded.
+MUXER_OPTIONS = {"webm": {"fflags": "+bitexact"}}
+
+
+@dataclass(frozen=True)
+class AlphaEncoding:
+    """How an encoder keeps a transparent output's alpha: its pixel format, options and segment container."""
+
+    pix_fmt: str
+    options: dict[str, str]
+    container: str
+
+
+# The encoders a transparent output may use (``run_inputs.ALPHA_OUTPUTS``): ProRes 4444, and VP9 whose alpha is a
+# second bitstream in Matroska's block additions (MP4 cannot hold it; FFmpeg's own vp9 decoder ignores it, libvpx's
+# decodes it).
+ALPHA_ENCODINGS = {
+    "prores_ks": AlphaEncoding("yuva444p10le", {"profile": "4444"}, "mov"),
+    "libvpx-vp9": AlphaEncoding("yuva420p", {}, "webm"),
+}
 LABEL_TAG = "comment"  # a container tag that says which work and frames a segment file holds
 # A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
@@ -63,10 +84,10 @@ def encoder_settings(options: Options, probe: VideoProbe, size: tuple[int, int] 
     codec = options.output_video_encoder
     width, height = size or (probe.width, probe.height)
     settings = codec_options(codec, options.output_video_quality, options.output_video_preset)
-    if options.transparent_background():  # the frames come as RGBA; validate allowed prores_ks alone
-        pix_fmt, settings = ALPHA_PIX_FMT, {**settings, "profile": ALPHA_PROFILE}
-    else:
-        pix_fmt = output_pix_fmt(codec, probe.pix_fmt, width, height)
+    if options.transparent_background():  # the frames come as RGBA; validate allowed these encoders alone
+        alpha = ALPHA_ENCODINGS[codec]
+        return EncoderSettings(codec, alpha.pix_fmt, {**settings, **alpha.options}, alpha.container)
+    pix_fmt = output_pix_fmt(codec, probe.pix_fmt, width, height)
     return EncoderSettings(codec, pix_fmt, settings, SEGMENT_FORMATS.get(codec, SEGMENT_FORMAT))
 
 
@@ -209,7 +230,8 @@ class VideoEncoder:
         self._time_base = time_base
         self._pts_offset = pts_offset
         self._pix_fmt = settings.pix_fmt
-        self._container = av.open(path, mode="w", format=settings.container)
+        muxer_options = MUXER_OPTIONS.get(settings.container, {})
+        self._container = av.open(path, mode="w", format=settings.container, options=muxer_options)
         if label:
             self._container.metadata[LABEL_TAG] = label
         stream = self._container.add_stream(settings.codec, rate=frame_rate, options=fixed_thread_options(settings))

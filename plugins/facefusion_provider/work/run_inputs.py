@@ -26,9 +26,9 @@ OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
     ".mkv": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
     ".webm": frozenset({"libvpx-vp9"}),
 }
-# The one output that carries a transparent background through segments and merge: ProRes 4444 (its alpha decoded
-# back within a level) in QuickTime. VP9's alpha lives in Matroska's block additions, which PyAV's decoder drops.
-ALPHA_EXTENSION, ALPHA_ENCODER = ".mov", "prores_ks"
+# The outputs that carry a transparent background through segments and merge, and their encoders: ProRes 4444 in
+# QuickTime, VP9 with alpha in WebM (``media.encode.ALPHA_ENCODINGS``).
+ALPHA_OUTPUTS = {".mov": "prores_ks", ".webm": "libvpx-vp9"}
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,18 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames) -
 
 
 def check_alpha_output(output_uri: str, extension: str, options: Options, fields: FieldNames) -> None:
-    """A transparent fill asks for an output that carries alpha: a .mov file encoded with prores_ks."""
+    """A transparent fill asks for an output that carries alpha: a .mov with prores_ks, or a .webm with libvpx-vp9."""
     asked = f"a transparent background (background_remover_fill_color alpha {options.background_remover_fill_color[3]})"
-    works = f"a {ALPHA_EXTENSION} output with output_video_encoder {ALPHA_ENCODER} (ProRes 4444), or an opaque fill (alpha 255)"
-    if extension != ALPHA_EXTENSION:
+    works = (
+        "a .mov output with output_video_encoder prores_ks (ProRes 4444) or a .webm with libvpx-vp9 (VP9 with "
+        "alpha), or an opaque fill (alpha 255)"
+    )
+    encoder = ALPHA_OUTPUTS.get(extension)
+    if encoder is None:
         raise InvalidOptionError(
             f"{fields.output}: {output_uri} is a {extension} file, which cannot carry {asked}; use {works}"
         )
-    if options.output_video_encoder != ALPHA_ENCODER:
+    if options.output_video_encoder != encoder:
         raise InvalidOptionError(
             f"{fields.options}.output_video_encoder: {options.output_video_encoder} cannot carry {asked}; use {works}"
         )

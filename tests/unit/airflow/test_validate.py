@@ -139,7 +139,7 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
             InvalidOptionError,
             "output_uri: file:///data/out.mp4 is a .mp4 file, which cannot carry a transparent background "
             "(background_remover_fill_color alpha 0); use a .mov output with output_video_encoder prores_ks (ProRes "
-            "4444), or an opaque fill (alpha 255)",
+            "4444) or a .webm with libvpx-vp9 (VP9 with alpha), or an opaque fill (alpha 255)",
         ),
         (
             {
