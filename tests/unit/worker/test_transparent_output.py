@@ -101,6 +101,9 @@ def test_a_transparent_fill_gives_an_output_whose_alpha_is_the_matte(
         Path(storage.local_path(output_marker_uri(str(output))) or "").read_text()
     )
     assert marker.method == "remux"
+    with av.open(str(output)) as container:
+        tags = {key.lower(): value for key, value in container.streams.video[0].metadata.items()}
+    assert extension != "webm" or tags.get("alpha_mode") == "1", "players read Matroska's AlphaMode to show the alpha"
     alpha_tolerance, colour_tolerance = ALPHA_OUTPUTS[extension, encoder]
     processed, original = rgba_frames(output), rgb_frames(target)
     mattes = stand_in_mattes(models, target)
