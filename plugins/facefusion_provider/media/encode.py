@@ -84,8 +84,13 @@ def encoder_settings(options: Options, probe: VideoProbe, size: tuple[int, int] 
     codec = options.output_video_encoder
     width, height = size or (probe.width, probe.height)
     settings = codec_options(codec, options.output_video_quality, options.output_video_preset)
-    if options.transparent_background():  # the frames come as RGBA; validate allowed these encoders alone
-        alpha = ALPHA_ENCODINGS[codec]
+    if options.transparent_background():  # the frames come as RGBA
+        alpha = ALPHA_ENCODINGS.get(codec)
+        if alpha is None:  # validate refuses it with the output; a work prepared without one is refused here
+            raise InvalidOptionError(
+                f"output_video_encoder: {codec} cannot carry a transparent background (background_remover_fill_color "
+                f"alpha {options.background_remover_fill_color[3]}); use {' or '.join(ALPHA_ENCODINGS)}"
+            )
         return EncoderSettings(codec, alpha.pix_fmt, {**settings, **alpha.options}, alpha.container)
     pix_fmt = output_pix_fmt(codec, probe.pix_fmt, width, height)
     return EncoderSettings(codec, pix_fmt, settings, SEGMENT_FORMATS.get(codec, SEGMENT_FORMAT))

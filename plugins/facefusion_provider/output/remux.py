@@ -230,10 +230,9 @@ def _video_packets(
                 raise InvalidMediaError(f"{segment.path}: the video stream has no time base")
             ticks: Callable[[int | None], int] = _Rescale(stream.time_base, time_base, segment.path)
             if stream.time_base > time_base:  # Matroska's milliseconds (a transparent VP9's segments)
-                relative = [
-                    pts - segment_pts_offset(probe, segment.start) for pts in probe.pts[segment.start : segment.end]
-                ]
-                ticks = _NearestFrame(stream.time_base, time_base, relative, segment.path)
+                origin = segment_pts_offset(probe, segment.start)
+                frames = [pts - origin for pts in probe.pts[segment.start : segment.end]]
+                ticks = _NearestFrame(stream.time_base, time_base, frames, segment.path)
             seconds_per_tick = float(time_base)
             for packet in container.demux(stream):
                 if packet.size == 0:

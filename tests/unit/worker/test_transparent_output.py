@@ -5,7 +5,7 @@ stand-in gives for that frame, within a level (ProRes: 8-bit alpha through its 1
 colour is the input's (an alpha-0 fill mixes nothing in). Three segments are merged by remuxing, keeping
 the alpha, the frame count, timestamps (a .webm's to its milliseconds) and, in the .mov, the sound (a .webm cannot hold the target's AAC: the remux
 leaves it out). A span started mid-video gives the same frames. Any other output for a transparent fill is refused
-before any work is written, naming the field."""
+before any work is written, naming the field; so is a work prepared for an encoder without alpha."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from standins import background_remover_standin
 from facefusion_provider import storage, worker
 from facefusion_provider.engine.models import matte_facts
 from facefusion_provider.engine.processors.background_remover import foreground_mask, model_input
-from facefusion_provider.exceptions import EXIT_INVALID_OPTION
-from facefusion_provider.work.layout import output_marker_uri
+from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
+from facefusion_provider.work.layout import WorkLayout, output_marker_uri
 from facefusion_provider.work.records import OutputMarker
 from facefusion_provider.worker import cli
 
@@ -172,3 +172,17 @@ def test_a_transparent_fill_with_another_output_is_refused_naming_the_field(
     assert message.format(tmp=tmp_path) in errors, errors
     assert "use a .mov output with output_video_encoder prores_ks (ProRes 4444) or a .webm with libvpx-vp9" in errors
     assert not (tmp_path / output).exists() and not (tmp_path / "work").exists()
+
+
+def test_a_transparent_work_prepared_for_an_encoder_without_alpha_is_refused_at_prepare(
+    inputs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prepare`` alone (no output to check, as the CLI's prepare command runs it) still refuses it, naming the field."""
+    models, target = inputs
+    monkeypatch.setenv("FACEFUSION_MODELS_DIR", str(models))
+    options = transparent("libx264")
+    work_uri = work_uri_for(str(tmp_path / "work"), [], str(target), **options)
+    with pytest.raises(InvalidOptionError, match=r"^output_video_encoder: libx264 cannot carry a transparent") as no:
+        worker.prepare(work_uri, [], str(target), **options)
+    assert "use prores_ks or libvpx-vp9" in str(no.value) and not no.value.retryable
+    assert not storage.exists(WorkLayout(work_uri).work_json)
