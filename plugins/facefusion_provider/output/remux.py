@@ -294,7 +294,8 @@ class _NearestFrame:
         nearest = min(self._frames[max(0, at - 1) : at + 1], key=lambda frame: abs(frame - exact), default=None)
         if nearest is None or abs(nearest - exact) > self._reach:
             raise InvalidMediaError(
-                f"{self._name}: timestamp {value} x {self._source} is no frame of the segment in ticks of {self._target}"
+                f"{self._name}: timestamp {value} x {self._source} is no frame of the segment in ticks of "
+                f"{self._target}"
             )
         return nearest
 

@@ -2,10 +2,10 @@
 where the red is above one half) with a fill of alpha 0, into a .mov encoded with prores_ks (ProRes 4444) and into a
 .webm encoded with libvpx-vp9 (VP9 with alpha, lossless here). Every decoded output frame's alpha plane is the matte the
 stand-in gives for that frame, within a level (ProRes: 8-bit alpha through its 10-bit input and 12-bit decode); the
-colour is the input's (an alpha-0 fill mixes nothing in). Three segments are merged by remuxing, keeping
-the alpha, the frame count, timestamps (a .webm's to its milliseconds) and, in the .mov, the sound (a .webm cannot hold the target's AAC: the remux
-leaves it out). A span started mid-video gives the same frames. Any other output for a transparent fill is refused
-before any work is written, naming the field; so is a work prepared for an encoder without alpha."""
+colour is the input's (an alpha-0 fill mixes nothing in). Three segments are merged by remuxing, keeping the alpha, the
+frame count, timestamps (a .webm's to its milliseconds) and, in the .mov, the sound (a .webm cannot hold the target's
+AAC: the remux leaves it out). A span started mid-video gives the same frames. Any other output for a transparent fill
+is refused before any work is written, naming the field; so is a work prepared for an encoder without alpha."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_a_transparent_fill_with_another_output_is_refused_naming_the_field(
 def test_a_transparent_work_prepared_for_an_encoder_without_alpha_is_refused_at_prepare(
     inputs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``prepare`` alone (no output to check, as the CLI's prepare command runs it) still refuses it, naming the field."""
+    """``prepare`` alone (no output to check: the CLI's prepare command) still refuses it, naming the field."""
     models, target = inputs
     monkeypatch.setenv("FACEFUSION_MODELS_DIR", str(models))
     options = transparent("libx264")
