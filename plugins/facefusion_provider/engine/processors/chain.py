@@ -194,7 +194,8 @@ class FrameProcessor:
         self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
-        needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame."""
+        needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame. A
+        transparent background's alpha is taken off for the steps after the remover and put back at the end (RGBA)."""
         with self._pool(given) as pool:
             results: list[ProcessedFrame] = list(frames)
             alphas: list[Alpha | None] = [None] * len(frames)
