@@ -127,7 +127,7 @@ FaceDebuggerItem = Literal[
 ]
 LivePortraitModel = Literal["live_portrait"]
 ExpressionRestorerArea = Literal["upper-face", "lower-face"]
-OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
+OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc", "prores_ks"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
@@ -529,8 +529,10 @@ class BackgroundRemoverOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default=(0, 0, 0, 255),
         description="Only with the background remover processor: the colour the background becomes, red green blue "
-        "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). The alpha must be 255: the output "
-        "video carries no transparency (FaceFusion's default 0 0 0 0 asks for it).",
+        "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). An alpha below 255 makes the output "
+        "transparent where the background was (its alpha is the model's matte, as FaceFusion writes it; the fill's "
+        "alpha mixes the fill colour in): it needs a .mov output with output_video_encoder prores_ks (ProRes 4444) "
+        "or a .webm with libvpx-vp9 (VP9 with alpha).",
     )
     background_remover_despill_color: Rgba = Field(
         json_schema_extra=SECTION_SWAP,
@@ -548,16 +550,6 @@ class BackgroundRemoverOptions(BaseModel):
         channels = list(value)
         rgb = {1: channels * 3, 2: [*channels, channels[0]], 3: channels}[len(channels)]
         return (*rgb, 255)
-
-    @field_validator("background_remover_fill_color")
-    @classmethod
-    def _opaque_fill(cls, value: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        if value[3] < 255:
-            raise ValueError(
-                f"alpha {value[3]} asks for a transparent background, which the output video cannot carry; give an "
-                f"opaque fill colour (alpha 255), e.g. {value[0]} {value[1]} {value[2]} 255"
-            )
-        return value
 
 
 class FaceDebuggerOptions(BaseModel):
@@ -713,7 +705,11 @@ class _RunOptions(BaseModel):
         "at the first segment not saved.",
     )
     output_video_encoder: OutputVideoEncoder = Field(
-        json_schema_extra=SECTION_OUTPUT, default="libx264", description="The codec of the finished video."
+        json_schema_extra=SECTION_OUTPUT,
+        default="libx264",
+        description="The codec of the finished video. A transparent background needs prores_ks (ProRes 4444, "
+        ".mov only) or libvpx-vp9 (in a .webm). ProRes's profile sets its quality: output_video_quality and "
+        "output_video_preset do not apply to it.",
     )
     output_video_preset: OutputVideoPreset = Field(
         json_schema_extra=SECTION_OUTPUT,
@@ -841,6 +837,10 @@ class Options(
                 "face_swapper_model classic has not: choose another face_swapper_model, or leave them out"
             )
         return self
+
+    def transparent_background(self) -> bool:
+        """Whether the output carries alpha: the background remover runs and its fill colour is not opaque."""
+        return "background_remover" in self.processors and self.background_remover_fill_color[3] < 255
 
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the work id."""

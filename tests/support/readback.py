@@ -11,6 +11,8 @@ import numpy.typing as npt
 
 from facefusion_provider.media.containers import MediaSource
 
+WIDENED_FORMATS = {"yuva444p10le": "yuva444p16le", "yuva444p12le": "yuva444p16le"}  # ProRes 4444's
+
 
 @dataclass(frozen=True)
 class FrameDigest:
@@ -26,7 +28,8 @@ def frame_digests(source: MediaSource) -> list[FrameDigest]:
         digests = []
         for frame in container.decode(stream):
             pts = frame.pts if frame.pts is not None else -1
-            data = frame.to_ndarray().tobytes()
+            widened = WIDENED_FORMATS.get(frame.format.name)  # no array of its own in PyAV: its planes widened, exactly
+            data = (frame if widened is None else frame.reformat(format=widened)).to_ndarray().tobytes()
             digests.append(FrameDigest(pts, float(frame.time or 0.0), hashlib.md5(data).hexdigest()))
         return digests
 

@@ -25,6 +25,31 @@ LOSSLESS_QUALITY = 100
 # Presets in x264's order; encoders with other scales take the same position on theirs.
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 SEGMENT_FORMAT = "mp4"
+# Encoders whose segments are QuickTime files: MP4 has no ProRes sample entry. Segment files keep their ``.mp4``
+# names whatever the container (the commit and the merge open them by their content).
+SEGMENT_FORMATS = {"prores_ks": "mov"}
+
+# Matroska draws its segment and track UIDs at random unless told to be bit-exact: a segment is the same bytes
+# wherever it is encoded.
+MUXER_OPTIONS = {"webm": {"fflags": "+bitexact"}}
+
+
+@dataclass(frozen=True)
+class AlphaEncoding:
+    """How an encoder keeps a transparent output's alpha: its pixel format, options and segment container."""
+
+    pix_fmt: str
+    options: dict[str, str]
+    container: str
+
+
+# The encoders a transparent output may use (``run_inputs.ALPHA_OUTPUTS``): ProRes 4444, and VP9 whose alpha is a
+# second bitstream in Matroska's block additions (MP4 cannot hold it; FFmpeg's own vp9 decoder ignores it, libvpx's
+# decodes it).
+ALPHA_ENCODINGS = {
+    "prores_ks": AlphaEncoding("yuva444p10le", {"profile": "4444"}, "mov"),
+    "libvpx-vp9": AlphaEncoding("yuva420p", {}, "webm"),
+}
 LABEL_TAG = "comment"  # a container tag that says which work and frames a segment file holds
 # A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
@@ -51,17 +76,24 @@ class EncoderSettings:
     codec: str
     pix_fmt: str
     options: dict[str, str] = field(default_factory=dict)
+    container: str = SEGMENT_FORMAT  # the segments' container format
 
 
 def encoder_settings(options: Options, probe: VideoProbe, size: tuple[int, int] | None = None) -> EncoderSettings:
     """The settings for the target ``probe``'s frames processed into frames of ``size`` (None: the target's)."""
     codec = options.output_video_encoder
     width, height = size or (probe.width, probe.height)
-    return EncoderSettings(
-        codec=codec,
-        pix_fmt=output_pix_fmt(codec, probe.pix_fmt, width, height),
-        options=codec_options(codec, options.output_video_quality, options.output_video_preset),
-    )
+    settings = codec_options(codec, options.output_video_quality, options.output_video_preset)
+    if options.transparent_background():  # the frames come as RGBA
+        alpha = ALPHA_ENCODINGS.get(codec)
+        if alpha is None:  # validate refuses it with the output; a work prepared without one is refused here
+            raise InvalidOptionError(
+                f"output_video_encoder: {codec} cannot carry a transparent background (background_remover_fill_color "
+                f"alpha {options.background_remover_fill_color[3]}); use {' or '.join(ALPHA_ENCODINGS)}"
+            )
+        return EncoderSettings(codec, alpha.pix_fmt, {**settings, **alpha.options}, alpha.container)
+    pix_fmt = output_pix_fmt(codec, probe.pix_fmt, width, height)
+    return EncoderSettings(codec, pix_fmt, settings, SEGMENT_FORMATS.get(codec, SEGMENT_FORMAT))
 
 
 def output_pix_fmt(codec: str, input_pix_fmt: str, width: int, height: int) -> str:
@@ -84,6 +116,8 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
     if codec == "libx265":
         x265_params = "log-level=error" + (":lossless=1" if lossless else "")
         return {"preset": preset, "x265-params": x265_params, **({} if lossless else {"crf": crf})}
+    if codec == "prores_ks":  # ProRes's profile is its rate and quality: chosen from the pixel format
+        return {}
     if codec == "libvpx-vp9":
         settings = {"deadline": "good", "cpu-used": str(round(5 - speed * 5 / (len(PRESETS) - 1))), "row-mt": "1"}
         settings.update({"lossless": "1"} if lossless else {"crf": str(round(63 - quality * 0.63)), "b": "0"})
@@ -194,7 +228,6 @@ class VideoEncoder:
         frame_rate: Fraction,
         time_base: Fraction,
         pts_offset: int = 0,
-        container_format: str = SEGMENT_FORMAT,
         label: str | None = None,
     ) -> None:
         _check_once(settings, width, height, frame_rate)
@@ -202,7 +235,8 @@ class VideoEncoder:
         self._time_base = time_base
         self._pts_offset = pts_offset
         self._pix_fmt = settings.pix_fmt
-        self._container = av.open(path, mode="w", format=container_format)
+        muxer_options = MUXER_OPTIONS.get(settings.container, {})
+        self._container = av.open(path, mode="w", format=settings.container, options=muxer_options)
         if label:
             self._container.metadata[LABEL_TAG] = label
         stream = self._container.add_stream(settings.codec, rate=frame_rate, options=fixed_thread_options(settings))

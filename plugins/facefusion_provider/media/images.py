@@ -49,3 +49,8 @@ def rgb_array(frame: av.VideoFrame) -> RgbImage:
 
 def rgb_frame(image: RgbImage) -> av.VideoFrame:
     return av.VideoFrame.from_ndarray(np.ascontiguousarray(image, dtype=np.uint8), format="rgb24")
+
+
+def rgba_frame(image: npt.NDArray[np.uint8]) -> av.VideoFrame:
+    """An H x W x 4 RGBA array (straight alpha) as a frame."""
+    return av.VideoFrame.from_ndarray(np.ascontiguousarray(image, dtype=np.uint8), format="rgba")

@@ -16,6 +16,7 @@ PREVIEW_SAMPLES = 4
 THUMBNAIL_WIDTH = 320
 GAP = 4
 BACKGROUND = 16
+CHECKER, CHECKER_LIGHT, CHECKER_DARK = 16, 204, 153  # the board under a transparent output: square size, greys
 
 
 def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int) -> bytes:
@@ -42,7 +43,7 @@ def contact_sheet(columns: list[MediaSource]) -> bytes:
 
 def _thumbnail(frame: av.VideoFrame, rotation: int, height: int | None = None) -> RgbImage:
     """``frame`` upright, at most THUMBNAIL_WIDTH wide, or ``height`` high (even sizes)."""
-    upright = np.rot90(rgb_array(frame), k=(rotation // 90) % 4)
+    upright = np.rot90(_opaque(frame), k=(rotation // 90) % 4)
     frame_height, width = upright.shape[:2]
     if height is None:
         scaled_width = min(THUMBNAIL_WIDTH, width + width % 2)
@@ -50,6 +51,17 @@ def _thumbnail(frame: av.VideoFrame, rotation: int, height: int | None = None) -
     else:
         scaled_width, scaled_height = max(2, round(width * height / frame_height / 2) * 2), height
     return rgb_array(rgb_frame(upright).reformat(width=scaled_width, height=scaled_height))
+
+
+def _opaque(frame: av.VideoFrame) -> RgbImage:
+    """The frame's RGB; a transparent one's laid over a grey checkerboard, as image editors show transparency."""
+    if not any(component.is_alpha for component in frame.format.components):
+        return rgb_array(frame)
+    rgba = frame.to_ndarray(format="rgba").astype(np.float32)
+    rows, columns = np.indices(rgba.shape[:2]) // CHECKER
+    board = np.where((rows + columns) % 2, CHECKER_DARK, CHECKER_LIGHT).astype(np.float32)[:, :, None]
+    alpha = rgba[:, :, 3:] / np.float32(255)
+    return np.asarray((rgba[:, :, :3] * alpha + board * (1 - alpha)).round(), np.uint8)
 
 
 def _sheet(rows: list[list[RgbImage]]) -> RgbImage:

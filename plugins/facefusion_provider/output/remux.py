@@ -3,11 +3,12 @@ other streams copied once, the original timestamps and rotation kept, and the fr
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 # Container tags that describe the original file's muxer, not its content.
 MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "creation_time"})
 MOV_TEXT_GAP = b"\x00\x00"  # an MP4 subtitle sample with no text
+ALPHA_MODE_TAG = "alpha_mode"  # Matroska's AlphaMode, as FFmpeg reads and writes it: "1" where blocks carry alpha
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,11 @@ def _segment_files(segments: Sequence[SegmentFile | PendingSegment], paths: Iter
         yield SegmentFile(path, segment.start, segment.end, segment.label)
 
 
+def _label(metadata: dict[str, str]) -> str | None:
+    """A segment file's label (``LABEL_TAG``); Matroska reads its tags back in capitals."""
+    return next((value for key, value in metadata.items() if key.lower() == LABEL_TAG), None)
+
+
 def _check_contiguous(segments: Sequence[SegmentFile | PendingSegment]) -> None:
     if not segments:
         raise InvalidWorkError("no segments to merge")
@@ -150,9 +157,13 @@ def _check_contiguous(segments: Sequence[SegmentFile | PendingSegment]) -> None:
 def _add_video_stream(
     output: av.container.OutputContainer, first_segment: str, time_base: Fraction, rotation: int
 ) -> av.video.stream.VideoStream:
-    """The output's video stream takes the segments' codec parameters (all segments share them) and the target's rotation."""
+    """The output's video stream takes the segments' codec parameters (all segments share them), their alpha mode (a
+    transparent VP9's, which players read to decode its alpha) and the target's rotation."""
     with open_media(first_segment, first_segment, demux_only=True) as segment:
-        stream = output.add_stream_from_template(segment.streams.video[0])
+        template = segment.streams.video[0]
+        stream = output.add_stream_from_template(template)
+        if ALPHA_MODE_TAG in template.metadata:
+            stream.metadata[ALPHA_MODE_TAG] = template.metadata[ALPHA_MODE_TAG]
     stream.time_base = time_base
     if rotation:
         stream.set_display_rotation(rotation)
@@ -211,14 +222,17 @@ def _video_packets(
             open_media(segment.path, segment.path, demux_only=True) as container,
             media_errors(segment.path, "reading the segment"),
         ):
-            if segment.label is not None and container.metadata.get(LABEL_TAG) != segment.label:
-                raise InvalidWorkError(
-                    f"{segment.path}: is labelled {container.metadata.get(LABEL_TAG)!r}, expected {segment.label!r}"
-                )
+            label = _label(container.metadata)
+            if segment.label is not None and label != segment.label:
+                raise InvalidWorkError(f"{segment.path}: is labelled {label!r}, expected {segment.label!r}")
             stream = container.streams.video[0]
             if stream.time_base is None:
                 raise InvalidMediaError(f"{segment.path}: the video stream has no time base")
-            ticks = _Rescale(stream.time_base, time_base, segment.path)
+            ticks: Callable[[int | None], int] = _Rescale(stream.time_base, time_base, segment.path)
+            if stream.time_base > time_base:  # Matroska's milliseconds (a transparent VP9's segments)
+                origin = segment_pts_offset(probe, segment.start)
+                frames = [pts - origin for pts in probe.pts[segment.start : segment.end]]
+                ticks = _NearestFrame(stream.time_base, time_base, frames, segment.path)
             seconds_per_tick = float(time_base)
             for packet in container.demux(stream):
                 if packet.size == 0:
@@ -262,6 +276,28 @@ class _Rescale:
                 f"{self._name}: timestamp {value} x {self._source} is not a whole number of ticks of {self._target}"
             )
         return ticks
+
+
+class _NearestFrame:
+    """Timestamps from ticks of a coarser ``source`` to the segment's own frame times in ticks of ``target``: the
+    nearest of ``frames`` (sorted), which must lie within half a source tick (the rounding the muxer did)."""
+
+    def __init__(self, source: Fraction, target: Fraction, frames: list[int], name: str) -> None:
+        self._source, self._target, self._frames, self._name = source, target, frames, name
+        self._reach = source / target / 2
+
+    def __call__(self, value: int | None) -> int:
+        if value is None:
+            raise InvalidMediaError(f"{self._name}: a packet has no timestamp")
+        exact = value * self._source / self._target
+        at = bisect.bisect_left(self._frames, exact)
+        nearest = min(self._frames[max(0, at - 1) : at + 1], key=lambda frame: abs(frame - exact), default=None)
+        if nearest is None or abs(nearest - exact) > self._reach:
+            raise InvalidMediaError(
+                f"{self._name}: timestamp {value} x {self._source} is no frame of the segment in ticks of "
+                f"{self._target}"
+            )
+        return nearest
 
 
 def _other_packets(

@@ -22,10 +22,13 @@ from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, p
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
     ".mp4": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
     ".m4v": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc"}),
-    ".mov": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc"}),
+    ".mov": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc", "prores_ks"}),
     ".mkv": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
     ".webm": frozenset({"libvpx-vp9"}),
 }
+# The outputs that carry a transparent background through segments and merge, and their encoders: ProRes 4444 in
+# QuickTime, VP9 with alpha in WebM (``media.encode.ALPHA_ENCODINGS``).
+ALPHA_OUTPUTS = {".mov": "prores_ks", ".webm": "libvpx-vp9"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,26 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames) -
         raise InvalidOptionError(
             f"{fields.options}.output_video_encoder: {options.output_video_encoder} cannot be stored in a {extension} "
             f"file; allowed there: {', '.join(sorted(encoders))}"
+        )
+    if options.transparent_background():
+        check_alpha_output(output_uri, extension, options, fields)
+
+
+def check_alpha_output(output_uri: str, extension: str, options: Options, fields: FieldNames) -> None:
+    """A transparent fill asks for an output that carries alpha: a .mov with prores_ks, or a .webm with libvpx-vp9."""
+    asked = f"a transparent background (background_remover_fill_color alpha {options.background_remover_fill_color[3]})"
+    works = (
+        "a .mov output with output_video_encoder prores_ks (ProRes 4444) or a .webm with libvpx-vp9 (VP9 with "
+        "alpha), or an opaque fill (alpha 255)"
+    )
+    encoder = ALPHA_OUTPUTS.get(extension)
+    if encoder is None:
+        raise InvalidOptionError(
+            f"{fields.output}: {output_uri} is a {extension} file, which cannot carry {asked}; use {works}"
+        )
+    if options.output_video_encoder != encoder:
+        raise InvalidOptionError(
+            f"{fields.options}.output_video_encoder: {options.output_video_encoder} cannot carry {asked}; use {works}"
         )
 
 

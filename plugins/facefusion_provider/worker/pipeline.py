@@ -15,10 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from facefusion_provider.engine.paste import PendingFrame, YuvMatrix, changed_box, paste_into_yuv420
-from facefusion_provider.media.images import rgb_array, rgb_frame
+from facefusion_provider.media.images import rgb_array, rgb_frame, rgba_frame
 from facefusion_provider.media.planes import YUV420_FORMATS, described_like, plane_bytes, writable_copy, yuv420_colour
 
-Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame
+Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame (x 4, RGBA, where the output is transparent)
 QUEUE_BATCHES = 2  # batches of frames each queue holds at most
 PASS_THROUGH_BATCH = 8  # frames handed on together when nothing processes them
 _POLL_SECONDS = 0.1
@@ -178,7 +178,8 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
 
     Unchanged: ``original`` itself, bit-exact. Pending (``PendingFrame``): a copy of ``original``'s YUV planes with
     only its patches' rectangle converted back and replaced, and its crops pasted straight in, so nothing is converted
-    whole. Resized (an upscaler, ``output_video_scale``): a new frame with ``original``'s colour description.
+    whole. RGBA (a transparent background) or resized (an upscaler, ``output_video_scale``): a new frame with
+    ``original``'s colour description.
     Changed: ``original`` with only the changed rectangle (even-aligned) converted back and replaced in its planes, so
     every pixel outside it is the decoded one; formats other than 8-bit 4:2:0 are converted back whole, as before.
     """
@@ -196,6 +197,8 @@ def write_back(result: Frame | PendingFrame, image: Frame, original: av.VideoFra
                 paste_into_yuv420(luma, chroma, paste, YuvMatrix(*colour))
             return written
         result = result.rgb()  # a colour matrix the planes' paste does not know: written in RGB, converted back
+    if result.shape[2:] == (4,):  # RGBA, a transparent output's (the encoder takes its alpha): converted whole
+        return described_like(rgba_frame(result), original)
     if result.shape != image.shape:
         return described_like(rgb_frame(result), original)
     box = changed_box(image, result) if result is not image else None

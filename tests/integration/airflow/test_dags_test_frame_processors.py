@@ -3,14 +3,17 @@ workers) on their stand-ins, chained, without and after the face swapper: a carp
 segments. The output keeps the input's frame count, timestamps and audio packets; each frame shows every processor's
 work: the background (red below one half after colouring) filled green, the rest coloured by ddcolor's flat a and
 b, the face box drawn in red, and after the paint swapper the face one flat colour. The expression restorer and the
-face editor after the swapper, on their LivePortrait stand-ins, move that flat colour."""
+face editor after the swapper, on their LivePortrait stand-ins, move that flat colour. A transparent fill into a .mov
+gives frames whose alpha is the remover's matte."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
+import onnxruntime as ort
 import pytest
 from demo_airflow import dags_test, run_succeeded, swap_conf
 from people import carphone, carphone_face_contrast, person_file
@@ -18,6 +21,8 @@ from readback import frame_digests, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, write_standins
 from standins_live_portrait import write_live_portrait_standins
 
+from facefusion_provider.engine.models import matte_facts
+from facefusion_provider.engine.processors.background_remover import foreground_mask, model_input
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV
 from facefusion_provider.worker import cli
 
@@ -133,3 +138,31 @@ def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
         assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped, flat"
         moved = np.abs(after[100:150, 150:200].astype(float) - swapped[100:150, 150:200]).mean(axis=(0, 1))
         assert moved.max() > 10, "and its colour moved by the processor"
+
+
+def test_the_dag_writes_a_transparent_mov_whose_alpha_is_the_matte(
+    inputs: tuple[Path, Path, Path], dags_test_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A transparent fill through validate, the spans and the merge: ProRes 4444 segments remuxed into a .mov."""
+    models, source, target = inputs
+    env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
+    output = tmp_path / "out" / "cut-out.mov"
+    options = {
+        "processors": ["background_remover"],
+        "background_remover_model": "modnet",
+        "background_remover_fill_color": [0, 0, 0, 0],
+        "output_video_encoder": "prores_ks",
+        "segment_size": SEGMENT,
+    }
+
+    result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
+
+    assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
+    session, facts = ort.InferenceSession(str(models / "modnet.onnx")), matte_facts("modnet")
+    with av.open(str(output)) as container:
+        processed = [frame.to_ndarray(format="rgba") for frame in container.decode(video=0)]
+    assert len(processed) == FRAMES
+    for before, after in zip(rgb_frames(target), processed, strict=True):
+        matte = foreground_mask(session.run(None, {"input": model_input(before, facts)}), facts, *before.shape[1::-1])
+        assert 0.2 < (matte < 128).mean() < 0.9 and np.abs(after[:, :, 3].astype(int) - matte).max() <= 1
+    assert packet_payloads(str(output)) == packet_payloads(str(target))

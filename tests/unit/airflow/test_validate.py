@@ -137,10 +137,24 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
         ({"output_uri": "/proc/x.mp4"}, StorageDeniedError, "output_uri: cannot write file:///proc/x.mp4"),
         ({"output_video_encoder": "libvpx-vp9", "output_uri": "/x/o.mov"}, InvalidOptionError, "cannot be stored"),
         (
-            {"processors": ["background_remover"], "background_remover_fill_color": [0, 255, 0, 0]},
+            {
+                "processors": ["background_remover"],
+                "background_remover_fill_color": [0, 255, 0, 0],
+                "output_uri": "/data/out.mp4",
+            },
             InvalidOptionError,
-            "options.background_remover_fill_color: Value error, alpha 0 asks for a transparent background, which "
-            "the output video cannot carry; give an opaque fill colour (alpha 255), e.g. 0 255 0 255",
+            "output_uri: file:///data/out.mp4 is a .mp4 file, which cannot carry a transparent background "
+            "(background_remover_fill_color alpha 0); use a .mov output with output_video_encoder prores_ks (ProRes "
+            "4444) or a .webm with libvpx-vp9 (VP9 with alpha), or an opaque fill (alpha 255)",
+        ),
+        (
+            {
+                "processors": ["background_remover"],
+                "background_remover_fill_color": [0, 255, 0, 0],
+                "output_uri": "/data/out.mov",
+            },
+            InvalidOptionError,
+            "options.output_video_encoder: libx264 cannot carry a transparent background",
         ),
     ],
 )

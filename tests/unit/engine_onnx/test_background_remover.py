@@ -1,6 +1,7 @@
 """The background remover on stand-ins whose foreground is where the red is above one half (corridor_key: where its
 coarse green-screen key says so, with its own foreground colours): the foreground kept, the background the fill
-colour, the despill as FaceFusion's formula gives it, the frame's size kept; transparency refused with one line."""
+colour, the despill as FaceFusion's formula gives it, the frame's size kept; a transparent fill gives RGBA frames whose
+alpha is the matte, carried past later processors."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from standins import background_remover_standin
+from standins import background_remover_standin, colorizer_standin
 
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.processors.background_remover import PROCESSOR, RemoveBackgrounds
 from facefusion_provider.engine.processors.base import NO_ANALYSIS, FaceStats
 from facefusion_provider.engine.processors.chain import build_frame_processor
 from facefusion_provider.engine.processors.registry import analysis_needs
-from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatibleError
+from facefusion_provider.exceptions import ModelIncompatibleError
 from facefusion_provider.options import Options, parse_options
 
 from .builders import StoreFactory
@@ -87,13 +88,40 @@ def test_corridor_key_keys_the_green_screen_and_gives_its_own_colours(
     assert (removed[:, 110:] == (0, 0, 0)).all()  # the default fill, opaque black
 
 
-def test_transparency_is_refused_naming_the_field_and_what_works() -> None:
-    with pytest.raises(InvalidOptionError) as refused:
-        parse_options({"processors": ["background_remover"], "background_remover_fill_color": [0, 0, 0, 0]})
-    message = str(refused.value)
-    assert "\n" not in message
-    assert "options.background_remover_fill_color" in message and "opaque fill colour (alpha 255)" in message
-    assert Options().background_remover_fill_color == (0, 0, 0, 255)
+def test_a_transparent_fill_gives_rgba_whose_alpha_is_the_matte_and_whose_colour_mixes_the_fill(
+    models_dir: Path, store_for: StoreFactory
+) -> None:
+    background_remover_standin(models_dir, "modnet")
+    frame = _halves(100, 200, FOREGROUND, BACKGROUND)
+    step = _load(models_dir, store_for, "modnet", background_remover_fill_color=(0, 255, 0, 128))
+    (removed,) = step([frame], [[]], None)
+    assert removed.shape == (100, 200, 4)
+    assert (removed[:, :90, 3] == 255).all() and (removed[:, 110:, 3] == 0).all()  # the matte, as FaceFusion writes it
+    assert (removed[:, :90, :3] == FOREGROUND).all()
+    # the background mixed towards the fill by its alpha: 30 - 30 x 128/255, 60 + 195 x 128/255, 200 - 200 x 128/255
+    assert (removed[:, 110:, :3] == (14, 157, 99)).all()
+    assert Options().background_remover_fill_color == (0, 0, 0, 255)  # opaque by default: no alpha unless asked
+
+
+def test_the_alpha_passes_later_processors_by_and_is_scaled_with_the_frame(models_dir: Path) -> None:
+    """The colorizer after the remover gets RGB frames (it converts RGB to Lab); ``output_video_scale`` doubles the
+    frame and the alpha with it."""
+    background_remover_standin(models_dir, "modnet")
+    colorizer_standin(models_dir, "ddcolor")
+    options = Options(
+        processors=["background_remover", "frame_colorizer"],
+        background_remover_model="modnet",
+        background_remover_fill_color=(0, 0, 0, 0),
+        frame_colorizer_model="ddcolor",
+        output_video_scale=2.0,
+    )
+    frame = _halves(60, 100, FOREGROUND, BACKGROUND)
+
+    (processed,) = build_frame_processor(options, {}, str(models_dir)).process_batch([frame])
+
+    assert processed.shape == (120, 200, 4)
+    assert (processed[:, :90, 3] == 255).all() and (processed[:, 110:, 3] == 0).all()
+    assert np.abs(processed[:, :, :3].astype(int) - np.repeat(np.repeat(frame, 2, 0), 2, 1)).max() > 20, "coloured"
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,15 @@ from synth import pattern_frames
 
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.media import encode
-from facefusion_provider.media.encode import EncoderSettings, VideoEncoder, check_encoder, codec_options, judged_here
-from facefusion_provider.media.images import rgb_frame
+from facefusion_provider.media.encode import (
+    ALPHA_ENCODINGS,
+    EncoderSettings,
+    VideoEncoder,
+    check_encoder,
+    codec_options,
+    judged_here,
+)
+from facefusion_provider.media.images import rgb_frame, rgba_frame
 
 WIDTH, HEIGHT, FRAMES = 176, 144, 12
 RATE = Fraction(25)
@@ -45,10 +52,19 @@ with av.open(path) as container:
 
 
 def _encode(path: Path, codec: str) -> bytes:
+    """The pattern frames encoded as a segment is; "<codec> alpha": as a transparent background's segments are, with a
+    horizontal ramp of alpha."""
+    codec, _, alpha = codec.partition(" ")
     settings = EncoderSettings(codec, "yuv420p", codec_options(codec, 80, "veryfast"))
+    if alpha:
+        encoding = ALPHA_ENCODINGS[codec]
+        settings = EncoderSettings(
+            codec, encoding.pix_fmt, {**settings.options, **encoding.options}, encoding.container
+        )
+    ramp = np.broadcast_to(np.linspace(0, 255, WIDTH).astype(np.uint8), (HEIGHT, WIDTH))
     with VideoEncoder(str(path), settings, width=WIDTH, height=HEIGHT, frame_rate=RATE, time_base=1 / RATE) as encoder:
         for index, image in enumerate(pattern_frames(FRAMES, WIDTH, HEIGHT)):
-            encoder.encode(rgb_frame(image), index)
+            encoder.encode(rgba_frame(np.dstack((image, ramp))) if alpha else rgb_frame(image), index)
         encoder.close()
     return path.read_bytes()
 
@@ -68,7 +84,7 @@ def _encode_on_one_cpu(path: Path, codec: str) -> bytes:
     return encoded[0]
 
 
-@pytest.mark.parametrize("codec", ["libx264", "libx265", "libvpx-vp9"])
+@pytest.mark.parametrize("codec", ["libx264", "libx265", "libvpx-vp9", "prores_ks alpha", "libvpx-vp9 alpha"])
 def test_the_bitstream_does_not_depend_on_the_cpus_the_encoder_may_use(tmp_path: Path, codec: str) -> None:
     every_cpu = _encode(tmp_path / "every-cpu.mp4", codec)
     assert _encode(tmp_path / "again.mp4", codec) == every_cpu

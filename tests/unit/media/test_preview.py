@@ -3,14 +3,15 @@ pairs the segments stored (no decoding at merge time)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from facefusion_provider import worker
 from facefusion_provider.media.decode import decode_frame
-from facefusion_provider.media.images import read_image, rgb_array
-from facefusion_provider.media.preview import GAP, preview_frames
+from facefusion_provider.media.images import read_image, rgb_array, rgb_frame, rgba_frame
+from facefusion_provider.media.preview import CHECKER_DARK, CHECKER_LIGHT, GAP, preview_frames, thumbnail_pair
 from facefusion_provider.media.probe import probe_video
 
 from .conftest import MakeVideo
@@ -56,3 +57,17 @@ def test_an_upscaled_output_shows_at_its_originals_height(make_video: MakeVideo,
     original = rgb_array(decode_frame(target, probe, 0, target)).astype(int)
     bottom = sheet[3 * GAP + 64 : 3 * GAP + 128, 2 * GAP : 2 * GAP + 96].astype(int)
     assert np.abs(bottom - original).mean() < 12  # the output, twice as large, shown at the original's size
+
+
+def test_a_transparent_output_shows_over_a_checkerboard() -> None:
+    """An output frame with alpha 0 everywhere (a background remover's transparent fill, nothing kept): its thumbnail
+    is the grey board, not the red its colour planes hold."""
+    red = np.zeros((64, 64, 4), np.uint8)
+    red[:, :, 0] = 255
+    original = rgb_frame(np.ascontiguousarray(red[:, :, :3]))
+    sheet = read_image(io.BytesIO(thumbnail_pair(original, rgba_frame(red), 0)), "thumbnail pair")
+    below = sheet[2 * GAP + 64 : 2 * GAP + 128, GAP : GAP + 64].astype(int)
+    assert np.abs(below - below[:, :, :1]).max() < 12, "grey, not red"
+    light = np.abs(below[:, :, 0] - CHECKER_LIGHT) < 12
+    dark = np.abs(below[:, :, 0] - CHECKER_DARK) < 12
+    assert light.mean() > 0.3 and dark.mean() > 0.3 and (light | dark).mean() > 0.85

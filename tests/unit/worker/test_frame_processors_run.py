@@ -2,8 +2,9 @@
 alone and chained after the face swapper, on their stand-ins (``standins.py``): a few frames of the carphone clip with
 a tone track, two segments. The output has the input's frame count, timestamps and audio packets, and shows each
 processor's work: ddcolor's flat a and b over the frame's lightness, the background (red below one half) filled with
-green, the face box drawn in red; after the paint swapper the face is still its flat colour. A transparent fill and a
-model file with other inputs are refused before any work is written."""
+green, the face box drawn in red; after the paint swapper the face is still its flat colour. A transparent fill into an
+MP4 and a model file with other inputs are refused before any work is written (``test_transparent_output.py`` has
+the transparent outputs)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_worker_run_with_each_frame_processor(
             assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face was swapped"
 
 
-def test_worker_run_refuses_a_transparent_fill_naming_the_field(
+def test_worker_run_refuses_a_transparent_fill_into_an_mp4_naming_the_field(
     inputs: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, _, target = inputs
@@ -104,7 +105,8 @@ def test_worker_run_refuses_a_transparent_fill_naming_the_field(
     argv += ["background_remover", "--background-remover-fill-color", "0", "0", "0", "0"]
     assert cli.main(argv) == EXIT_INVALID_OPTION
     errors = capsys.readouterr().err
-    assert "background_remover_fill_color" in errors and "opaque fill colour (alpha 255)" in errors
+    assert errors.count("\n") == 1 and "is a .mp4 file, which cannot carry a transparent background" in errors
+    assert "(background_remover_fill_color alpha 0)" in errors and "output_video_encoder prores_ks" in errors
     assert not (tmp_path / "out.mp4").exists()
 
 

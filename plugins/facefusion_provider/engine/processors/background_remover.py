@@ -1,7 +1,8 @@
 """The background remover: a model's foreground mask of the whole frame (at its own size, scaled back), the
 ``background_remover_despill_color`` taken out of the picture, then the background filled with
-``background_remover_fill_color``. It reads no faces and keeps the frame's size. The fill is opaque (the options refuse
-an alpha below 255): the output video carries no transparency."""
+``background_remover_fill_color``. It reads no faces and keeps the frame's size. With a fill whose alpha is below 255
+(``Options.transparent_background``) each frame comes back RGBA: as FaceFusion writes its files, the colour is the
+fill mixed in by that alpha and the alpha plane is the model's matte (``chain`` carries it past later processors)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class BackgroundRemover(Processor):
             options.background_remover_fill_color,
             options.background_remover_despill_color,
             stats,
+            options.transparent_background(),
         )
 
 
@@ -103,6 +105,7 @@ class RemoveBackgrounds:
     fill: Rgba
     despill: Rgba
     stats: FaceStats
+    transparent: bool = False  # frames come back RGBA, their alpha the matte
 
     def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> list[ProcessedFrame]:
         with timed(self.stats, "remove_background"):
@@ -115,7 +118,8 @@ class RemoveBackgrounds:
             colours = (np.clip(np.squeeze(outputs[1]).transpose(1, 2, 0) * 255, 0, 255)).astype(np.uint8)
             frame = np.asarray(cv2.resize(colours, (width, height)), np.uint8)
         mask = foreground_mask(outputs, self.facts, width, height)
-        return fill_background(despill(frame, self.despill), mask, self.fill)
+        filled = fill_background(despill(frame, self.despill), mask, self.fill)
+        return np.dstack((filled, mask)) if self.transparent else filled
 
 
 PROCESSOR = BackgroundRemover()

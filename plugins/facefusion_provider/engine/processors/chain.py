@@ -16,7 +16,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import cv2
 import numpy as np
+import numpy.typing as npt
 
 from facefusion_provider.engine.classify import require_classifier, with_classes
 from facefusion_provider.engine.detect import detect_faces, detector_models
@@ -57,6 +59,7 @@ from facefusion_provider.options import Options
 
 IDENTITY_VERSION = 1
 FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
+Alpha = npt.NDArray[np.uint8]  # H x W, 255 opaque: a transparent output's alpha plane
 GPU_BATCH_SIZE = 8  # frames per call when a GPU provider runs: the swapper stacks all their faces in batches
 MESH_MODEL = "face_mesh_468"
 
@@ -218,16 +221,21 @@ class FrameProcessor:
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
         needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame.
-        ``frames`` stay as decoded: a step that reads the target's own frames (``TargetFramesStep``) gets them."""
+        ``frames`` stay as decoded: a step that reads the target's own frames (``TargetFramesStep``) gets them. A
+        transparent background's alpha is taken off for the steps after the remover and put back at the end (RGBA)."""
         with self._pool(given) as pool:
             results: list[ProcessedFrame] = list(frames)
+            alphas: list[Alpha | None] = [None] * len(frames)
             for step in self.steps:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
                 if isinstance(step, TargetFramesStep):
-                    results = list(step.with_targets(frames, images, faces, pool))
+                    stepped = list(step.with_targets(frames, images, faces, pool))
                 else:
-                    results = list(step(images, faces, pool))
-            return results
+                    stepped = list(step(images, faces, pool))
+                results, alphas = _split_alphas(stepped, alphas)
+            if all(alpha is None for alpha in alphas):
+                return results
+            return [_with_alpha(result, alpha) for result, alpha in zip(results, alphas, strict=True)]
 
     @contextlib.contextmanager
     def _pool(self, pool: Executor | None = None) -> Iterator[Executor | None]:
@@ -304,6 +312,41 @@ def build_frame_processor(options: Options, identity: dict[str, Any], models_dir
     if options.output_video_scale != 1.0:
         processor.steps.append(ScaleFrames(options.output_video_scale, processor.stats))
     return processor
+
+
+def _split_alphas(
+    results: list[ProcessedFrame], alphas: list[Alpha | None]
+) -> tuple[list[ProcessedFrame], list[Alpha | None]]:
+    """A step's RGBA frames (the background remover's, transparent) split into the RGB the next step takes and the
+    alpha carried to the end; where an alpha was carried already, the two meet at their minimum (FaceFusion's
+    masks)."""
+    colours: list[ProcessedFrame] = []
+    carried: list[Alpha | None] = []
+    for result, alpha in zip(results, alphas, strict=True):
+        if isinstance(result, np.ndarray) and result.ndim == 3 and result.shape[2] == 4:
+            new = result[:, :, 3]
+            colours.append(np.ascontiguousarray(result[:, :, :3]))
+            carried.append(new if alpha is None else np.minimum(_sized(alpha, new.shape), new))
+        else:
+            colours.append(result)
+            carried.append(alpha)
+    return colours, carried
+
+
+def _with_alpha(result: ProcessedFrame, alpha: Alpha | None) -> ProcessedFrame:
+    """The finished frame with its carried alpha as a fourth channel, scaled with the frame where a later step
+    resized it."""
+    if alpha is None:
+        return result
+    rgb = as_rgb(result)
+    return np.dstack((rgb, _sized(alpha, rgb.shape[:2])))
+
+
+def _sized(alpha: Alpha, shape: tuple[int, ...]) -> Alpha:
+    height, width = shape[:2]
+    if alpha.shape == (height, width):
+        return alpha
+    return np.asarray(cv2.resize(alpha, (width, height), interpolation=cv2.INTER_LINEAR), np.uint8)
 
 
 def _batch_size(options: Options) -> int:
