@@ -795,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "bench/bench_cpu_stages.py", *(argv if argv is not None else sys.argv[1:])])
     models_dir = ensure_standin(Path(args.models_cache))
     core = pin_to_one_core(args.core)
-    from facefusion_provider.media.encode import ENCODER_THREADS
+    from facefusion_provider.media.hardware import encoder_threads
     from facefusion_provider.options import Options
 
     defaults = Options()
@@ -806,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "load_average_start": [round(value, 2) for value in os.getloadavg()],
         "core": core,
-        "encoder_threads": ENCODER_THREADS,
+        "encoder_threads": {size: encoder_threads(*SIZES[size]) for size in args.sizes},
         "default_quality": defaults.output_video_quality,
         "input_mbit": args.input_mbit,
         "frames": {size: args.frames_4k if size == "4K" else args.frames for size in args.sizes},

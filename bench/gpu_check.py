@@ -293,19 +293,20 @@ def decode_figures(clip: Path) -> dict[str, Any]:
 CHOICE_ENCODERS = ("libx264", "h264_nvenc", "hevc_nvenc")
 
 
-def media_choices(codec: str, pix_fmt: str, environ: dict[str, str]) -> dict[str, Any]:
+def media_choices(probe: Any, environ: dict[str, str]) -> dict[str, Any]:
     """What media/hardware.py picks on this machine for this video, per encoder (or the refusal it gives)."""
     from facefusion_provider.exceptions import InvalidOptionError
     from facefusion_provider.media.decode import opened_decode_plan
     from facefusion_provider.media.hardware import choose_decode, choose_encode, detect_gpu, pod_cores
 
     gpu, cores = detect_gpu(environ), pod_cores()
-    decode = choose_decode(codec, pix_fmt, gpu, cores)
+    codec, pix_fmt, size = probe.codec, probe.pix_fmt, (probe.width, probe.height)
+    decode = choose_decode(codec, pix_fmt, gpu, cores, size)
     opened = opened_decode_plan(decode, codec)
     encode: dict[str, Any] = {}
     for encoder in CHOICE_ENCODERS:
         try:
-            plan = choose_encode(encoder, gpu)
+            plan = choose_encode(encoder, gpu, size)
         except InvalidOptionError as error:
             encode[encoder] = {"error": str(error)}
             continue
@@ -336,8 +337,10 @@ def worker_decode_figures(clip: Path) -> dict[str, Any]:
 
     probe = probe_video(str(clip), str(clip))
     cores = pod_cores()
-    chosen = opened_decode_plan(choose_decode(probe.codec, probe.pix_fmt, detect_gpu(os.environ), cores), probe.codec)
-    software = choose_decode(probe.codec, probe.pix_fmt, None, cores)
+    size = (probe.width, probe.height)
+    gpu = detect_gpu(os.environ)
+    chosen = opened_decode_plan(choose_decode(probe.codec, probe.pix_fmt, gpu, cores, size), probe.codec)
+    software = choose_decode(probe.codec, probe.pix_fmt, None, cores, size)
 
     def frames(plan: Any) -> Iterator[Any]:
         return decode_frames(str(clip), probe, 0, probe.frame_count, str(clip), plan=plan)
@@ -612,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         from facefusion_provider.media.probe import probe_video
 
         probe = probe_video(str(clip), str(clip))
-        report["media_paths"] = guarded(lambda: media_choices(probe.codec, probe.pix_fmt, dict(os.environ)))
+        report["media_paths"] = guarded(lambda: media_choices(probe, dict(os.environ)))
         report["decode"] = {**decode_figures(clip), **worker_decode_figures(clip)}
         report["encode"] = encode_figures(clip, gpu.get("name", "GPU"), folder)
         print(json.dumps({k: report[k] for k in ("media_paths", "decode", "encode")}), flush=True)

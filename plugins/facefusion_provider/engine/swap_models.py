@@ -13,14 +13,12 @@ import time
 from collections.abc import MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cv2
 import numpy as np
 import numpy.typing as npt
-import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
 
 from facefusion_provider.engine.align import Matrix, warp_face
 from facefusion_provider.engine.face import Face, FloatArray, Frame
@@ -40,6 +38,9 @@ from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_sessi
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError, ModelIncompatibleError
 from facefusion_provider.options import Options
+
+if TYPE_CHECKING:
+    import onnx
 
 MODEL_SIZE = INSWAPPER.size
 EMBEDDING_SIZE = 512
@@ -139,6 +140,8 @@ def _image(data: dict[str, Any], facts: SwapFacts) -> Frame:
 @functools.lru_cache(maxsize=2)
 def load_emap(model_path: str) -> FloatArray:
     """The 512x512 matrix that maps an ArcFace embedding into the swapper's latent: the model's last initializer."""
+    from onnx import numpy_helper  # onnx takes about 1 s to import: only the inswapper's emap needs it
+
     emap = numpy_helper.to_array(last_initializer(model_path), base_dir=os.path.dirname(model_path))
     if emap.shape != (EMBEDDING_SIZE, EMBEDDING_SIZE):
         raise ModelIncompatibleError(
@@ -155,7 +158,9 @@ def last_initializer(model_path: str) -> onnx.TensorProto:
         initializer = _last_field(data, *graph, _GRAPH_INITIALIZER_FIELD) if graph else None
         if initializer is None:
             raise ModelIncompatibleError(f"{model_path}: no graph initializers, so no emap; is this inswapper_128?")
-        tensor = onnx.TensorProto()
+        from onnx import TensorProto  # see load_emap
+
+        tensor = TensorProto()
         tensor.ParseFromString(data[initializer[0] : initializer[1]])
         return tensor
 

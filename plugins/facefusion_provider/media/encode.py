@@ -17,7 +17,7 @@ import av.video.stream
 from av.video.frame import PictureType
 
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.media.hardware import choose_encode, detect_gpu
+from facefusion_provider.media.hardware import choose_encode, detect_gpu, encoder_threads
 from facefusion_provider.options import Options
 from facefusion_provider.types import VideoProbe
 
@@ -53,10 +53,7 @@ ALPHA_ENCODINGS = {
 LABEL_TAG = "comment"  # a container tag that says which work and frames a segment file holds
 # A software encoder's bitstream depends on its thread count (measured for x264: frames in flight or slices; x265 and
 # libvpx size their threads from the CPUs too), and "auto" is the CPUs this process may use: a pod, a CLI run and a
-# resumed segment would differ. A fixed count makes segments the same on every machine; 8 frame threads cost nothing
-# measurable on 2 cores (720p veryfast: about 115 fps, as auto), and cap one encoder at about 8 cores.
-ENCODER_THREADS = 8
-X265_THREADS = f"pools={ENCODER_THREADS}:frame-threads=2"  # x265 ignores FFmpeg's thread count
+# resumed segment would differ. So the count follows the frame's size alone (``hardware.encoder_threads``).
 # x264's AVX-512 macroblock tree (``mbtree_propagate_list_avx512``) works 8 macroblocks at a time and, where a frame's
 # width in 16-pixel macroblocks is no multiple of 8, also propagates the lanes past a row's end: on the last row, from
 # memory beyond x264's arrays, so the same frames gave other bytes after other work in the process. Without AVX-512,
@@ -130,12 +127,13 @@ def codec_options(codec: str, quality: int, preset: str) -> dict[str, str]:
 
 def check_encoder(settings: EncoderSettings, width: int, height: int, frame_rate: Fraction) -> None:
     """Open the encoder once as the segments will: one that this machine cannot open is a bad option, not a retry."""
-    choose_encode(settings.codec, detect_gpu(os.environ))  # NVENC asked of a GPU known to lack it: refused, naming it
+    # NVENC asked of a GPU known to lack it: refused, naming it
+    choose_encode(settings.codec, detect_gpu(os.environ), (width, height))
     context = av.CodecContext.create(settings.codec, "w")
     assert isinstance(context, av.VideoCodecContext)
     context.width, context.height, context.pix_fmt = width, height, settings.pix_fmt
     context.time_base, context.framerate = 1 / frame_rate, frame_rate
-    context.options = fixed_thread_options(settings)
+    context.options = fixed_thread_options(settings, width, height)
     _fix_threads(context)
     try:
         context.open()
@@ -179,13 +177,17 @@ def _why_not(codec: str) -> str:
     return ": this GPU has no NVENC (A100, H100 and H200 have none), or the video size is beyond it; use libx264"
 
 
-def fixed_thread_options(settings: EncoderSettings) -> dict[str, str]:
-    """The encoder's options made deterministic: thread settings FFmpeg's thread count does not reach, x264's SIMD."""
+def fixed_thread_options(settings: EncoderSettings, width: int, height: int) -> dict[str, str]:
+    """The encoder's options made deterministic for frames of ``width`` x ``height``: thread settings FFmpeg's thread
+    count does not reach (x265's pools), x264's SIMD; and x264's lookahead run in its encoding thread
+    (``sync-lookahead=0``): the same bytes, without the buffer of frames a lookahead thread keeps (30 MB at 1080p)."""
     options = dict(settings.options)
     if settings.codec == "libx265":
-        options["x265-params"] = ":".join(filter(None, (options.get("x265-params"), X265_THREADS)))
+        pools = f"pools={encoder_threads(width, height)}:frame-threads=2"  # x265 ignores FFmpeg's thread count
+        options["x265-params"] = ":".join(filter(None, (options.get("x265-params"), pools)))
     if settings.codec == "libx264" and (cpu_flags := x264_cpu_flags()) is not None:
-        options["x264-params"] = ":".join(filter(None, (options.get("x264-params"), f"asm={cpu_flags}")))
+        fixed = f"asm={cpu_flags}:sync-lookahead=0"
+        options["x264-params"] = ":".join(filter(None, (options.get("x264-params"), fixed)))
     return options
 
 
@@ -207,8 +209,9 @@ def x264_cpu_flags() -> int | None:
 
 
 def _fix_threads(context: av.VideoCodecContext) -> None:
-    """The same threads everywhere (see ``ENCODER_THREADS``); frame threads, as slices would cost compression."""
-    context.thread_count = ENCODER_THREADS
+    """The same threads everywhere for frames of its size (``encoder_threads``); frame threads, as slices would cost
+    compression."""
+    context.thread_count = encoder_threads(context.width, context.height)
     context.thread_type = "FRAME"
 
 
@@ -239,7 +242,8 @@ class VideoEncoder:
         self._container = av.open(path, mode="w", format=settings.container, options=muxer_options)
         if label:
             self._container.metadata[LABEL_TAG] = label
-        stream = self._container.add_stream(settings.codec, rate=frame_rate, options=fixed_thread_options(settings))
+        options = fixed_thread_options(settings, width, height)
+        stream = self._container.add_stream(settings.codec, rate=frame_rate, options=options)
         assert isinstance(stream, av.video.stream.VideoStream)
         stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
         stream.codec_context.time_base = time_base

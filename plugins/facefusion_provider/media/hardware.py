@@ -1,5 +1,5 @@
 """Which decode and encode path a worker uses on its machine: NVDEC and NVENC where its GPU has them, else software
-threaded to the pod's cores. Pure choices over a table of GPU models; finding the GPU and the cores reads files (and
+threaded by the frame's size (within the pod's cores). Pure choices over a table of GPU models; finding the GPU and the cores reads files (and
 at most runs ``nvidia-smi`` without a shell). No heavy imports: the choices are unit-tested without a GPU.
 
 Engine counts: NVIDIA's "Video Encode and Decode GPU Support Matrix" (developer.nvidia.com/video-encode-and-decode-gpu-
@@ -19,6 +19,7 @@ from typing import Literal
 
 from facefusion_provider.contract import WorkerSettings
 from facefusion_provider.exceptions import InvalidOptionError
+from facefusion_provider.types import VideoProbe
 
 DecodePath = Literal["nvdec", "software"]
 EncodePath = Literal["nvenc", "software"]
@@ -30,9 +31,10 @@ CGROUP_V2_CPU_MAX = "/sys/fs/cgroup/cpu.max"
 CGROUP_V1_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
 CGROUP_V1_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
 MAX_DECODE_THREADS = 16  # FFmpeg's own cap on automatic decoder threads
-# A software encoder's bitstream depends on its thread count (media/encode.py ENCODER_THREADS): its threads stay fixed
-# whatever the pod's cores, so that a segment is the same wherever it is encoded.
-FIXED_ENCODER_THREADS = 8
+FULL_HD_PIXELS = 1920 * 1080
+# A software encoder's bitstream depends on its thread count: its threads follow the frame's size, never the pod's
+# cores, so that a segment is the same wherever it is encoded (``encoder_threads``).
+MIN_ENCODER_THREADS, MAX_ENCODER_THREADS = 2, 8
 NVENC_CODECS = frozenset({"h264_nvenc", "hevc_nvenc", "av1_nvenc"})
 # Pixel formats NVDEC decodes on every generation listed (8-bit 4:2:0; 10-bit 4:2:0 for HEVC, VP9 and AV1).
 NVDEC_PIX_FMTS = frozenset({"yuv420p", "yuvj420p", "nv12"})
@@ -166,10 +168,25 @@ def pod_cores(
     return max(1, min(usable, quota) if quota else usable)
 
 
-def choose_decode(codec: str, pix_fmt: str, gpu: Gpu | None, cores: int) -> DecodePlan:
+def decode_threads(cores: int, width: int, height: int) -> int:
+    """The software decoder's threads: one per 1080p frame's worth of pixels, within the pod's cores. A second thread
+    at 1080p decodes no faster where processing sets the pace, and its frames in flight cost about 80 MB."""
+    return max(1, min(cores, MAX_DECODE_THREADS, math.ceil(width * height / FULL_HD_PIXELS)))
+
+
+def encoder_threads(width: int, height: int) -> int:
+    """A software encoder's frame threads for frames of ``width`` x ``height``: four per 1080p frame's worth of pixels,
+    2 to 8. Fixed by the frame, so the bitstream is the same on every machine; each frame thread holds frames of its
+    own (x264 at 1080p: about 18 MB a thread), so a count fixed high for 4K would cost small frames memory for nothing."""
+    wanted = math.ceil(4 * width * height / FULL_HD_PIXELS)
+    return max(MIN_ENCODER_THREADS, min(MAX_ENCODER_THREADS, wanted))
+
+
+def choose_decode(codec: str, pix_fmt: str, gpu: Gpu | None, cores: int, size: tuple[int, int]) -> DecodePlan:
     """NVDEC through PyAV's ``HWAccel("cuda")`` when the GPU has NVDEC and takes this codec and pixel format; else the
-    software decoder with one thread per core. Decoding is exact either way: the path changes speed, not pixels."""
-    threads = max(1, min(cores, MAX_DECODE_THREADS))
+    software decoder with ``decode_threads`` for frames of ``size``. Decoding is exact either way: the path changes
+    speed, not pixels."""
+    threads = decode_threads(cores, *size)
     model = gpu.model if gpu is not None else None
     if gpu is None:
         return DecodePlan("software", threads, reason=f"{codec}, {threads} threads: no NVIDIA GPU")
@@ -185,11 +202,12 @@ def choose_decode(codec: str, pix_fmt: str, gpu: Gpu | None, cores: int) -> Deco
     return DecodePlan("nvdec", threads, device="cuda", reason=f"{codec} on one of {model.name}'s {model.nvdec} NVDEC")
 
 
-def choose_encode(codec: str, gpu: Gpu | None) -> EncodePlan:
-    """The encoder the options name, checked against the GPU: an NVENC codec on a GPU known to lack NVENC is a bad
-    option, never a silent switch to another codec. Software encoders keep their fixed threads."""
+def choose_encode(codec: str, gpu: Gpu | None, size: tuple[int, int]) -> EncodePlan:
+    """The encoder the options name for frames of ``size``, checked against the GPU: an NVENC codec on a GPU known to
+    lack NVENC is a bad option, never a silent switch to another codec. Software encoders take ``encoder_threads``."""
     if codec not in NVENC_CODECS:
-        return EncodePlan("software", codec, FIXED_ENCODER_THREADS, reason=f"{FIXED_ENCODER_THREADS} frame threads")
+        threads = encoder_threads(*size)
+        return EncodePlan("software", codec, threads, reason=f"{threads} frame threads")
     model = gpu.model if gpu is not None else None
     if gpu is not None and model is not None and codec not in model.encodes:
         has_none = not model.nvenc
@@ -206,12 +224,19 @@ def choose_encode(codec: str, gpu: Gpu | None) -> EncodePlan:
 
 
 def media_paths(
-    codec: str, pix_fmt: str, encoder: str, environ: Mapping[str, str], *, cores: int | None = None
+    probe: VideoProbe,
+    encoder: str,
+    output_size: tuple[int, int],
+    environ: Mapping[str, str],
+    *,
+    cores: int | None = None,
 ) -> MediaPaths:
-    """This machine's paths for a video of ``codec``/``pix_fmt`` encoded with ``encoder``."""
+    """This machine's paths for the video ``probe`` describes, its frames encoded with ``encoder`` at
+    ``output_size``."""
     gpu = detect_gpu(environ)
     cores = pod_cores() if cores is None else cores
-    return MediaPaths(choose_decode(codec, pix_fmt, gpu, cores), choose_encode(encoder, gpu), gpu, cores)
+    decode = choose_decode(probe.codec, probe.pix_fmt, gpu, cores, (probe.width, probe.height))
+    return MediaPaths(decode, choose_encode(encoder, gpu, output_size), gpu, cores)
 
 
 def _model_line(text: str) -> str:

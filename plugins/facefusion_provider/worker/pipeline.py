@@ -19,7 +19,7 @@ from facefusion_provider.media.images import rgb_array, rgb_frame, rgba_frame
 from facefusion_provider.media.planes import YUV420_FORMATS, described_like, plane_bytes, writable_copy, yuv420_colour
 
 Frame = npt.NDArray[np.uint8]  # H x W x 3 RGB, the engine's frame (x 4, RGBA, where the output is transparent)
-QUEUE_BATCHES = 2  # batches of frames each queue holds at most
+QUEUE_BATCHES = 1  # batches of frames each queue holds at most: one ahead of the stage that takes them
 PASS_THROUGH_BATCH = 8  # frames handed on together when nothing processes them
 _POLL_SECONDS = 0.1
 

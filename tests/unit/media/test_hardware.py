@@ -17,24 +17,29 @@ from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.media.decode import decode_frames, opened_decode_plan
 from facefusion_provider.media.encode import EncoderSettings, check_encoder
 from facefusion_provider.media.hardware import (
-    FIXED_ENCODER_THREADS,
     MAX_DECODE_THREADS,
     NVIDIA_SMI_ARGV,
     Gpu,
     choose_decode,
     choose_encode,
+    decode_threads,
     detect_gpu,
+    encoder_threads,
     gpu_model,
     media_paths,
     pod_cores,
 )
 from facefusion_provider.media.probe import probe_video
 from facefusion_provider.metric_names import MediaPath, MediaStage
+from facefusion_provider.options import Options
 from facefusion_provider.telemetry.metrics import WorkerMetrics
+from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.records import WorkSpec
 from facefusion_provider.worker.segments import chosen_media_paths
 
 from .conftest import MakeVideo
+
+SD, FULL_HD, UHD = (640, 480), (1920, 1080), (3840, 2160)
 
 
 def gpu(name: str) -> Gpu:
@@ -152,15 +157,23 @@ def test_the_pods_cores_come_from_its_cgroup_quota_within_its_affinity(
 def test_decode_takes_nvdec_only_where_the_gpu_decodes_the_codec(
     gpu_name: str | None, codec: str, pix_fmt: str, path: str
 ) -> None:
-    plan = choose_decode(codec, pix_fmt, gpu(gpu_name) if gpu_name else None, cores=6)
+    plan = choose_decode(codec, pix_fmt, gpu(gpu_name) if gpu_name else None, cores=6, size=UHD)
     assert plan.path == path
     assert (plan.device == "cuda") == (path == "nvdec")
-    assert plan.threads == 6
+    assert plan.threads == 4  # 4K: four 1080p frames' worth of pixels
 
 
-def test_software_decode_threads_are_the_pods_cores_up_to_ffmpegs_cap() -> None:
-    assert choose_decode("h264", "yuv420p", None, cores=1).threads == 1
-    assert choose_decode("h264", "yuv420p", None, cores=96).threads == MAX_DECODE_THREADS
+def test_software_decode_threads_follow_the_frames_pixels_within_the_pods_cores() -> None:
+    assert [decode_threads(16, *size) for size in (SD, FULL_HD, UHD, (15360, 8640))] == [1, 1, 4, MAX_DECODE_THREADS]
+    assert decode_threads(2, *UHD) == 2
+    assert choose_decode("h264", "yuv420p", None, cores=1, size=UHD).threads == 1
+
+
+def test_encoder_threads_follow_the_frames_size_alone() -> None:
+    """The bitstream depends on them: the same on every pod, whatever its cores; more for larger frames, 2 to 8."""
+    assert [encoder_threads(*size) for size in (SD, (1280, 720), FULL_HD, (2560, 1440), UHD)] == [2, 2, 4, 8, 8]
+    plans = {choose_encode("libx264", None, FULL_HD).threads for _ in range(2)}
+    assert plans == {4}
 
 
 @pytest.mark.parametrize(
@@ -176,16 +189,16 @@ def test_software_decode_threads_are_the_pods_cores_up_to_ffmpegs_cap() -> None:
     ],
 )
 def test_encode_uses_nvenc_exactly_when_the_options_name_it(gpu_name: str | None, codec: str, path: str) -> None:
-    plan = choose_encode(codec, gpu(gpu_name) if gpu_name else None)
+    plan = choose_encode(codec, gpu(gpu_name) if gpu_name else None, FULL_HD)
     assert (plan.path, plan.codec) == (path, codec)
     if path == "software":
-        assert plan.threads == FIXED_ENCODER_THREADS  # the bitstream depends on it: the same on every pod
+        assert plan.threads == encoder_threads(*FULL_HD)  # the bitstream depends on it: the frame's, not the pod's
 
 
 @pytest.mark.parametrize("gpu_name", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200"])
 def test_nvenc_on_a_gpu_without_nvenc_is_refused_naming_the_field_and_the_gpu(gpu_name: str) -> None:
     with pytest.raises(InvalidOptionError) as refused:
-        choose_encode("h264_nvenc", gpu(gpu_name))
+        choose_encode("h264_nvenc", gpu(gpu_name), FULL_HD)
     message = str(refused.value)
     assert message.startswith("output_video_encoder: h264_nvenc needs NVENC")
     assert gpu_name in message
@@ -203,7 +216,7 @@ def test_the_encoder_check_refuses_nvenc_on_a_gpu_without_it_before_opening_it(m
 def test_a_software_decode_plan_gives_the_same_frames(make_video: MakeVideo) -> None:
     path = make_video(frames=12)
     probe = probe_video(path, path)
-    plan = choose_decode(probe.codec, probe.pix_fmt, None, cores=1)
+    plan = choose_decode(probe.codec, probe.pix_fmt, None, cores=1, size=(probe.width, probe.height))
 
     def digests(**kwargs: object) -> list[tuple[int | None, str]]:
         frames = decode_frames(path, probe, 3, 12, path, **kwargs)  # type: ignore[arg-type]
@@ -237,8 +250,8 @@ def h100_spec() -> WorkSpec:
     return cast(
         WorkSpec,
         SimpleNamespace(
-            probe=SimpleNamespace(codec="h264", pix_fmt="yuv420p"),
-            options=SimpleNamespace(output_video_encoder="libx264"),
+            probe=SimpleNamespace(codec="h264", pix_fmt="yuv420p", width=1920, height=1080),
+            options=Options(processors=[], output_video_encoder="libx264"),
         ),
     )
 
@@ -269,7 +282,7 @@ def test_a_span_counts_the_paths_it_takes_and_says_them_in_one_line(
 def test_nvdec_that_cannot_open_here_decodes_in_software_with_the_same_frames(make_video: MakeVideo) -> None:
     path = make_video(frames=8)
     probe = probe_video(path, path)
-    nvdec = choose_decode(probe.codec, probe.pix_fmt, gpu("NVIDIA L4"), cores=2)
+    nvdec = choose_decode(probe.codec, probe.pix_fmt, gpu("NVIDIA L4"), cores=2, size=(probe.width, probe.height))
     usable = opened_decode_plan(nvdec, probe.codec)  # no CUDA on this machine (on a GPU machine: NVDEC itself)
 
     def digests(**kwargs: object) -> list[str]:
@@ -284,6 +297,7 @@ def test_the_machines_paths_here_are_software_without_a_gpu(monkeypatch: pytest.
     monkeypatch.delenv(GPU_MODEL_VARIABLE, raising=False)
     monkeypatch.setattr("facefusion_provider.media.hardware.GPU_INFORMATION_GLOB", "/nonexistent/*/information")
     monkeypatch.setattr("facefusion_provider.media.hardware.NVIDIA_SMI_ARGV", ("/nonexistent/nvidia-smi",))
-    paths = media_paths("h264", "yuv420p", "libx264", {}, cores=2)
+    probe = cast(VideoProbe, SimpleNamespace(codec="h264", pix_fmt="yuv420p", width=1920, height=1080))
+    paths = media_paths(probe, "libx264", FULL_HD, {}, cores=2)
     assert (paths.decode.path, paths.encode.path, paths.gpu) == ("software", "software", None)
     assert "no NVIDIA GPU, 2 cores" in paths.line()
