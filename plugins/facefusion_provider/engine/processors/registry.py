@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from facefusion_provider.engine.output_scale import scaled_size
 from facefusion_provider.engine.processors import (
+    age_modifier,
     background_remover,
+    deep_swapper,
     face_debugger,
     face_enhancer,
     face_swapper,
@@ -25,6 +27,8 @@ PROCESSORS: dict[str, Processor] = {
         frame_colorizer.PROCESSOR,
         background_remover.PROCESSOR,
         face_debugger.PROCESSOR,
+        age_modifier.PROCESSOR,
+        deep_swapper.PROCESSOR,
     )
 }
 
