@@ -23,7 +23,9 @@ from standins import IR_VERSION, OPSET, _const, _save
 from facefusion_provider.engine.models import DFM_FACE_INPUT, DFM_MORPH_INPUT, MODELS, model_spec
 
 STYLEGANEX_STRIPES = 0.2  # per unit of direction (2.5 at the ends): 0.5 in [-1, 1], 64 levels
-STRIPE_ROWS = 8  # rows of the 384 crop per band
+STRIPE_ROWS = (
+    12  # rows of the 384 crop per band: a period of 64 rows at 1024, which the coarsest colour match averages out
+)
 DFM_PAINT = (0.1, 0.9, 0.2)  # BGR 0..1: a green face
 DFM_OUTPUT_NAMES = ("out_face_mask:0", "out_celeb_face:0", "out_celeb_face_mask:0")
 
