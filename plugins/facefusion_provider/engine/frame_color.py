@@ -26,7 +26,7 @@ def shift_colours(reference: Frame, image: Frame, size: tuple[int, int]) -> Fram
     small_reference = cv2.resize(reference, size, interpolation=cv2.INTER_AREA).astype(np.float32)
     small_image = cv2.resize(image, size, interpolation=cv2.INTER_AREA).astype(np.float32)
     difference = cv2.resize(small_reference - small_image, (width, height), interpolation=cv2.INTER_CUBIC)
-    return np.asarray(np.clip(image.astype(np.float32) + difference, 0, 255), np.uint8)
+    return np.asarray(cv2.add(image, difference, dtype=cv2.CV_8U), np.uint8)  # saturated: within 0..255
 
 
 def match_frame_color(reference: Frame, image: Frame) -> Frame:

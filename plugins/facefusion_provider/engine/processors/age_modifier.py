@@ -69,9 +69,15 @@ class AgeModifier(Processor):
 
 
 def prepare_crop(crop: Frame, facts: AgeFacts) -> FloatArray:
-    """(S, S, 3) RGB uint8 -> (1, 3, S, S) float32: / 255, then (x - mean) / std."""
-    mean, std = np.asarray(facts.mean, np.float32), np.asarray(facts.std, np.float32)
-    return np.ascontiguousarray(((crop.astype(np.float32) / 255.0 - mean) / std).transpose(2, 0, 1)[None], np.float32)
+    """(S, S, 3) RGB uint8 -> (1, 3, S, S) float32: / 255, then (x - mean) / std, in one pass (the std is one value for
+    all three channels in both models)."""
+    (std, *others) = set(facts.std)
+    assert not others, "prepare_crop scales every channel alike"
+    mean = tuple(value * 255.0 for value in facts.mean)
+    size = (crop.shape[1], crop.shape[0])
+    return np.asarray(
+        cv2.dnn.blobFromImage(crop, 1.0 / (255.0 * std), size, mean, swapRB=False, crop=False), np.float32
+    )
 
 
 def fran_direction(direction: int, age: float = ASSUMED_AGE) -> FloatArray:
@@ -84,17 +90,21 @@ def styleganex_direction(direction: int) -> FloatArray:
     return np.array(np.interp(direction, [-100, 100], STYLEGANEX_DIRECTION), np.float32)
 
 
-def fran_output(output: FloatArray, facts: AgeFacts) -> FloatArray:
-    """(3, S, S) -> (S, S, 3) float 0..255: x std + mean, within 0..1."""
-    image = output.transpose(1, 2, 0) * np.asarray(facts.std, np.float32) + np.asarray(facts.mean, np.float32)
-    return np.asarray(np.clip(image, 0.0, 1.0) * 255.0, np.float32)
+def fran_output(output: FloatArray, facts: AgeFacts) -> Frame:
+    """(3, S, S) -> (S, S, 3) uint8: x std + mean, within 0..1, to 0..255, in two passes over the merged planes (mean
+    and std are one value for all three channels)."""
+    ((mean, *_), (std, *_)) = (facts.mean, facts.std)
+    image = cv2.merge([np.asarray(plane, np.float32) for plane in output])
+    np.clip(image, -mean / std, (1.0 - mean) / std, out=image)  # where x std + mean is 0..1
+    return np.asarray(cv2.convertScaleAbs(image, alpha=255.0 * std, beta=255.0 * mean), np.uint8)
 
 
 def styleganex_output(output: FloatArray, facts: AgeFacts) -> Frame:
-    """(3, H, W) in [-1, 1] -> (4S, 4S, 3) uint8, whatever H and W (area-resized)."""
-    image = ((np.clip(output, -1.0, 1.0) + 1.0) / 2.0).transpose(1, 2, 0) * 255.0
+    """(3, H, W) in [-1, 1] -> (4S, 4S, 3) uint8, whatever H and W: clipped, area-resized plane by plane, then to
+    0..255 (resized before the 8-bit rounding: within a level of rounding first, on the smaller image)."""
     side = facts.size * AGE_MODIFIER_OUTPUT_SCALE
-    return np.asarray(cv2.resize(image.astype(np.uint8), (side, side), interpolation=cv2.INTER_AREA), np.uint8)
+    planes = [cv2.resize(np.clip(plane, -1.0, 1.0), (side, side), interpolation=cv2.INTER_AREA) for plane in output]
+    return np.asarray(cv2.convertScaleAbs(cv2.merge(planes), alpha=127.5, beta=127.5), np.uint8)
 
 
 def extended_points(landmark_5: FloatArray) -> FloatArray:
