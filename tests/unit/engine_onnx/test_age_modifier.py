@@ -11,6 +11,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from mask_standins import COVERING_RGB, occluder_standin
 from standins_ageswap import STYLEGANEX_STRIPES, fran_standin, styleganex_standin
 
 from facefusion_provider.engine.processors import age_modifier
@@ -176,3 +177,25 @@ def test_a_frame_without_faces_is_returned_as_it_is(models_dir: Path, store_for:
     step = PROCESSORS["age_modifier"].load(Options(processors=["age_modifier"]), {}, store_for(models_dir), FaceStats())
     frame = np.zeros((32, 32, 3), np.uint8)
     assert step([frame], [[]], None)[0] is frame
+
+
+@pytest.mark.parametrize("model", ["fran", "styleganex_age"])
+def test_what_covers_the_face_keeps_its_pixels_with_the_occlusion_mask(
+    model: str, textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory
+) -> None:
+    """A blue patch on the face (the occluder stand-in's covering colour) stays as it was with the occlusion mask, and
+    is changed without it: the occluder's mask reaches the right place, through styleganex's wider crop too."""
+    fran_standin(models_dir)
+    styleganex_standin(models_dir)
+    occluder_standin(models_dir / "xseg_1.onnx")
+    frame = textured_frame.copy()
+    frame[105:135, 135:165] = COVERING_RGB
+    centre = (slice(114, 126), slice(144, 156))
+    chosen = {"age_modifier_model": model, "age_modifier_direction": 100}
+
+    plain = aged(frame, models_dir, store_for, **chosen)
+    occluded = aged(frame, models_dir, store_for, face_mask_types=["box", "occlusion"], **chosen)
+
+    assert np.abs(occluded[centre].astype(int) - frame[centre]).max() <= 3
+    assert np.abs(plain[centre].astype(int) - frame[centre]).max() > 40
+    assert np.abs(occluded[INTERIOR].astype(int) - frame[INTERIOR]).max() > 40  # the rest of the face still changed

@@ -12,6 +12,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from mask_standins import COVERING_RGB, occluder_standin
 from standins_ageswap import DFM_PAINT, dfm_standin, mismatched_dfm
 
 from facefusion_provider.engine.models import MODELS, model_spec
@@ -162,3 +163,26 @@ def test_the_deep_swapper_reads_faces_and_the_dense_points_only_for_the_area_mas
     assert processor.analysis(area).landmarks == "mesh"
     assert processor.model_names(area) == ("iperov/elon_musk_224", "xseg_1", "face_mesh_468")
     assert processor.output_size(plain, 1920, 1080) == (1920, 1080)
+
+
+def test_the_masks_combine_by_their_minimum_what_covers_the_face_keeps_its_pixels(
+    textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory
+) -> None:
+    """The occluder stand-in's covering colour (blue) on the face stays with the occlusion mask, and is painted without
+    it; the rest of the face is painted either way (box, model masks and occlusion: their minimum)."""
+    dfm_standin(models_dir, "iperov/elon_musk_224")
+    occluder_standin(models_dir / "xseg_1.onnx")
+    frame = textured_frame.copy()
+    frame[100:130, 135:165] = COVERING_RGB
+    centre = (slice(109, 121), slice(144, 156))
+    lower = (slice(135, 150), slice(145, 175))
+
+    plain = swapped(frame, models_dir, store_for)
+    occluded = swapped(frame, models_dir, store_for, face_mask_types=["box", "occlusion"])
+
+    assert np.abs(occluded[centre].astype(int) - frame[centre]).max() <= 3
+    assert np.abs(plain[centre].astype(int) - frame[centre]).max() > 40
+    assert (
+        np.abs(occluded[lower].astype(float).mean(axis=(0, 1)) - plain[lower].astype(float).mean(axis=(0, 1))).max() < 3
+    )
+    assert np.abs(occluded[lower].astype(int) - frame[lower]).mean() > 20
