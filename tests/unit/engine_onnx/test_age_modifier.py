@@ -21,33 +21,13 @@ from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatible
 from facefusion_provider.options import Options, parse_options
 
 from .builders import StoreFactory, face_at
+from .recording import Recorder
 
 # FaceFusion's templates, written out again so the test does not reuse the code under test.
 FFHQ_512 = [(0.37692, 0.46865), (0.62286, 0.46913), (0.50124, 0.61332), (0.39309, 0.72541), (0.61150, 0.72490)]
 STYLEGANEX_384 = [(0.42354, 0.52290), (0.57725, 0.52320), (0.50124, 0.61332), (0.43364, 0.68338), (0.57015, 0.68306)]
 FACE = face_at((160.0, 120.0), 140.0, 6.0)
 INTERIOR = (slice(100, 140), slice(140, 180))  # well inside the face's crops and their box masks
-
-
-class Recorder:
-    """Keeps what the age modifier's warps and model were given."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.warps: list[tuple[str, int, np.ndarray, np.ndarray]] = []
-        self.feeds: list[dict[str, np.ndarray]] = []
-        warp, run = age_modifier.warp_face, age_modifier.run_session
-
-        def record_warp(frame: np.ndarray, landmarks: Any, template: str, size: int) -> Any:
-            crop, matrix = warp(frame, landmarks, template, size)  # type: ignore[arg-type]
-            self.warps.append((template, size, np.asarray(landmarks), crop))
-            return crop, matrix
-
-        def record_run(session: Any, feeds: dict[str, np.ndarray]) -> Any:
-            self.feeds.append({name: np.array(value) for name, value in feeds.items()})
-            return run(session, feeds)
-
-        monkeypatch.setattr(age_modifier, "warp_face", record_warp)
-        monkeypatch.setattr(age_modifier, "run_session", record_run)
 
 
 def reference_matrix(points: np.ndarray, template: list[tuple[float, float]], size: int) -> np.ndarray:
@@ -74,13 +54,15 @@ def test_fran_takes_the_face_at_1024_on_ffhq_512_and_the_ages_as_its_direction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fran_standin(models_dir)
-    recorder = Recorder(monkeypatch)
+    recorder = Recorder(monkeypatch, age_modifier)
 
     result = aged(textured_frame, models_dir, store_for, age_modifier_direction=direction)
 
-    ((template, size, points, crop),) = recorder.warps
-    assert (template, size) == ("ffhq_512", 1024)
-    np.testing.assert_allclose(points, FACE.landmark_5)
+    (warp,) = recorder.warps
+    assert (warp.template, warp.size) == ("ffhq_512", 1024)
+    np.testing.assert_allclose(warp.landmarks, FACE.landmark_5)
+    np.testing.assert_allclose(warp.matrix, reference_matrix(FACE.landmark_5, FFHQ_512, 1024), atol=2)
+    crop = warp.crop
     (feeds,) = recorder.feeds
     assert set(feeds) == {"target", "direction"}
     assert feeds["target"].shape == (1, 3, 1024, 1024) and feeds["target"].dtype == np.float32
@@ -104,25 +86,22 @@ def test_styleganex_takes_the_face_at_256_and_a_wider_crop_at_384_and_a_scalar_d
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     styleganex_standin(models_dir)
-    recorder = Recorder(monkeypatch)
+    recorder = Recorder(monkeypatch, age_modifier)
     chosen = {"age_modifier_model": "styleganex_age", "age_modifier_direction": direction}
 
     result = aged(textured_frame, models_dir, store_for, **chosen)
 
     (face, wide) = recorder.warps
-    assert face[:2] == ("ffhq_512", 256) and wide[:2] == ("styleganex_384", 384)
+    assert (face.template, face.size, wide.template, wide.size) == ("ffhq_512", 256, "styleganex_384", 384)
     nose = FACE.landmark_5[2]
-    np.testing.assert_allclose(wide[2], (FACE.landmark_5 - nose) * 0.875 + nose, atol=1e-4)
-    np.testing.assert_allclose(
-        age_modifier.warp_face(textured_frame, wide[2], "styleganex_384", 384)[1],
-        reference_matrix(wide[2], STYLEGANEX_384, 384),
-        atol=0.5,
-    )
+    np.testing.assert_allclose(wide.landmarks, (FACE.landmark_5 - nose) * 0.875 + nose, atol=1e-4)
+    np.testing.assert_allclose(face.matrix, reference_matrix(FACE.landmark_5, FFHQ_512, 256), atol=0.5)
+    np.testing.assert_allclose(wide.matrix, reference_matrix(wide.landmarks, STYLEGANEX_384, 384), atol=0.5)
     (feeds,) = recorder.feeds
     assert feeds["target"].shape == (1, 3, 256, 256) and feeds["target_with_background"].shape == (1, 3, 384, 384)
-    np.testing.assert_allclose(feeds["target"][0], (face[3].transpose(2, 0, 1) / 255.0 - 0.5) / 0.5, atol=1e-6)
+    np.testing.assert_allclose(feeds["target"][0], (face.crop.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5, atol=1e-6)
     np.testing.assert_allclose(
-        feeds["target_with_background"][0], (wide[3].transpose(2, 0, 1) / 255.0 - 0.5) / 0.5, atol=1e-6
+        feeds["target_with_background"][0], (wide.crop.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5, atol=1e-6
     )
     assert feeds["direction"].shape == () and feeds["direction"].dtype == np.float32
     assert float(feeds["direction"]) == pytest.approx(fed)

@@ -23,32 +23,12 @@ from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatible
 from facefusion_provider.options import DEEP_SWAPPER_MODELS, Options, parse_options
 
 from .builders import StoreFactory, face_at
+from .recording import Recorder
 
 # DeepFaceLab's whole-face template as FaceFusion holds it, written out again so the test does not reuse the code.
 DFL_WHOLE_FACE = [(0.35342, 0.39286), (0.62798, 0.39286), (0.48661, 0.54018), (0.38839, 0.68750), (0.59821, 0.68750)]
 FACE = face_at((160.0, 120.0), 110.0, -5.0)
 INTERIOR = (slice(105, 135), slice(145, 175))
-
-
-class Recorder:
-    """Keeps what the deep swapper's warp and model were given."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.warps: list[tuple[str, int, np.ndarray, np.ndarray]] = []
-        self.feeds: list[dict[str, np.ndarray]] = []
-        warp, run = deep_swapper.warp_face, deep_swapper.run_session
-
-        def record_warp(frame: np.ndarray, landmarks: Any, template: str, size: int) -> Any:
-            crop, matrix = warp(frame, landmarks, template, size)  # type: ignore[arg-type]
-            self.warps.append((template, size, matrix, crop))
-            return crop, matrix
-
-        def record_run(session: Any, feeds: dict[str, np.ndarray]) -> Any:
-            self.feeds.append({name: np.array(value) for name, value in feeds.items()})
-            return run(session, feeds)
-
-        monkeypatch.setattr(deep_swapper, "warp_face", record_warp)
-        monkeypatch.setattr(deep_swapper, "run_session", record_run)
 
 
 def swapped(frame: np.ndarray, models_dir: Path, store_for: StoreFactory, **chosen: Any) -> np.ndarray:
@@ -75,11 +55,12 @@ def test_the_face_is_cut_on_dfl_whole_face_at_the_files_size_and_fed_sharpened_b
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dfm_standin(models_dir, model, size)
-    recorder = Recorder(monkeypatch)
+    recorder = Recorder(monkeypatch, deep_swapper)
 
     result = swapped(textured_frame, models_dir, store_for, deep_swapper_model=model, deep_swapper_morph=morph)
 
-    ((template, used_size, matrix, crop),) = recorder.warps
+    (warp,) = recorder.warps
+    template, used_size, matrix, crop = warp.template, warp.size, warp.matrix, warp.crop
     assert (template, used_size) == ("dfl_whole_face", size)
     reference, _ = cv2.estimateAffinePartial2D(
         FACE.landmark_5, np.asarray(DFL_WHOLE_FACE, np.float32) * size, method=cv2.RANSAC, ransacReprojThreshold=100
@@ -108,7 +89,7 @@ def test_a_model_without_a_morph_input_gets_only_the_face(
     textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dfm_standin(models_dir, "rumateus/taylor_swift_224", morph=False)
-    recorder = Recorder(monkeypatch)
+    recorder = Recorder(monkeypatch, deep_swapper)
 
     result = swapped(textured_frame, models_dir, store_for, deep_swapper_model="rumateus/taylor_swift_224")
 

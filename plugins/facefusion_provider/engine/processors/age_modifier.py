@@ -29,9 +29,10 @@ from facefusion_provider.engine.processors.base import (
     FrameStep,
     ProcessedFrame,
     Processor,
+    change_faces_in_place,
     timed,
 )
-from facefusion_provider.engine.runtime import each, run_session
+from facefusion_provider.engine.runtime import run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import AgeModifierOptions, Options
 
@@ -129,21 +130,14 @@ class ModifyAges:
 
     def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> list[ProcessedFrame]:
         with timed(self.stats, "age"):
-            return list(each(pool, self.modify, list(zip(frames, faces, strict=True))))
+            return change_faces_in_place(frames, faces, pool, self.modify, self.stats)
 
-    def modify(self, pair: tuple[Frame, list[Face]]) -> Frame:
-        frame, faces = pair
-        if not faces:
-            return frame
-        frame = frame.copy()  # one copy a frame; its faces are changed into it in turn
+    def modify(self, frame: Frame, face: Face) -> None:
         facts = age_facts(self.options.age_modifier_model)
-        for face in faces:
-            if facts.extended_size is None:
-                self.fran(frame, face, facts)
-            else:
-                self.styleganex(frame, face, facts)
-        self.stats.add(swapped=len(faces))
-        return frame
+        if facts.extended_size is None:
+            self.fran(frame, face, facts)
+        else:
+            self.styleganex(frame, face, facts)
 
     def occluded(self, mask: FloatArray, crop: Frame) -> FloatArray:
         if "occlusion" not in self.options.face_mask_types:

@@ -10,7 +10,6 @@ area and region masks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +32,10 @@ from facefusion_provider.engine.processors.base import (
     FrameStep,
     ProcessedFrame,
     Processor,
+    change_faces_in_place,
     timed,
 )
-from facefusion_provider.engine.runtime import each, input_shapes, run_session
+from facefusion_provider.engine.runtime import input_shapes, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import ModelIncompatibleError
 from facefusion_provider.options import DeepSwapperOptions, Options
@@ -144,17 +144,7 @@ class SwapDeep:
         if self.mesh_masks:
             faces = [[face for face in frame_faces if mesh_found(face)] for frame_faces in faces]
         with timed(self.stats, "deep_swap"):
-            return list(each(pool, self.swap, list(zip(frames, faces, strict=True))))
-
-    def swap(self, pair: tuple[Frame, Sequence[Face]]) -> Frame:
-        frame, faces = pair
-        if not faces:
-            return frame
-        frame = frame.copy()  # one copy a frame; its faces are swapped into it in turn
-        for face in faces:
-            self.swap_face(frame, face)
-        self.stats.add(swapped=len(faces))
-        return frame
+            return change_faces_in_place(frames, faces, pool, self.swap_face, self.stats)
 
     def swap_face(self, frame: Frame, face: Face) -> None:
         options, size = self.options, self.size
