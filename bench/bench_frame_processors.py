@@ -1,15 +1,15 @@
-"""Frame colorizer, background remover, face debugger, expression restorer and face editor benchmark: CPU ms per 720p
-frame of each on its stand-in (tests/support/standins.py, standins_live_portrait.py), one process, the same frames for
-every row.
+"""Frame colorizer, background remover, face debugger, age modifier, deep swapper, expression restorer and face editor
+benchmark: CPU ms per 720p frame of each on its stand-in (tests/support/standins.py, standins_ageswap.py,
+standins_live_portrait.py), one process, the same frames for every row.
 
 The stand-ins are a few arithmetic nodes, so inference costs next to nothing: the figures are what the engine does
 around the model (grey and LAB conversions, resizes to and from the model's size, normalisation, the mask, despill
-and fill; the debugger's drawing and mask outline; LivePortrait's crops, keypoint math, 512 paste and the stand-ins'
-8 MB feature volume), the part of the cost this project owns. The face processors' faces come from the offline
-analysis (retinaface_mnet and the face mesh), run once before the timing. Input: the carphone clip scaled to 720 px
-high on a 1280x720 canvas.
+and fill; the debugger's drawing and mask outline; the age modifier's and deep swapper's crops, colour matching, masks
+and paste back; LivePortrait's crops, keypoint math, 512 paste and the stand-ins' 8 MB feature volume), the part of the cost this project owns. The face processors' faces come from the offline analysis
+(retinaface_mnet and the face mesh), run once before the timing. Input: the carphone clip scaled to 720 px high on a
+1280x720 canvas. ``--processors`` keeps the rows of those processors only.
 
-    python bench/bench_frame_processors.py [--frames 8] [--out bench/results/frame-processors]
+    python bench/bench_frame_processors.py [--frames 8] [--processors NAME ...] [--out bench/results/frame-processors]
 """
 
 from __future__ import annotations
@@ -48,15 +48,20 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
         "face_debugger",
         {"face_debugger_items": ["bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68"]},
     ),
+    ("age_modifier", {"age_modifier_model": "fran", "age_modifier_direction": 50}),
+    ("age_modifier", {"age_modifier_model": "styleganex_age", "age_modifier_direction": 50}),
+    ("deep_swapper", {"deep_swapper_model": "iperov/elon_musk_224"}),
+    ("deep_swapper", {"deep_swapper_model": "druuzil/henry_cavill_448"}),
     ("expression_restorer", {}),  # alone: the target's frames are the frames it restores
     ("face_editor", {"face_editor_mouth_smile": 0.5, "face_editor_head_yaw": 0.3}),
     ("face_editor", {"face_editor_eye_open_ratio": 0.5, "face_editor_lip_open_ratio": 0.5}),  # the retargeters too
 )
 
 
-def measure(frame_count: int) -> list[dict[str, Any]]:
+def measure(frame_count: int, processors: list[str] | None = None) -> list[dict[str, Any]]:
     from bench_engine import carphone_frames
     from standins import write_standins
+    from standins_ageswap import dfm_standin, write_ageswap_standins
     from standins_live_portrait import write_live_portrait_standins
 
     from facefusion_provider.engine.processors.chain import build_frame_processor
@@ -65,8 +70,11 @@ def measure(frame_count: int) -> list[dict[str, Any]]:
     frames = carphone_frames(frame_count, 1280, 720)
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        write_live_portrait_standins(write_standins(Path(folder)))
+        write_live_portrait_standins(write_ageswap_standins(write_standins(Path(folder))))
+        dfm_standin(Path(folder), "druuzil/henry_cavill_448")
         for processor, chosen in CASES:
+            if processors and processor not in processors:
+                continue
             options = Options(processors=[processor], execution_thread_count=2, **chosen)
             engine = build_frame_processor(options, {}, folder)
             faces = engine.analyse_batch(frames)  # untimed: the analysis is not the processor's
@@ -88,12 +96,14 @@ def measure(frame_count: int) -> list[dict[str, Any]]:
     return results
 
 
-def markdown(results: list[dict[str, Any]], frames: int) -> str:
+def markdown(results: list[dict[str, Any]], frames: int, processors: list[str] | None = None) -> str:
+    names = [name.replace("_", " ") for name in dict.fromkeys(result["processor"] for result in results)]
+    title = "The " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names))
+    flags = f" --processors {' '.join(processors)}" if processors else ""
     lines = [
-        "# The frame colorizer, background remover, face debugger, expression restorer and face editor on their CPU "
-        "stand-ins",
+        f"# {title} on their CPU stand-ins",
         "",
-        f"`python bench/bench_frame_processors.py --frames {frames}` on "
+        f"`python bench/bench_frame_processors.py --frames {frames}{flags}` on "
         f"{platform.processor() or platform.machine()}, Python {platform.python_version()}: {frames} frames of the "
         "carphone clip at 1280x720, the same frames for every row, one process. The stand-ins are a few arithmetic "
         "nodes, so these figures are the engine's work around the model, not a real network's compute. ms/frame is "
@@ -114,12 +124,13 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=8)
+    parser.add_argument("--processors", nargs="*", help="only these processors' rows (default: every row)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "frame-processors")
     args = parser.parse_args()
-    results = measure(args.frames)
+    results = measure(args.frames, args.processors)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"frames": args.frames, "results": results}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(results, args.frames))
+    args.out.with_suffix(".md").write_text(markdown(results, args.frames, args.processors))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import types
 import typing
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -27,6 +28,8 @@ Processor = Literal[
     "face_debugger",
     "expression_restorer",
     "face_editor",
+    "age_modifier",
+    "deep_swapper",
 ]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g", "yunet_2023_mar", "many"]
@@ -128,9 +131,66 @@ FaceDebuggerItem = Literal[
 LivePortraitModel = Literal["live_portrait"]
 ExpressionRestorerArea = Literal["upper-face", "lower-face"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc", "prores_ks"]
+AgeModifierModel = Literal["fran", "styleganex_age"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
+
+# FaceFusion 3.8.1's deep swapper models (DeepFaceLab / DeepFaceLive ``.dfm`` files, one person each), by their
+# makers; the number ending each name is the model's crop size. A user's own model is ``custom/<name>``: the file
+# ``custom/<name>.dfm`` in the models folder, as FaceFusion names the files in its ``.assets/models/custom``.
+_DEEP_SWAPPER_MODELS_BY_MAKER: dict[str, str] = {
+    "druuzil": """
+        adam_levine_320 adrianne_palicki_384 agnetha_falskog_224 alan_ritchson_320 alicia_vikander_320
+        amber_midthunder_320 andras_arato_384 andrew_tate_320 angelina_jolie_384 anne_hathaway_320
+        anya_chalotra_320 arnold_schwarzenegger_320 benjamin_affleck_320 benjamin_stiller_384 bradley_pitt_224
+        brie_larson_384 bruce_campbell_384 bryan_cranston_320 catherine_blanchett_352 christian_bale_320
+        christopher_hemsworth_320 christoph_waltz_384 cillian_murphy_320 cobie_smulders_256 dwayne_johnson_384
+        edward_norton_320 elisabeth_shue_320 elizabeth_olsen_384 elon_musk_320 emily_blunt_320 emma_stone_384
+        emma_watson_320 erin_moriarty_384 eva_green_320 ewan_mcgregor_320 florence_pugh_320 freya_allan_320
+        gary_cole_224 gigi_hadid_224 harrison_ford_384 hayden_christensen_320 heath_ledger_320 henry_cavill_448
+        hugh_jackman_384 idris_elba_320 jack_nicholson_320 james_carrey_384 james_mcavoy_320 james_varney_320
+        jason_momoa_320 jason_statham_320 jennifer_connelly_384 jimmy_donaldson_320 jordan_peterson_384
+        karl_urban_224 kate_beckinsale_384 laurence_fishburne_384 lili_reinhart_320 luke_evans_384
+        mads_mikkelsen_384 mary_winstead_320 margaret_qualley_384 melina_juergens_320 michael_fassbender_320
+        michael_fox_320 millie_bobby_brown_320 morgan_freeman_320 patrick_stewart_224 rachel_weisz_384
+        rebecca_ferguson_320 scarlett_johansson_320 shannen_doherty_384 seth_macfarlane_384 thomas_cruise_320
+        thomas_hanks_384 william_murray_384 zoe_saldana_384
+    """,
+    "edel": """
+        emma_roberts_224 ivanka_trump_224 lize_dzjabrailova_224 sidney_sweeney_224 winona_ryder_224
+    """,
+    "iperov": """
+        alexandra_daddario_224 alexei_navalny_224 amber_heard_224 dilraba_dilmurat_224 elon_musk_224
+        emilia_clarke_224 emma_watson_224 erin_moriarty_224 jackie_chan_224 james_carrey_224 jason_statham_320
+        keanu_reeves_320 margot_robbie_224 natalie_dormer_224 nicolas_coppola_224 robert_downey_224
+        rowan_atkinson_224 ryan_reynolds_224 scarlett_johansson_224 sylvester_stallone_224 thomas_cruise_224
+        thomas_holland_224 vin_diesel_224 vladimir_putin_224
+    """,
+    "jen": """
+        angelica_trae_288 ella_freya_224 emma_myers_320 evie_pickerill_224 kang_hyewon_320 maddie_mead_224
+        nicole_turnbull_288
+    """,
+    "mats": """
+        alica_schmidt_320 ashley_alexiss_224 billie_eilish_224 brie_larson_224 cara_delevingne_224
+        carolin_kebekus_224 chelsea_clinton_224 claire_boucher_224 corinna_kopf_224 florence_pugh_224
+        hillary_clinton_224 jenna_fischer_224 kim_jisoo_320 mica_suarez_320 shailene_woodley_224
+        shraddha_kapoor_320 yu_jimin_352
+    """,
+    "rumateus": """
+        alison_brie_224 amber_heard_224 angelina_jolie_224 aubrey_plaza_224 bridget_regan_224 cobie_smulders_224
+        deborah_woll_224 dua_lipa_224 emma_stone_224 hailee_steinfeld_224 hilary_duff_224 jessica_alba_224
+        jessica_biel_224 john_cena_224 kim_kardashian_224 kristen_bell_224 lucy_liu_224 margot_robbie_224
+        megan_fox_224 meghan_markle_224 millie_bobby_brown_224 natalie_portman_224 nicki_minaj_224
+        olivia_wilde_224 shay_mitchell_224 sophie_turner_224 taylor_swift_224
+    """,
+}
+DEEP_SWAPPER_MODELS: tuple[str, ...] = tuple(
+    f"{maker}/{name}" for maker, names in _DEEP_SWAPPER_MODELS_BY_MAKER.items() for name in names.split()
+)
+CUSTOM_DEEP_SWAPPER_PREFIX = "custom/"
+CUSTOM_DEEP_SWAPPER_NAME = re.compile(r"custom/[A-Za-z0-9][A-Za-z0-9_.-]*")  # one file name: no folders, no ..
+DEFAULT_DEEP_SWAPPER_MODEL = "iperov/elon_musk_224"  # FaceFusion's default
 
 # Numbers are strict: "90" and true are refused, not read as 90 and 1. Every one is bounded, well inside int64.
 Percent = Annotated[int, Field(strict=True, ge=0, le=100)]
@@ -200,7 +260,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, bring back the target's expression on the face, edit the face. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, bring back the target's expression on the face, edit the face, make each face older or younger, put a DeepFaceLab model's person on it. None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -675,6 +735,54 @@ class FaceEditorOptions(BaseModel):
     )
 
 
+class AgeModifierOptions(BaseModel):
+    """The age modifier's own options (``engine/processors/age_modifier.py``)."""
+
+    age_modifier_model: AgeModifierModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="fran",
+        description="Only with the age modifier processor: the model that makes each face older or younger. A model "
+        "file you install.",
+    )
+    age_modifier_direction: int = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0,
+        ge=-100,
+        le=100,
+        strict=True,
+        description="Only with the age modifier processor: how much older (up to 100) or younger (down to -100) each "
+        "face is made; 0 leaves its age.",
+    )
+
+
+class DeepSwapperOptions(BaseModel):
+    """The deep swapper's own options (``engine/processors/deep_swapper.py``)."""
+
+    deep_swapper_model: str = Field(
+        json_schema_extra={**SECTION_SWAP, "examples": list(DEEP_SWAPPER_MODELS)},
+        default=DEFAULT_DEEP_SWAPPER_MODEL,
+        description="Only with the deep swapper processor: the DeepFaceLab model whose one person replaces each face: "
+        "one of FaceFusion's 157 (maker/name_size, e.g. iperov/elon_musk_224; the README lists them), a model file "
+        "you install, or custom/<name> for your own <name>.dfm in the models folder's custom folder.",
+    )
+    deep_swapper_morph: Percent = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=100,
+        description="Only with the deep swapper processor: how far the face is morphed into the model's person, for "
+        "models that can morph (100 is all the way); others ignore it.",
+    )
+
+    @field_validator("deep_swapper_model")
+    @classmethod
+    def _known_or_custom(cls, value: str) -> str:
+        if value in DEEP_SWAPPER_MODELS or CUSTOM_DEEP_SWAPPER_NAME.fullmatch(value):
+            return value
+        raise ValueError(
+            f"not one of FaceFusion's deep swapper models (maker/name_size, e.g. {DEFAULT_DEEP_SWAPPER_MODEL}) nor "
+            "custom/<name> naming your own <name>.dfm in the models folder's custom folder (letters, digits, _ . -)"
+        )
+
+
 class _RunOptions(BaseModel):
     """Frames, segments, the output video and where the models run."""
 
@@ -774,6 +882,8 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_debugger": FaceDebuggerOptions,
     "expression_restorer": ExpressionRestorerOptions,
     "face_editor": FaceEditorOptions,
+    "age_modifier": AgeModifierOptions,
+    "deep_swapper": DeepSwapperOptions,
 }
 
 
@@ -784,6 +894,8 @@ class Options(
     _RunOptions,
     FaceEditorOptions,
     ExpressionRestorerOptions,
+    DeepSwapperOptions,
+    AgeModifierOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
     FrameColorizerOptions,

@@ -10,7 +10,9 @@ import numpy.typing as npt
 
 from facefusion_provider.engine.face import FloatArray, Frame
 
-WarpTemplate = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512"]
+WarpTemplate = Literal[
+    "arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512", "styleganex_384", "dfl_whole_face"
+]
 Matrix = npt.NDArray[np.float64]  # 2 x 3 affine
 
 # Five points (right eye, left eye, nose tip, right and left mouth corner, image left to right) as fractions of the crop.
@@ -67,6 +69,28 @@ WARP_TEMPLATES: dict[WarpTemplate, FloatArray] = {
             [0.50019127, 0.61942959],
             [0.39032951, 0.77598822],
             [0.61178945, 0.77476328],
+        ],
+        np.float32,
+    ),
+    # StyleGANEX's face with its background (the age modifier's wider crop): ffhq_512's face, smaller and centred.
+    "styleganex_384": np.array(
+        [
+            [0.42353745, 0.52289879],
+            [0.57725008, 0.52319972],
+            [0.50123859, 0.61331904],
+            [0.43364461, 0.68337652],
+            [0.57015325, 0.68306005],
+        ],
+        np.float32,
+    ),
+    # DeepFaceLab's whole face (the deep swapper's models).
+    "dfl_whole_face": np.array(
+        [
+            [0.35342266, 0.39285716],
+            [0.62797622, 0.39285716],
+            [0.48660713, 0.54017860],
+            [0.38839287, 0.68750011],
+            [0.59821427, 0.68750011],
         ],
         np.float32,
     ),

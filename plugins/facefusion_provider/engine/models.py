@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from facefusion_provider.options import CUSTOM_DEEP_SWAPPER_NAME, DEEP_SWAPPER_MODELS
+
 ModelRole = Literal[
     "detect",
     "landmarks",
@@ -22,6 +24,8 @@ ModelRole = Literal[
     "matte",
     "classify",
     "animate",
+    "age",
+    "deep_swap",
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -32,8 +36,11 @@ USER_SOURCES: tuple[ModelSource, ...] = ("models_dir", "models_uri")
 FactsT = TypeVar("FactsT")
 
 # The five-point templates the models were trained on (engine.align holds their points): arcface_112 is FaceFusion's
-# arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's, mtcnn_512 HifiFace's.
-TemplateName = Literal["arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512"]
+# arcface_112_v2 (the recogniser's), arcface_112_v1 SimSwap's and GHOST's, mtcnn_512 HifiFace's, styleganex_384 the
+# age modifier's face with its background, dfl_whole_face DeepFaceLab's whole-face crop.
+TemplateName = Literal[
+    "arcface_112", "arcface_112_v1", "arcface_128", "ffhq_512", "mtcnn_512", "styleganex_384", "dfl_whole_face"
+]
 # How a swapper's ``source`` input is made from the source face: the ArcFace embedding projected by the model's emap
 # (inswapper), the L2-normalised embedding (hyperswap), the raw embedding converted by a crossface model (simswap,
 # ghost), or an aligned crop of the source image (blendswap, uniface).
@@ -150,6 +157,30 @@ class LivePortraitFacts:
 
 
 @dataclass(frozen=True)
+class AgeFacts:
+    """An age modifier: the face at ``size`` on ``template``, RGB / 255 then (x - mean) / std, NCHW, as ``target``;
+    styleganex also sees a wider crop with background (``extended_template`` at ``extended_size``, the five points
+    first drawn 0.875 of the way to the nose) as ``target_with_background``, and answers that crop at 4 x ``size``.
+    ``direction``: fran's [age, age + direction] / 100 (shape (2,)), styleganex's scalar from 2.5 (younger) to -2.5."""
+
+    template: TemplateName
+    size: int
+    mean: Triple
+    std: Triple
+    extended_template: TemplateName | None = None
+    extended_size: int | None = None
+
+
+@dataclass(frozen=True)
+class DeepSwapFacts:
+    """A DeepFaceLab / DeepFaceLive model (``.dfm``, ONNX): ``in_face:0`` (1, S, S, 3) BGR 0..1 on dfl_whole_face,
+    optionally ``morph_value:0`` (1,); outputs the face's mask, the model person's face and its mask, NHWC 0..1.
+    ``size``: S as the catalogue name says (None for a user's own model); the engine reads S from the file."""
+
+    size: int | None
+
+
+@dataclass(frozen=True)
 class PackagedFile:
     """A model file shipped inside an installed distribution, found by path and never imported."""
 
@@ -178,6 +209,8 @@ class ModelSpec:
     colorize: ColorizeFacts | None = None
     matte: MatteFacts | None = None
     live_portrait: LivePortraitFacts | None = None
+    age: AgeFacts | None = None
+    deep_swap: DeepSwapFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -198,6 +231,7 @@ def _user_model(
     colorize: ColorizeFacts | None = None,
     matte: MatteFacts | None = None,
     live_portrait: LivePortraitFacts | None = None,
+    age: AgeFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -215,6 +249,7 @@ def _user_model(
         colorize=colorize,
         matte=matte,
         live_portrait=live_portrait,
+        age=age,
     )
 
 
@@ -406,6 +441,60 @@ def _live_portrait(family: str, network: LivePortraitNetwork) -> ModelSpec:
         licence="MIT",
         vendor="KwaiVGI (LivePortrait)",
         live_portrait=LivePortraitFacts(family, network),
+    )
+
+
+FRAN = AgeFacts("ffhq_512", 1024, UNIT_MEAN, UNIT_STD)
+STYLEGANEX_AGE = AgeFacts("ffhq_512", 256, HALF, HALF, extended_template="styleganex_384", extended_size=384)
+AGE_MODIFIER_OUTPUT_SCALE = 4  # styleganex answers its crop with background at 4 x the face's size, as pasted back
+
+
+def _age_modifier(name: str, facts: AgeFacts, *, licence: str, vendor: str) -> ModelSpec:
+    """fran: ``target`` and a (2,) ``direction``; styleganex_age: ``target``, ``target_with_background`` and a scalar
+    ``direction``. One output, CHW; styleganex's is resized to 4 x ``size`` whatever its size."""
+    crop: Shape = (None, 3, facts.size, facts.size)
+    if facts.extended_size is None:
+        inputs: TensorSpec = (("target", crop), ("direction", (None,)))
+        output: Shape = crop
+    else:
+        extended: Shape = (None, 3, facts.extended_size, facts.extended_size)
+        inputs, output = (
+            (("target", crop), ("target_with_background", extended), ("direction", ())),
+            (None, 3, None, None),
+        )
+    return _user_model(
+        name, "age", inputs=inputs, outputs=(("output", output),), licence=licence, vendor=vendor, age=facts
+    )
+
+
+DFM_FACE_INPUT = "in_face:0"
+DFM_MORPH_INPUT = "morph_value:0"  # only in models that morph (DeepFaceLab's AMP): (1,) float32, 0..1
+DFM_SUFFIX = ".dfm"
+
+
+def deep_swapper_spec(name: str) -> ModelSpec:
+    """A DeepFaceLab / DeepFaceLive model: one of FaceFusion's (``maker/name_size``, its size from its name) or a
+    user's own (``custom/<name>``, any size). Its inputs are checked by the deep swapper (``morph_value:0`` may be
+    absent), not by the store."""
+    custom = CUSTOM_DEEP_SWAPPER_NAME.fullmatch(name) is not None
+    if not custom and name not in DEEP_SWAPPER_MODELS:
+        raise KeyError(f"{name!r} is neither a catalogue deep swapper model nor custom/<name>")
+    size = None if custom else int(name.rsplit("_", 1)[1])
+    return ModelSpec(
+        name=name,
+        role="deep_swap",
+        file_name=name + DFM_SUFFIX,
+        format="onnx",
+        inputs=((DFM_FACE_INPUT, (None, size, size, 3)),),
+        outputs=(
+            ("out_face_mask:0", (None, size, size, 1)),
+            ("out_celeb_face:0", (None, size, size, 3)),
+            ("out_celeb_face_mask:0", (None, size, size, 1)),
+        ),
+        licence="your own model" if custom else UNVERIFIED_LICENCE,
+        vendor="you" if custom else f"{name.partition('/')[0]} (DeepFaceLive model)",
+        sources=USER_SOURCES,
+        deep_swap=DeepSwapFacts(size),
     )
 
 
@@ -602,11 +691,19 @@ MODELS: dict[str, ModelSpec] = {
             for name, (facts, licence, vendor) in BACKGROUND_REMOVERS.items()
         ),
         *(_live_portrait("live_portrait", network) for network in LIVE_PORTRAIT_IO),
+        _age_modifier("fran", FRAN, licence="MIT", vendor="ry-lu (FRAN)"),
+        _age_modifier(
+            "styleganex_age", STYLEGANEX_AGE, licence="S-Lab License 1.0", vendor="williamyang1991 (StyleGANEX)"
+        ),
+        *(deep_swapper_spec(name) for name in DEEP_SWAPPER_MODELS),
     )
 }
 
 
 def model_spec(name: str) -> ModelSpec:
+    """The catalogue's spec of ``name``; a user's own deep swapper model (``custom/<name>``) has one made for it."""
+    if CUSTOM_DEEP_SWAPPER_NAME.fullmatch(name):
+        return deep_swapper_spec(name)
     try:
         return MODELS[name]
     except KeyError:
@@ -639,6 +736,10 @@ def live_portrait_model(family: str, network: LivePortraitNetwork) -> str:
     name = f"{family}_{network}"
     _facts(name, "LivePortrait network", lambda spec: spec.live_portrait)
     return name
+
+
+def age_facts(name: str) -> AgeFacts:
+    return _facts(name, "age modifier", lambda spec: spec.age)
 
 
 def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:

@@ -4,7 +4,8 @@ segments. The output keeps the input's frame count, timestamps and audio packets
 work: the background (red below one half after colouring) filled green, the rest coloured by ddcolor's flat a and
 b, the face box drawn in red, and after the paint swapper the face one flat colour. The expression restorer and the
 face editor after the swapper, on their LivePortrait stand-ins, move that flat colour. A transparent fill into a .mov
-gives frames whose alpha is the remover's matte."""
+gives frames whose alpha is the remover's matte. The age modifier (fran) and the deep swapper after the face swapper,
+one run each: the face brighter by the age change, or painted green."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from demo_airflow import dags_test, run_succeeded, swap_conf
 from people import carphone, carphone_face_contrast, person_file
 from readback import frame_digests, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, write_standins
+from standins_ageswap import DFM_PAINT, write_ageswap_standins
 from standins_live_portrait import write_live_portrait_standins
 
 from facefusion_provider.engine.models import matte_facts
@@ -36,7 +38,7 @@ CHAIN = ["frame_colorizer", "background_remover", "face_debugger"]
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip with audio)."""
     folder = tmp_path_factory.mktemp("dag-frame-processors")
-    models = write_standins(folder / "models")
+    models = write_ageswap_standins(write_standins(folder / "models"))
     source = person_file(folder / "astronaut.png")
     return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
 
@@ -166,3 +168,43 @@ def test_the_dag_writes_a_transparent_mov_whose_alpha_is_the_matte(
         matte = foreground_mask(session.run(None, {"input": model_input(before, facts)}), facts, *before.shape[1::-1])
         assert 0.2 < (matte < 128).mean() < 0.9 and np.abs(after[:, :, 3].astype(int) - matte).max() <= 1
     assert packet_payloads(str(output)) == packet_payloads(str(target))
+
+
+@pytest.mark.parametrize(
+    "processor",
+    [
+        {"processors": ["face_swapper", "age_modifier"], "age_modifier_model": "fran", "age_modifier_direction": 60},
+        {"processors": ["face_swapper", "deep_swapper"], "deep_swapper_model": "iperov/elon_musk_224"},
+    ],
+    ids=["age_modifier", "deep_swapper"],
+)
+def test_the_dag_ages_or_deep_swaps_the_swapped_face(
+    processor: dict[str, object], inputs: tuple[Path, Path, Path], dags_test_env: dict[str, str], tmp_path: Path
+) -> None:
+    models, source, target = inputs
+    env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
+    output = tmp_path / "out" / "processed.mp4"
+    options = {
+        **processor,
+        "face_swapper_model": "inswapper_128",
+        "face_swapper_blend": 100,
+        "face_swapper_color_correction": False,
+        "output_video_quality": 100,
+        "segment_size": SEGMENT,
+    }
+
+    result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
+
+    assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
+    original, processed = rgb_frames(target), rgb_frames(output)
+    assert len(processed) == len(original) == FRAMES
+    audio = packet_payloads(str(target))
+    assert audio and packet_payloads(str(output)) == audio
+    for before, after in zip(original, processed, strict=True):
+        face = after[100:150, 150:200].reshape(-1, 3).astype(float)
+        assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped, flat"
+        if "age_modifier" in processor["processors"]:  # type: ignore[operator]
+            assert face.mean() > 200, "older: the flat face (about 100 on average) 153 levels brighter"
+        else:
+            paint = np.asarray(DFM_PAINT[::-1]) * 255
+            assert face.mean(axis=0)[1] > face.mean(axis=0)[0] + 30 and np.abs(face.mean(axis=0) - paint).max() < 90

@@ -103,6 +103,8 @@ def test_only_pixel_options_change_the_work_not_the_output(tmp_path: Path, input
     ("change", "error", "message"),
     [
         ({"face_swapper_blend": 150}, InvalidOptionError, "options.face_swapper_blend: Input should be less than"),
+        ({"age_modifier_direction": 150}, InvalidOptionError, "options.age_modifier_direction: Input should be less"),
+        ({"deep_swapper_model": "custom/../x"}, InvalidOptionError, "options.deep_swapper_model: Value error, not one"),
         ({"output_video_scale": 9}, InvalidOptionError, "options.output_video_scale: Input should be less than or"),
         ({"output_video_scale": 1.1}, InvalidOptionError, "options.output_video_scale: Input should be a multiple"),
         ({"output_video_fps": 0}, InvalidOptionError, "options.output_video_fps: Input should be greater than or"),
@@ -250,6 +252,7 @@ def test_params_accept_a_good_conf_in_either_shape(inputs: dict[str, Any]) -> No
     ("conf_change", "field"),
     [
         ({"face_swapper_blend": 150}, "face_swapper_blend"),
+        ({"age_modifier_direction": 150}, "age_modifier_direction"),
         ({"face_selector_mode": "everyone"}, "face_selector_mode"),
         ({"face_selector_race": "martian"}, "face_selector_race"),
         ({"face_selector_age_end": 101}, "face_selector_age_end"),
@@ -300,7 +303,14 @@ def test_every_option_is_its_own_typed_field() -> None:
         "frame_colorizer",
         "background_remover",
         "face_debugger",
+        "age_modifier",
+        "deep_swapper",
     ]  # a multi-select
+    deep = params["deep_swapper_model"]  # 157 proposals, and free text for custom/<name>
+    assert deep.schema["type"] == ["string", "null"] and len(deep.schema["examples"]) == 157
+    assert deep.value == "iperov/elon_musk_224" and "enum" not in deep.schema
+    direction = params["age_modifier_direction"]
+    assert direction.schema["allOf"] == [{"minimum": -100, "maximum": 100}] and direction.value == 0
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
     assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)
     assert params["face_enhancer_model"].schema["enum"] == [

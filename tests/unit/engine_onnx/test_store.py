@@ -24,7 +24,13 @@ from facefusion_provider.exceptions import (
     ModelIncompatibleError,
     ModelMissingError,
 )
-from facefusion_provider.options import BackgroundRemoverModel, FrameColorizerModel, FrameEnhancerModel
+from facefusion_provider.options import (
+    DEEP_SWAPPER_MODELS,
+    AgeModifierModel,
+    BackgroundRemoverModel,
+    FrameColorizerModel,
+    FrameEnhancerModel,
+)
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
 
@@ -80,9 +86,12 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
         *(f"live_portrait_{network}" for network in get_args(LivePortraitNetwork)),
+        *get_args(AgeModifierModel),
+        *DEEP_SWAPPER_MODELS,
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
+    assert len(DEEP_SWAPPER_MODELS) == 157 and MODELS["iperov/elon_musk_224"].file_name == "iperov/elon_musk_224.dfm"
     assert MODELS["inswapper_128_fp16"].file_name == "inswapper_128_fp16.onnx"
     assert MODELS["inswapper_128"].input_names == ("target", "source")
     assert {spec.role for spec in MODELS.values()} == {
@@ -98,6 +107,8 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "matte",
         "classify",
         "animate",
+        "age",
+        "deep_swap",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

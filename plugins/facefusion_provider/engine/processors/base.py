@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.paste import PendingFrame
+from facefusion_provider.engine.runtime import each
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
 
@@ -75,6 +76,30 @@ def timed(stats: FaceStats, stage: str) -> Iterator[None]:
         yield
     finally:
         stats.add(seconds={stage: time.perf_counter() - began})
+
+
+def change_faces_in_place(
+    frames: list[Frame],
+    faces: list[list[Face]],
+    pool: Executor | None,
+    change: Callable[[Frame, Face], None],
+    stats: FaceStats,
+) -> list[ProcessedFrame]:
+    """Each frame with ``change`` (which writes one face into the frame it is given) applied to its faces in turn, on
+    one copy of the frame; a frame without faces comes back as it is. Frames side by side on ``pool``; the faces
+    changed are counted in ``stats``."""
+
+    def one(pair: tuple[Frame, list[Face]]) -> Frame:
+        frame, frame_faces = pair
+        if not frame_faces:
+            return frame
+        changed = frame.copy()
+        for face in frame_faces:
+            change(changed, face)
+        stats.add(swapped=len(frame_faces))
+        return changed
+
+    return list(each(pool, one, list(zip(frames, faces, strict=True))))
 
 
 class FrameStep(Protocol):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from facefusion_provider.engine.output_scale import scaled_size
 from facefusion_provider.engine.processors import (
+    age_modifier,
     background_remover,
+    deep_swapper,
     expression_restorer,
     face_debugger,
     face_editor,
@@ -29,6 +31,8 @@ PROCESSORS: dict[str, Processor] = {
         face_debugger.PROCESSOR,
         expression_restorer.PROCESSOR,
         face_editor.PROCESSOR,
+        age_modifier.PROCESSOR,
+        deep_swapper.PROCESSOR,
     )
 }
 
