@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import io
+import os
+from dataclasses import dataclass
 
 import av
+import av.container
 import av.video.stream
 import numpy as np
 import numpy.typing as npt
 
 from facefusion_provider.exceptions import InvalidMediaError
-from facefusion_provider.media.containers import MediaSource, open_media
+from facefusion_provider.media.containers import MediaSource, media_errors, open_media
+from facefusion_provider.types import IMAGE_EXTENSIONS, VideoProbe
 
 RgbImage = npt.NDArray[np.uint8]  # H x W x 3, RGB
+# FFmpeg's encoder for each image extension, and the pixel format it is written in.
+IMAGE_ENCODERS: dict[str, tuple[str, str]] = {
+    ".jpg": ("mjpeg", "yuvj444p"),
+    ".jpeg": ("mjpeg", "yuvj444p"),
+    ".png": ("png", "rgb24"),
+    ".webp": ("libwebp", "yuv420p"),
+}
+assert set(IMAGE_ENCODERS) == set(IMAGE_EXTENSIONS)
+STILL_FRAME_RATE = "25/1"  # FFmpeg's image2 demuxer's rate: the one frame's time base is 1/25
+STILL_SEGMENT_EXTENSION = ".png"  # an image work's one segment: lossless, whatever the output's format
 
 
 def encode_image(image: RgbImage, codec: str = "mjpeg", quality: int = 3) -> bytes:
@@ -30,6 +44,116 @@ def encode_image(image: RgbImage, codec: str = "mjpeg", quality: int = 3) -> byt
         container.mux(stream.encode(frame.reformat(format=stream.pix_fmt)))
         container.mux(stream.encode(None))
     return buffer.getvalue()
+
+
+def image_quality_settings(extension: str, quality: int) -> tuple[dict[str, str], int | None]:
+    """The encoder options and the JPEG qscale (None: not used) for FaceFusion's ``output_image_quality`` 0-100.
+
+    As FaceFusion's FFmpeg command: WebP takes the quality itself; JPEG the qscale ``round(31 - 0.31 x quality)``
+    (1 at most quality). PNG is lossless: the quality sets zlib's compression level, 9 at quality 0, 0 at 100."""
+    codec = IMAGE_ENCODERS[extension][0]
+    if codec == "libwebp":
+        return {"quality": str(quality)}, None
+    if codec == "png":
+        return {"compression_level": str(round(9 - quality * 0.09))}, None
+    return {}, max(1, round(31 - quality * 0.31))
+
+
+def encode_output_image(image: RgbImage, extension: str, quality: int) -> bytes:
+    """The bytes of an image file of ``extension`` (``IMAGE_EXTENSIONS``) at FaceFusion's ``quality`` (0-100)."""
+    codec, pix_fmt = IMAGE_ENCODERS[extension.lower()]
+    options, qscale = image_quality_settings(extension.lower(), quality)
+    height, width = image.shape[:2]
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="image2pipe") as container:
+        stream = container.add_stream(codec, rate=1, options=options)
+        assert isinstance(stream, av.video.stream.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        if qscale is not None:
+            stream.codec_context.qmin = stream.codec_context.qmax = qscale
+        container.mux(stream.encode(rgb_frame(image).reformat(format=pix_fmt)))
+        container.mux(stream.encode(None))
+    return buffer.getvalue()
+
+
+def probe_image(source: MediaSource, name: str) -> VideoProbe:
+    """An image target as a one-frame video: its size and format, the one frame at pts 0 (``still_image``)."""
+    with open_media(source, name) as container:
+        if not _is_still(container.format.name) or not container.streams.video:
+            raise InvalidMediaError(
+                f"{name}: is not an image ({container.format.name}); an image target is a JPEG, PNG or WebP file "
+                f"({', '.join(IMAGE_EXTENSIONS)}), a video target needs a video extension"
+            )
+        video = container.streams.video[0]
+        frame = _first_frame(container, video, name)
+        return VideoProbe(
+            container=container.format.name,
+            codec=video.codec_context.name,
+            width=frame.width,
+            height=frame.height,
+            pix_fmt=frame.format.name,
+            frame_rate=STILL_FRAME_RATE,
+            time_base=f"1/{STILL_FRAME_RATE.partition('/')[0]}",
+            frame_count=1,
+            pts=[0],
+            duration_seconds=0.0,
+            video_stream_index=video.index,
+            still_image=True,
+        )
+
+
+def still_frame(source: MediaSource, name: str) -> av.VideoFrame:
+    """The one picture of an image target, as decoded, at pts 0 (the probe's one frame)."""
+    with open_media(source, name) as container:
+        if not container.streams.video:
+            raise InvalidMediaError(f"{name}: is not an image")
+        frame = _first_frame(container, container.streams.video[0], name)
+    frame.pts = 0
+    return frame
+
+
+def _is_still(format_name: str) -> bool:
+    """FFmpeg's demuxers of single pictures: ``image2`` for a named file, ``png_pipe`` and the like for a stream."""
+    return format_name in ("image2", "image2pipe") or format_name.endswith("_pipe")
+
+
+def _first_frame(
+    container: av.container.InputContainer, video: av.video.stream.VideoStream, name: str
+) -> av.VideoFrame:
+    with media_errors(name, "decoding the image"):
+        for frame in container.decode(video):
+            return frame
+    raise InvalidMediaError(f"{name}: holds no picture")
+
+
+@dataclass
+class StillImageEncoder:
+    """An image work's one segment: its one frame written losslessly to ``path`` (a PNG) when closed, as a
+    ``VideoEncoder`` writes a video segment; the merge encodes it in the output's format and quality."""
+
+    path: str
+    frame: av.VideoFrame | None = None
+
+    @property
+    def frame_count(self) -> int:
+        return 0 if self.frame is None else 1
+
+    def encode(self, frame: av.VideoFrame, pts: int) -> None:
+        if self.frame is not None:
+            raise InvalidMediaError(f"{self.path}: an image segment holds one frame; frame at pts {pts} is a second")
+        self.frame = frame
+
+    def close(self) -> int:
+        if self.frame is not None:
+            data = encode_output_image(rgb_array(self.frame), STILL_SEGMENT_EXTENSION, 100)
+            with open(self.path, "wb") as handle:
+                handle.write(data)
+        return self.frame_count
+
+    def abort(self) -> None:
+        self.frame = None
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 def read_image(source: MediaSource, name: str) -> RgbImage:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.encode import VideoEncoder
     from facefusion_provider.media.hardware import DecodePlan, MediaPaths
+    from facefusion_provider.media.images import StillImageEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -270,9 +271,10 @@ class Committer:
                 raise InvalidWorkError(
                     f"segment {segment.index}: encoded {frame_count} frames, expected {segment.frame_count}"
                 )
-            name = segment_file_name(segment.index, self.claims.holder)
+            extension = os.path.splitext(path)[1]
+            name = segment_file_name(segment.index, self.claims.holder, extension)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
-            index = _segment_moov(path)
+            index = _segment_moov(path) if extension == ".mp4" else None
             storage.put_file_checked(path, self.layout.segment_file(name), digest)  # S3 checks and keeps the sha256
             for number, thumbnail in thumbnails.items():
                 storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
@@ -345,7 +347,8 @@ class SegmentWriter:
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
         self._size = frame_size(spec)
-        self._encoder: VideoEncoder | None = None
+        self._encoder: VideoEncoder | StillImageEncoder | None = None
+        self._path = ""
         self._segment: Segment | None = None
         self._thumbnails: dict[int, bytes] = {}  # the open segment's preview frames
         self._opened = 0.0
@@ -381,12 +384,18 @@ class SegmentWriter:
 
     def _open(self, segment: Segment) -> None:
         from facefusion_provider.media.encode import VideoEncoder, encoder_settings
+        from facefusion_provider.media.images import STILL_SEGMENT_EXTENSION, StillImageEncoder
         from facefusion_provider.output.remux import segment_pts_offset
 
         probe = self.spec.probe
         self._segment, self._thumbnails, self._opened = segment, {}, time.perf_counter()
+        extension = STILL_SEGMENT_EXTENSION if probe.still_image else ".mp4"
+        self._path = os.path.join(self.folder, f"{segment.index:05d}{extension}")
+        if probe.still_image:
+            self._encoder = StillImageEncoder(self._path)
+            return
         self._encoder = VideoEncoder(
-            os.path.join(self.folder, f"{segment.index:05d}.mp4"),
+            self._path,
             encoder_settings(self.spec.options, probe, self._size),
             width=self._size[0],
             height=self._size[1],
@@ -399,7 +408,7 @@ class SegmentWriter:
     def _finish(self) -> None:
         assert self._encoder is not None and self._segment is not None
         count = self._encoder.close()
-        path = os.path.join(self.folder, f"{self._segment.index:05d}.mp4")
+        path = self._path
         encode_s = time.perf_counter() - self._opened
         segment, thumbnails = self._segment, self._thumbnails
         self._encoder = self._segment = None
@@ -409,14 +418,16 @@ class SegmentWriter:
         from facefusion_provider.media.preview import thumbnail_pair
 
         original = self.frames.originals.pop(number, None)
-        return None if original is None else thumbnail_pair(original, output, self.spec.probe.rotation)
+        probe = self.spec.probe
+        return None if original is None else thumbnail_pair(original, output, probe.rotation, beside=probe.still_image)
 
 
 def frame_size(spec: WorkSpec) -> tuple[int, int]:
-    """The size of the work's output frames, as its processors and ``output_video_scale`` make them."""
+    """The size of the work's output frames, as its processors and ``output_video_scale`` (an image's
+    ``output_image_scale``) make them."""
     from facefusion_provider.engine.processors.registry import output_size
 
-    return output_size(spec.options, spec.probe.width, spec.probe.height)
+    return output_size(spec.frame_options(), spec.probe.width, spec.probe.height)
 
 
 def _segment_moov(path: str) -> tuple[bytes, int] | None:

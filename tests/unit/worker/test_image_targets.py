@@ -1,0 +1,172 @@
+"""Image targets (FaceFusion's image-to-image workflow) through ``facefusion-worker run``: one frame in one segment,
+an image output in the format its name gives, with its preview (original beside output) and marker.
+
+The classic swapper changes the face of grace_hopper.jpg and no pixel outside it (a PNG output is lossless); the frame
+enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bilinear resize within 3 levels;
+``output_image_scale`` 0.5 halves it; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
+same work reuses its committed segment; a video output for an image target and the reverse are refused naming the
+output, before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from people import person_file
+from standins import frame_enhancer_standin
+
+from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
+from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
+from facefusion_provider.ingest.manifests import checked_job
+from facefusion_provider.media.images import encode_output_image
+from facefusion_provider.work.run_inputs import check_conf
+from facefusion_provider.worker import cli
+
+FACE_AREA = (
+    slice(120, 340),
+    slice(150, 370),
+)  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
+ENHANCER_TOLERANCE = 3  # levels: the stand-in is ONNX's bilinear resize, OpenCV's within rounding (tiles merged)
+
+
+@pytest.fixture(autouse=True)
+def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
+    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(source face, PNG target of another person)."""
+    folder = tmp_path_factory.mktemp("image-targets")
+    return person_file(folder / "astronaut.png"), person_file(folder / "grace.png", "grace")
+
+
+def read_rgb(path: Path) -> np.ndarray:
+    return np.asarray(cv2.cvtColor(cv2.imread(str(path), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB))
+
+
+def run(source: Path | None, target: Path, output: Path, work: Path, *flags: str) -> int:
+    argv = ["run", "--target", str(target), "--output", str(output), "--work-root", str(work), "--keep-work"]
+    return cli.main([*argv, *(["--source", str(source)] if source else []), *flags])
+
+
+def test_the_classic_swapper_changes_the_face_of_an_image_and_nothing_else(
+    pictures: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, target = pictures
+    output = tmp_path / "out" / "swapped.png"
+
+    assert run(source, target, output, tmp_path / "work", "--face-swapper-model", "classic") == 0
+
+    report = json.loads(capsys.readouterr().out)
+    assert (report["frame_count"], report["segment_count"]) == (1, 1)
+    before, after = read_rgb(target), read_rgb(output)
+    assert after.shape == before.shape
+    changed = np.abs(after.astype(int) - before).max(axis=2) > 0
+    assert changed[FACE_AREA].sum() > 5000, "the face is swapped"
+    outside = np.ones_like(changed)
+    outside[FACE_AREA] = False
+    assert not changed[outside].any(), "no pixel outside the face changed"
+    preview = read_rgb(output.with_name("swapped.preview.jpg"))
+    assert preview.shape[1] > 1.5 * preview.shape[0], "original and output side by side"
+    marker = json.loads((output.parent / ".swapped.png.facefusion.json").read_text())
+    assert (marker["frame_count"], marker["method"], marker["size"]) == (1, "image", output.stat().st_size)
+    assert sorted(path.name for path in output.parent.iterdir()) == [
+        ".swapped.png.facefusion.json",
+        "swapped.png",
+        "swapped.preview.jpg",
+    ], "nothing partial left beside the output"
+
+
+def test_a_rerun_reuses_the_committed_segment_for_another_output_format(
+    pictures: tuple[Path, Path], tmp_path: Path
+) -> None:
+    source, target = pictures
+    work = tmp_path / "work"
+    assert run(source, target, tmp_path / "first.png", work) == 0
+    (segments,) = work.glob("work/*/segments")
+    committed = {path.name: path.read_bytes() for path in segments.iterdir() if path.suffix in (".png", ".json")}
+    assert [name for name in committed if name.endswith(".png")], "the one segment is a lossless PNG"
+
+    assert run(source, target, tmp_path / "second.jpg", work) == 0
+
+    assert {
+        path.name: path.read_bytes() for path in segments.iterdir() if path.suffix in (".png", ".json")
+    } == committed
+    png, jpeg = read_rgb(tmp_path / "first.png"), read_rgb(tmp_path / "second.jpg")
+    assert np.abs(png.astype(int) - jpeg).mean() < 4, "the JPEG holds the same swapped picture"
+
+
+def test_the_frame_enhancer_doubles_an_image(pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = pictures
+    models = tmp_path / "models"
+    models.mkdir()
+    frame_enhancer_standin(models, "real_esrgan_x2")
+    output = tmp_path / "enhanced.png"
+    flags = ["--models-dir", str(models), "--processors", "frame_enhancer", "--frame-enhancer-model", "real_esrgan_x2"]
+
+    assert run(None, target, output, tmp_path / "work", *flags, "--frame-enhancer-blend", "100") == 0
+
+    before, after = read_rgb(target), read_rgb(output)
+    assert after.shape == (2 * before.shape[0], 2 * before.shape[1], 3)
+    expected = cv2.resize(before, (2 * before.shape[1], 2 * before.shape[0]), interpolation=cv2.INTER_LINEAR)
+    assert np.abs(after.astype(int) - expected).max() <= ENHANCER_TOLERANCE
+
+
+def test_output_image_scale_resizes_the_image(pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = pictures
+    output = tmp_path / "half.webp"
+
+    assert run(None, target, output, tmp_path / "work", "--processors", "--output-image-scale", "0.5") == 0
+
+    height, width = read_rgb(target).shape[:2]
+    assert read_rgb(output).shape[:2] == (height // 2, width // 2)
+
+
+def test_output_image_quality_grows_the_jpeg(pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = pictures
+    sizes = []
+    for quality in (10, 40, 70, 100):
+        output = tmp_path / f"q{quality}.jpg"
+        assert run(None, target, output, tmp_path / "work", "--processors", "--output-image-quality", str(quality)) == 0
+        sizes.append(output.stat().st_size)
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), sizes
+
+
+@pytest.mark.parametrize("extension", [".jpg", ".png", ".webp"])
+def test_each_format_encodes_at_every_quality(extension: str, pictures: tuple[Path, Path]) -> None:
+    image = read_rgb(pictures[1])
+    sizes = [len(encode_output_image(image, extension, quality)) for quality in (0, 50, 100)]
+    if extension == ".png":  # lossless: the quality trades compression for speed
+        assert sizes[0] <= sizes[2]
+    else:
+        assert sizes[0] < sizes[1] < sizes[2]
+
+
+def test_an_image_target_refuses_a_video_output_and_the_reverse(
+    pictures: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, target = pictures
+    conf = {"source_uris": [str(source)], "target_uri": str(target), "output_uri": str(tmp_path / "out.mp4")}
+    with pytest.raises(InvalidOptionError, match=r"^output_uri: .*out\.mp4 is not an image file .*is an image"):
+        check_conf(conf, conf)
+    video = {**conf, "target_uri": str(tmp_path / "clip.mp4"), "output_uri": str(tmp_path / "out.png")}
+    with pytest.raises(InvalidOptionError, match=r"^output_uri: .*out\.png is an image file, and the target .* video"):
+        check_conf(video, video)
+
+    assert run(source, target, tmp_path / "out" / "result.mov", tmp_path / "work") == EXIT_INVALID_OPTION
+    assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["message"].startswith("output: ")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_manifest_row_may_name_an_image_target(pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    source, target = pictures
+    row = {"source_uris": [str(source)], "target_uri": str(target), "output_uri": str(tmp_path / "a.jpg")}
+    assert checked_job(row)["output_uri"].endswith("/a.jpg")
+    with pytest.raises(InvalidOptionError, match=r"^output_uri: "):
+        checked_job({**row, "output_uri": str(tmp_path / "a.mp4")})
