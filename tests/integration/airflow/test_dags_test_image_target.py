@@ -18,7 +18,10 @@ from facefusion_provider.work.layout import output_marker_uri, preview_uri_of
 
 pytestmark = pytest.mark.slow
 
-FACE_AREA = (slice(120, 340), slice(150, 370))  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
+FACE_AREA = (
+    slice(120, 340),
+    slice(150, 370),
+)  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
 
 
 def read_rgb(path: Path) -> np.ndarray:
