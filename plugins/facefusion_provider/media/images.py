@@ -85,7 +85,7 @@ def probe_image(source: MediaSource, name: str) -> VideoProbe:
                 f"({', '.join(IMAGE_EXTENSIONS)}), a video target needs a video extension"
             )
         video = container.streams.video[0]
-        frame = _first_frame(container, video, name)
+        frame = _upright(_first_frame(container, video, name))
         return VideoProbe(
             container=container.format.name,
             codec=video.codec_context.name,
@@ -107,9 +107,16 @@ def still_frame(source: MediaSource, name: str) -> av.VideoFrame:
     with open_media(source, name) as container:
         if not container.streams.video:
             raise InvalidMediaError(f"{name}: is not an image")
-        frame = _first_frame(container, container.streams.video[0], name)
+        frame = _upright(_first_frame(container, container.streams.video[0], name))
     frame.pts = 0
     return frame
+
+
+def _upright(frame: av.VideoFrame) -> av.VideoFrame:
+    """``frame`` turned as its display matrix says (a JPEG's EXIF orientation): processed and written upright, as
+    FaceFusion's OpenCV reads it; an image output carries no orientation of its own."""
+    turns = (round(frame.rotation) // 90) % 4
+    return frame if turns == 0 else rgb_frame(np.rot90(rgb_array(frame), k=turns))
 
 
 def _is_still(format_name: str) -> bool:

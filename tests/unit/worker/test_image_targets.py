@@ -3,7 +3,7 @@ an image output in the format its name gives, with its preview (original beside 
 
 The classic swapper changes the face of grace_hopper.jpg and no pixel outside it (a PNG output is lossless); the frame
 enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bilinear resize within 3 levels;
-``output_image_scale`` 0.5 halves it; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
+``output_image_scale`` 0.5 halves it; a JPEG's EXIF orientation is applied, as FaceFusion's OpenCV read does; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
 same work reuses its committed segment; a video output for an image target and the reverse are refused naming the
 output, before anything is written."""
 
@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 from people import person_file
+from PIL import Image, ImageOps
 from standins import frame_enhancer_standin
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
@@ -29,6 +30,7 @@ FACE_AREA = (
     slice(120, 340),
     slice(150, 370),
 )  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
+EXIF_ORIENTATION = 0x0112
 ENHANCER_TOLERANCE = 3  # levels: the stand-in is ONNX's bilinear resize, OpenCV's within rounding (tiles merged)
 
 
@@ -126,6 +128,24 @@ def test_output_image_scale_resizes_the_image(pictures: tuple[Path, Path], tmp_p
 
     height, width = read_rgb(target).shape[:2]
     assert read_rgb(output).shape[:2] == (height // 2, width // 2)
+
+
+def test_a_jpeg_turned_by_its_exif_orientation_comes_out_upright(pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = pictures
+    exif = Image.Exif()
+    exif[EXIF_ORIENTATION] = 6  # shown turned 90 degrees clockwise
+    turned = tmp_path / "turned.jpg"
+    with Image.open(target) as image:
+        image.save(turned, exif=exif, quality=95)
+    output = tmp_path / "upright.png"
+
+    assert run(None, turned, output, tmp_path / "work", "--processors") == 0
+
+    with Image.open(turned) as image:
+        upright = np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+    assert upright.shape[:2] == read_rgb(target).shape[1::-1]
+    assert read_rgb(output).shape == upright.shape
+    assert np.abs(read_rgb(output).astype(int) - upright).mean() < 3  # two JPEG decoders' rounding
 
 
 def test_output_image_quality_grows_the_jpeg(pictures: tuple[Path, Path], tmp_path: Path) -> None:
