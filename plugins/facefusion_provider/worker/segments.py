@@ -110,7 +110,8 @@ def chosen_media_paths(spec: WorkSpec, metrics: WorkerMetrics) -> MediaPaths:
     from facefusion_provider.media.hardware import media_paths
 
     probe = spec.probe
-    paths = media_paths(probe.codec, probe.pix_fmt, spec.options.output_video_encoder, os.environ)
+    encoder = "png" if probe.still_image else spec.options.output_video_encoder  # an image work's lossless segment
+    paths = media_paths(probe.codec, probe.pix_fmt, encoder, os.environ)
     paths = replace(paths, decode=opened_decode_plan(paths.decode, probe.codec))
     metrics.media_path("decode", paths.decode.path)
     metrics.media_path("encode", paths.encode.path)

@@ -2,7 +2,8 @@
 an image output in the format its name gives, with its preview (original beside output) and marker.
 
 The classic swapper changes the face of grace_hopper.jpg and no pixel outside it (a PNG output is lossless); the frame
-enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bilinear resize within 3 levels;
+enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bilinear resize within 3 levels; the
+face enhancer and face debugger change the face's crop only, the colorizer and background remover the whole picture;
 ``output_image_scale`` 0.5 halves it; a JPEG's EXIF orientation is applied, as FaceFusion's OpenCV read does; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
 same work reuses its committed segment; a video output for an image target and the reverse are refused naming the
 output, before anything is written."""
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from people import person_file
 from PIL import Image, ImageOps
-from standins import frame_enhancer_standin
+from standins import frame_enhancer_standin, write_standins
 
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
@@ -30,6 +31,7 @@ FACE_AREA = (
     slice(120, 340),
     slice(150, 370),
 )  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
+FACE_CROP_AREA = (slice(30, 380), slice(90, 430))  # the face enhancer's crop around it, larger than the face
 EXIF_ORIENTATION = 0x0112
 ENHANCER_TOLERANCE = 3  # levels: the stand-in is ONNX's bilinear resize, OpenCV's within rounding (tiles merged)
 
@@ -118,6 +120,42 @@ def test_the_frame_enhancer_doubles_an_image(pictures: tuple[Path, Path], tmp_pa
     assert after.shape == (2 * before.shape[0], 2 * before.shape[1], 3)
     expected = cv2.resize(before, (2 * before.shape[1], 2 * before.shape[0]), interpolation=cv2.INTER_LINEAR)
     assert np.abs(after.astype(int) - expected).max() <= ENHANCER_TOLERANCE
+
+
+PROCESSOR_FLAGS = {
+    "face_enhancer": ["--face-enhancer-model", "gfpgan_1.4", "--face-enhancer-blend", "100"],
+    "frame_colorizer": ["--frame-colorizer-model", "ddcolor"],
+    "background_remover": [
+        "--background-remover-model",
+        "modnet",
+        "--background-remover-fill-color",
+        "0",
+        "255",
+        "0",
+        "255",
+    ],
+    "face_debugger": ["--face-debugger-items", "bounding-box"],
+}
+
+
+@pytest.mark.parametrize("processor", list(PROCESSOR_FLAGS))
+def test_every_frame_processor_works_on_an_image(processor: str, pictures: tuple[Path, Path], tmp_path: Path) -> None:
+    _, target = pictures
+    models = write_standins(tmp_path / "models")
+    output = tmp_path / "processed.png"
+    flags = ["--models-dir", str(models), "--processors", processor, *PROCESSOR_FLAGS[processor]]
+
+    assert run(None, target, output, tmp_path / "work", *flags) == 0
+
+    before, after = read_rgb(target), read_rgb(output)
+    assert after.shape == before.shape
+    changed = np.abs(after.astype(int) - before).max(axis=2) > 30
+    if processor in ("face_enhancer", "face_debugger"):  # the face only
+        assert changed[FACE_AREA].sum() > 500
+        changed[FACE_CROP_AREA] = False
+        assert not changed.any()
+    else:  # the whole picture
+        assert changed.mean() > 0.2
 
 
 def test_output_image_scale_resizes_the_image(pictures: tuple[Path, Path], tmp_path: Path) -> None:
