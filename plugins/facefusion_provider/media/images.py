@@ -27,6 +27,7 @@ IMAGE_ENCODERS: dict[str, tuple[str, str]] = {
 assert set(IMAGE_ENCODERS) == set(IMAGE_EXTENSIONS)
 STILL_FRAME_RATE = "25/1"  # FFmpeg's image2 demuxer's rate: the one frame's time base is 1/25
 STILL_SEGMENT_EXTENSION = ".png"  # an image work's one segment: lossless, whatever the output's format
+ALPHA_PIX_FMTS = {"png": "rgba", "libwebp": "yuva420p"}  # where a transparent picture keeps its alpha (not JPEG)
 
 
 def encode_image(image: RgbImage, codec: str = "mjpeg", quality: int = 3) -> bytes:
@@ -60,10 +61,16 @@ def image_quality_settings(extension: str, quality: int) -> tuple[dict[str, str]
 
 
 def encode_output_image(image: RgbImage, extension: str, quality: int) -> bytes:
-    """The bytes of an image file of ``extension`` (``IMAGE_EXTENSIONS``) at FaceFusion's ``quality`` (0-100)."""
+    """The bytes of an image file of ``extension`` (``IMAGE_EXTENSIONS``) at FaceFusion's ``quality`` (0-100); an
+    RGBA ``image`` keeps its alpha in PNG and WebP (a JPEG has none: its colours are kept)."""
     codec, pix_fmt = IMAGE_ENCODERS[extension.lower()]
     options, qscale = image_quality_settings(extension.lower(), quality)
     height, width = image.shape[:2]
+    transparent = image.shape[2] == 4 and codec in ALPHA_PIX_FMTS
+    pix_fmt = ALPHA_PIX_FMTS[codec] if transparent else pix_fmt
+    picture = av.VideoFrame.from_ndarray(
+        np.ascontiguousarray(image if transparent else image[:, :, :3]), format="rgba" if transparent else "rgb24"
+    )
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format="image2pipe") as container:
         stream = container.add_stream(codec, rate=1, options=options)
@@ -71,9 +78,27 @@ def encode_output_image(image: RgbImage, extension: str, quality: int) -> bytes:
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         if qscale is not None:
             stream.codec_context.qmin = stream.codec_context.qmax = qscale
-        container.mux(stream.encode(rgb_frame(image).reformat(format=pix_fmt)))
+        container.mux(stream.encode(picture.reformat(format=pix_fmt)))
         container.mux(stream.encode(None))
     return buffer.getvalue()
+
+
+def picture_alpha(frame: av.VideoFrame) -> npt.NDArray[np.uint8] | None:
+    """A picture's transparency (H x W, 255 opaque); None where it has none, or every pixel is opaque."""
+    if frame.format.name != "pal8" and not any(component.is_alpha for component in frame.format.components):
+        return None
+    alpha = np.asarray(frame.to_ndarray(format="rgba"), dtype=np.uint8)[:, :, 3]
+    return alpha if int(alpha.min()) < 255 else None
+
+
+def read_picture(source: MediaSource, name: str) -> RgbImage:
+    """The first picture of an image file: RGBA where it is transparent, else RGB."""
+    with open_media(source, name) as container:
+        if not container.streams.video:
+            raise InvalidMediaError(f"{name}: is not an image")
+        frame = _first_frame(container, container.streams.video[0], name)
+    alpha = picture_alpha(frame)
+    return rgb_array(frame) if alpha is None else np.dstack([rgb_array(frame), alpha])
 
 
 def probe_image(source: MediaSource, name: str) -> VideoProbe:
@@ -116,7 +141,12 @@ def _upright(frame: av.VideoFrame) -> av.VideoFrame:
     """``frame`` turned as its display matrix says (a JPEG's EXIF orientation): processed and written upright, as
     FaceFusion's OpenCV reads it; an image output carries no orientation of its own."""
     turns = (round(frame.rotation) // 90) % 4
-    return frame if turns == 0 else rgb_frame(np.rot90(rgb_array(frame), k=turns))
+    if turns == 0:
+        return frame
+    transparent = picture_alpha(frame) is not None
+    pixels = frame.to_ndarray(format="rgba") if transparent else rgb_array(frame)
+    turned = np.ascontiguousarray(np.rot90(pixels, k=turns), dtype=np.uint8)
+    return av.VideoFrame.from_ndarray(turned, format="rgba" if transparent else "rgb24")
 
 
 def _is_still(format_name: str) -> bool:
@@ -140,6 +170,7 @@ class StillImageEncoder:
 
     path: str
     frame: av.VideoFrame | None = None
+    alpha: npt.NDArray[np.uint8] | None = None  # the target's transparency, kept through the processors
 
     @property
     def frame_count(self) -> int:
@@ -150,9 +181,18 @@ class StillImageEncoder:
             raise InvalidMediaError(f"{self.path}: an image segment holds one frame; frame at pts {pts} is a second")
         self.frame = frame
 
+    def keep_alpha(self, original: av.VideoFrame) -> None:
+        """Keep the transparency of ``original`` (the target's picture), as FaceFusion's image workflow does."""
+        self.alpha = picture_alpha(original)
+
     def close(self) -> int:
         if self.frame is not None:
-            data = encode_output_image(rgb_array(self.frame), STILL_SEGMENT_EXTENSION, 100)
+            image = rgb_array(self.frame)
+            if self.alpha is not None:
+                height, width = image.shape[:2]
+                plane = av.VideoFrame.from_ndarray(self.alpha, format="gray").reformat(width=width, height=height)
+                image = np.dstack([image, plane.to_ndarray()])  # resized with the picture where a processor did
+            data = encode_output_image(image, STILL_SEGMENT_EXTENSION, 100)
             with open(self.path, "wb") as handle:
                 handle.write(data)
         return self.frame_count

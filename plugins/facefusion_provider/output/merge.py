@@ -203,13 +203,13 @@ def _write_image(
 ) -> tuple[int, str, dict[str, float]]:
     """An image work's output: its one (lossless) segment encoded in the output's format at ``output_image_quality``,
     published atomically as a video is. Its size, sha256 and timings."""
-    from facefusion_provider.media.images import encode_output_image, read_image
+    from facefusion_provider.media.images import encode_output_image, read_picture
     from facefusion_provider.output.publish import OutputPublisher
 
     began = time.perf_counter()
     with scratch_folder("merge-") as folder:
         segment = _local_segment(layout, marker, folder)
-        image = read_image(segment, layout.segment_file(marker.file))
+        image = read_picture(segment, layout.segment_file(marker.file))
         _discard_download(folder, segment)
         data = encode_output_image(image, uri_extension(output_uri), spec.options.output_image_quality)
         encoded = time.perf_counter()

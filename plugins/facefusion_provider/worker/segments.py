@@ -349,6 +349,7 @@ class SegmentWriter:
         self._starts = [segment.start for segment in spec.segments]
         self._size = frame_size(spec)
         self._encoder: VideoEncoder | StillImageEncoder | None = None
+        self._still: StillImageEncoder | None = None  # the encoder, where it writes an image work's segment
         self._path = ""
         self._segment: Segment | None = None
         self._thumbnails: dict[int, bytes] = {}  # the open segment's preview frames
@@ -365,6 +366,8 @@ class SegmentWriter:
                 f"frame {number} of segment {segment.index} arrived before segment {self._segment.index} was complete"
             )
         assert self._encoder is not None
+        if self._still is not None and number in self.frames.originals:
+            self._still.keep_alpha(self.frames.originals[number])
         if number in self._preview and (thumbnail := self._thumbnail(number, frame)) is not None:
             self._thumbnails[number] = thumbnail
         began = time.perf_counter()
@@ -381,7 +384,7 @@ class SegmentWriter:
         """Close a segment left half-written by a failure (its file goes with the temporary folder)."""
         if self._encoder is not None:
             self._encoder.abort()
-            self._encoder = self._segment = None
+            self._encoder = self._still = self._segment = None
 
     def _open(self, segment: Segment) -> None:
         from facefusion_provider.media.encode import VideoEncoder, encoder_settings
@@ -393,7 +396,7 @@ class SegmentWriter:
         extension = STILL_SEGMENT_EXTENSION if probe.still_image else ".mp4"
         self._path = os.path.join(self.folder, f"{segment.index:05d}{extension}")
         if probe.still_image:
-            self._encoder = StillImageEncoder(self._path)
+            self._encoder = self._still = StillImageEncoder(self._path)
             return
         self._encoder = VideoEncoder(
             self._path,
@@ -412,7 +415,7 @@ class SegmentWriter:
         path = self._path
         encode_s = time.perf_counter() - self._opened
         segment, thumbnails = self._segment, self._thumbnails
-        self._encoder = self._segment = None
+        self._encoder = self._still = self._segment = None
         self.committer.submit(segment, path, count, thumbnails, encode_s)
 
     def _thumbnail(self, number: int, output: av.VideoFrame) -> bytes | None:

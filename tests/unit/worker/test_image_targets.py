@@ -4,7 +4,7 @@ an image output in the format its name gives, with its preview (original beside 
 The classic swapper changes the face of grace_hopper.jpg and no pixel outside it (a PNG output is lossless); the frame
 enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bilinear resize within 3 levels; the
 face enhancer and face debugger change the face's crop only, the colorizer and background remover the whole picture;
-``output_image_scale`` 0.5 halves it; a JPEG's EXIF orientation is applied, as FaceFusion's OpenCV read does; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
+``output_image_scale`` 0.5 halves it; a JPEG's EXIF orientation is applied and a PNG's transparency kept, as in FaceFusion's image workflow; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
 same work reuses its committed segment; a video output for an image target and the reverse are refused naming the
 output, before anything is written."""
 
@@ -184,6 +184,26 @@ def test_a_jpeg_turned_by_its_exif_orientation_comes_out_upright(pictures: tuple
     assert upright.shape[:2] == read_rgb(target).shape[1::-1]
     assert read_rgb(output).shape == upright.shape
     assert np.abs(read_rgb(output).astype(int) - upright).mean() < 3  # two JPEG decoders' rounding
+
+
+def test_a_transparent_image_keeps_its_alpha_through_the_processors(
+    pictures: tuple[Path, Path], tmp_path: Path
+) -> None:
+    source, target = pictures
+    picture = read_rgb(target)
+    alpha = np.full(picture.shape[:2], 255, np.uint8)
+    alpha[:, :100], alpha[:, 100:140] = 0, 128  # the flag's side transparent, a half-transparent band
+    transparent = tmp_path / "transparent.png"
+    cv2.imwrite(str(transparent), np.dstack([cv2.cvtColor(picture, cv2.COLOR_RGB2BGR), alpha]))
+
+    for name in ("kept.png", "kept.webp", "flat.jpg"):
+        assert run(source, transparent, tmp_path / name, tmp_path / "work") == 0
+
+    png, webp = (cv2.imread(str(tmp_path / name), cv2.IMREAD_UNCHANGED) for name in ("kept.png", "kept.webp"))
+    assert np.array_equal(png[:, :, 3], alpha), "PNG: the same alpha"
+    assert np.abs(webp[:, :, 3].astype(int) - alpha).max() <= 2, "WebP: the same alpha, within rounding"
+    assert np.abs(cv2.cvtColor(png[:, :, :3], cv2.COLOR_BGR2RGB).astype(int) - picture)[FACE_AREA].max() > 40
+    assert cv2.imread(str(tmp_path / "flat.jpg"), cv2.IMREAD_UNCHANGED).shape[2] == 3, "a JPEG has no alpha"
 
 
 def test_output_image_quality_grows_the_jpeg(pictures: tuple[Path, Path], tmp_path: Path) -> None:
