@@ -20,9 +20,9 @@ from people import person_file
 from PIL import Image, ImageOps
 from standins import frame_enhancer_standin, write_standins
 
+from facefusion_provider import ingest
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
-from facefusion_provider.ingest.manifests import checked_job
 from facefusion_provider.media.images import encode_output_image
 from facefusion_provider.work.run_inputs import check_conf
 from facefusion_provider.worker import cli
@@ -242,9 +242,16 @@ def test_an_image_target_refuses_a_video_output_and_the_reverse(
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 
 
-def test_a_manifest_row_may_name_an_image_target(pictures: tuple[Path, Path], tmp_path: Path) -> None:
-    source, target = pictures
-    row = {"source_uris": [str(source)], "target_uri": str(target), "output_uri": str(tmp_path / "a.jpg")}
-    assert checked_job(row)["output_uri"].endswith("/a.jpg")
-    with pytest.raises(InvalidOptionError, match=r"^output_uri: "):
-        checked_job({**row, "output_uri": str(tmp_path / "a.mp4")})
+def test_a_manifest_row_may_name_an_image_target() -> None:
+    row = {"source_uris": ["s3://f/a.jpg"], "target_uri": "s3://v/portrait.webp", "output_uri": "s3://o/portrait.png"}
+    text = "\n".join(json.dumps(line) for line in (row, {**row, "output_uri": "s3://o/portrait.mp4"}))
+    cfg = ingest.parse_ingest_config(
+        {"mode": "manifests", "input_prefix": "s3://in/", "output_prefix": "s3://o/", "ledger_prefix": "s3://o/.l/"}
+    )
+    listed = ingest.Listed(uri="s3://in/jobs.jsonl", version="e1", size=100, modified=0.0)
+
+    found = ingest.find_jobs([listed], cfg, now=1e9, read=lambda uri: text.encode())
+
+    assert [(job.label, job.conf["output_uri"]) for job in found.jobs] == [("jobs.jsonl line 1", row["output_uri"])]
+    (bad,) = found.reports
+    assert bad.label == "jobs.jsonl line 2" and bad.detail.startswith("output_uri: s3://o/portrait.mp4 is not an image")
