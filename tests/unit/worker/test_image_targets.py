@@ -6,7 +6,7 @@ enhancer's bilinear x2 stand-in doubles the image's size and matches OpenCV's bi
 face enhancer and face debugger change the face's crop only, the colorizer and background remover the whole picture;
 ``output_image_scale`` 0.5 halves it; a JPEG's EXIF orientation is applied and a PNG's transparency kept, as in FaceFusion's image workflow; ``output_image_quality`` grows a JPEG's size with the quality; a rerun over the
 same work reuses its committed segment; a video output for an image target and the reverse are refused naming the
-output, before anything is written."""
+output, before anything is written, and an image scaled past 8192 pixels naming output_image_scale."""
 
 from __future__ import annotations
 
@@ -240,6 +240,13 @@ def test_an_image_target_refuses_a_video_output_and_the_reverse(
     assert run(source, target, tmp_path / "out" / "result.mov", tmp_path / "work") == EXIT_INVALID_OPTION
     assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["message"].startswith("output: ")
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+    large = tmp_path / "large.png"  # 1024x1200: at x8, 8192x9600
+    cv2.imwrite(str(large), cv2.resize(cv2.imread(str(target)), (1024, 1200)))
+    assert run(source, large, tmp_path / "out" / "huge.png", tmp_path / "work", "--output-image-scale", "8") != 0
+    message = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["message"]
+    assert message.startswith("options.output_image_scale: ") and "8192x9600" in message
+    assert not (tmp_path / "out" / "huge.png").exists()
 
 
 def test_a_manifest_row_may_name_an_image_target() -> None:
