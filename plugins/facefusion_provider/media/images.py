@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media
+from facefusion_provider.media.probe import is_still_image_format
 from facefusion_provider.types import IMAGE_EXTENSIONS, VideoProbe
 
 RgbImage = npt.NDArray[np.uint8]  # H x W x 3, RGB
@@ -25,7 +26,7 @@ IMAGE_ENCODERS: dict[str, tuple[str, str]] = {
     ".webp": ("libwebp", "yuv420p"),
 }
 assert set(IMAGE_ENCODERS) == set(IMAGE_EXTENSIONS)
-STILL_FRAME_RATE = "25/1"  # FFmpeg's image2 demuxer's rate: the one frame's time base is 1/25
+STILL_FRAME_RATE, STILL_TIME_BASE = "25/1", "1/25"  # FFmpeg's image2 demuxer's: the one frame lasts 1/25 s
 STILL_SEGMENT_EXTENSION = ".png"  # an image work's one segment: lossless, whatever the output's format
 ALPHA_PIX_FMTS = {"png": "rgba", "libwebp": "yuva420p"}  # where a transparent picture keeps its alpha (not JPEG)
 
@@ -93,10 +94,7 @@ def picture_alpha(frame: av.VideoFrame) -> npt.NDArray[np.uint8] | None:
 
 def read_picture(source: MediaSource, name: str) -> RgbImage:
     """The first picture of an image file: RGBA where it is transparent, else RGB."""
-    with open_media(source, name) as container:
-        if not container.streams.video:
-            raise InvalidMediaError(f"{name}: is not an image")
-        frame = _first_frame(container, container.streams.video[0], name)
+    frame = _picture(source, name)
     alpha = picture_alpha(frame)
     return rgb_array(frame) if alpha is None else np.dstack([rgb_array(frame), alpha])
 
@@ -104,7 +102,7 @@ def read_picture(source: MediaSource, name: str) -> RgbImage:
 def probe_image(source: MediaSource, name: str) -> VideoProbe:
     """An image target as a one-frame video: its size and format, the one frame at pts 0 (``still_image``)."""
     with open_media(source, name) as container:
-        if not _is_still(container.format.name) or not container.streams.video:
+        if not is_still_image_format(container.format.name) or not container.streams.video:
             raise InvalidMediaError(
                 f"{name}: is not an image ({container.format.name}); an image target is a JPEG, PNG or WebP file "
                 f"({', '.join(IMAGE_EXTENSIONS)}), a video target needs a video extension"
@@ -118,7 +116,7 @@ def probe_image(source: MediaSource, name: str) -> VideoProbe:
             height=frame.height,
             pix_fmt=frame.format.name,
             frame_rate=STILL_FRAME_RATE,
-            time_base=f"1/{STILL_FRAME_RATE.partition('/')[0]}",
+            time_base=STILL_TIME_BASE,
             frame_count=1,
             pts=[0],
             duration_seconds=0.0,
@@ -129,10 +127,7 @@ def probe_image(source: MediaSource, name: str) -> VideoProbe:
 
 def still_frame(source: MediaSource, name: str) -> av.VideoFrame:
     """The one picture of an image target, as decoded, at pts 0 (the probe's one frame)."""
-    with open_media(source, name) as container:
-        if not container.streams.video:
-            raise InvalidMediaError(f"{name}: is not an image")
-        frame = _upright(_first_frame(container, container.streams.video[0], name))
+    frame = _upright(_picture(source, name))
     frame.pts = 0
     return frame
 
@@ -147,11 +142,6 @@ def _upright(frame: av.VideoFrame) -> av.VideoFrame:
     pixels = frame.to_ndarray(format="rgba") if transparent else rgb_array(frame)
     turned = np.ascontiguousarray(np.rot90(pixels, k=turns), dtype=np.uint8)
     return av.VideoFrame.from_ndarray(turned, format="rgba" if transparent else "rgb24")
-
-
-def _is_still(format_name: str) -> bool:
-    """FFmpeg's demuxers of single pictures: ``image2`` for a named file, ``png_pipe`` and the like for a stream."""
-    return format_name in ("image2", "image2pipe") or format_name.endswith("_pipe")
 
 
 def _first_frame(
@@ -205,12 +195,15 @@ class StillImageEncoder:
 
 def read_image(source: MediaSource, name: str) -> RgbImage:
     """Decode the first picture of an image file as RGB."""
+    return rgb_array(_picture(source, name))
+
+
+def _picture(source: MediaSource, name: str) -> av.VideoFrame:
+    """The first picture of an image file, as decoded."""
     with open_media(source, name) as container:
         if not container.streams.video:
             raise InvalidMediaError(f"{name}: is not an image")
-        for frame in container.decode(container.streams.video[0]):
-            return rgb_array(frame)
-    raise InvalidMediaError(f"{name}: holds no picture")
+        return _first_frame(container, container.streams.video[0], name)
 
 
 def rgb_array(frame: av.VideoFrame) -> RgbImage:
