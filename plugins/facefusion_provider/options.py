@@ -211,6 +211,7 @@ SECTION_FACES: dict[str, Any] = {"section": "Faces: detection and selection"}
 SECTION_SWAP: dict[str, Any] = {"section": "Swap, masks and enhancer"}
 SECTION_FRAMES: dict[str, Any] = {"section": "Frames and segments"}
 SECTION_OUTPUT: dict[str, Any] = {"section": "Output video"}
+SECTION_OUTPUT_IMAGE: dict[str, Any] = {"section": "Output image"}
 SECTION_EXECUTION: dict[str, Any] = {"section": "Execution"}
 
 # Options that cannot change a single output pixel: they stay out of the work id, so changing them reuses segments.
@@ -872,6 +873,38 @@ class OutputOptions(BaseModel):
     )
 
 
+class ImageOutputOptions(BaseModel):
+    """The output image's quality and size, for a target that is an image (FaceFusion's output options of the same
+    names); a video target's output ignores them, as an image target's ignores the output video options."""
+
+    output_image_quality: Percent = Field(
+        json_schema_extra=SECTION_OUTPUT_IMAGE,
+        default=80,
+        description="Only for an image target: the output image's quality. JPEG: its quality (FaceFusion's "
+        "qscale 31 - 0.31 x quality); WebP: its quality; PNG (lossless whatever the value): higher compresses less, "
+        "faster.",
+    )
+    output_image_scale: float = Field(
+        json_schema_extra=SECTION_OUTPUT_IMAGE,
+        default=1.0,
+        ge=MIN_OUTPUT_VIDEO_SCALE,
+        le=MAX_OUTPUT_VIDEO_SCALE,
+        multiple_of=OUTPUT_VIDEO_SCALE_STEP,
+        strict=True,
+        allow_inf_nan=False,
+        description="Only for an image target: scale the finished image by this factor (in steps of 0.25), after "
+        "the processors, as output_video_scale does a video's frames.",
+    )
+
+
+def frame_options(options: Options, *, still_image: bool) -> Options:
+    """The options the output frames are made with: for an image target, ``output_image_scale`` is the scale the chain
+    and the output size read (``output_video_scale`` is the video's)."""
+    if not still_image:
+        return options
+    return options.model_copy(update={"output_video_scale": options.output_image_scale})
+
+
 # A processor's options: its own fields, one class each; ``engine.processors`` maps each name to its module.
 PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
@@ -890,6 +923,7 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 # pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
 # groups in the order faces, swapper, masks, face enhancer, frame enhancer, run, output.
 class Options(
+    ImageOutputOptions,
     OutputOptions,
     _RunOptions,
     FaceEditorOptions,

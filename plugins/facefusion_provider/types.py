@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Image targets and outputs (FaceFusion's image-to-image workflow): their extensions, which name the format.
+IMAGE_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".webp")
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -35,3 +38,4 @@ class VideoProbe(_Model):
     rotation: int = 0  # degrees, from the display matrix
     video_stream_index: int = 0
     streams: list[StreamInfo] = Field(default_factory=list)
+    still_image: bool = False  # an image target (JPEG, PNG, WebP): one frame, one segment, an image output

@@ -34,7 +34,16 @@ from facefusion_provider.work.layout import preview_uri_of
 
 PRESIGNED_SECONDS = 300  # long enough to start a download; the link itself never expires, the signature does
 OutputKind = Literal["video", "preview"]
-MEDIA_TYPES = {".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktime", ".mkv": "video/x-matroska"}
+MEDIA_TYPES = {
+    ".mp4": "video/mp4",
+    ".m4v": "video/mp4",
+    ".mov": "video/quicktime",
+    ".mkv": "video/x-matroska",
+    ".jpg": "image/jpeg",  # an image target's output
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".webp": "image/webp",
+}
 PREVIEW_TYPE = "image/jpeg"
 
 RunFactsDep = Annotated[RunFacts | None, Depends(run_view.read_run_facts)]

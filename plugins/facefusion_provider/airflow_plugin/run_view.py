@@ -37,6 +37,7 @@ from facefusion_provider.airflow_plugin.run_output import (
 )
 from facefusion_provider.links.output import output_link_path
 from facefusion_provider.work.layout import WorkLayout
+from facefusion_provider.work.run_inputs import is_image_uri
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +107,20 @@ def run_page_html(
         )
     if stage is Stage.DONE:
         name = html.escape((run.output_uri or "").rsplit("/", 1)[-1])
+        image = is_image_uri(run.output_uri or "")  # an image target's output
+        caption = (
+            "Left: the original image; right: the output."
+            if image
+            else "Top row: original frames; bottom row: the same frames swapped."
+        )
         parts.append(
-            f'<p><a id="output-video" href="{html.escape(video_url)}" download="{name}">Download the output video'
-            f"</a> ({name})</p>"
+            f'<p><a id="output-video" href="{html.escape(video_url)}" download="{name}">Download the output '
+            f"{'image' if image else 'video'}</a> ({name})</p>"
         )
         parts.append(
             f'<figure><a id="preview-link" href="{html.escape(preview_url)}" title="Open the preview">'
             f'<img id="preview" src="{html.escape(preview_url)}" alt="Preview of the output" style="max-width:100%">'
-            "</a><figcaption>Top row: original frames; bottom row: the same frames swapped. Click to open it whole."
-            "</figcaption></figure>"
+            f"</a><figcaption>{caption} Click to open it whole.</figcaption></figure>"
         )
     return page("".join(parts), refresh=stage not in FINAL_STAGES)
 

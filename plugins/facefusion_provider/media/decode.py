@@ -17,6 +17,7 @@ from av.codec.hwaccel import HWAccel
 from facefusion_provider.exceptions import InvalidMediaError
 from facefusion_provider.media.containers import MediaSource, media_errors, open_media
 from facefusion_provider.media.hardware import DecodePlan
+from facefusion_provider.media.images import still_frame
 from facefusion_provider.media.probe import select_video_stream
 from facefusion_provider.types import VideoProbe
 
@@ -54,6 +55,10 @@ def decode_frames(
         raise ValueError(f"frame range [{start}, {end}) is outside the video's {probe.frame_count} frames")
     wanted = probe.pts[start:end]
     stats = stats if stats is not None else DecodeStats()
+    if probe.still_image:  # an image target: its one picture, nothing to seek
+        stats.decoded += 1
+        yield still_frame(source, name)
+        return
     with open_media(source, name, hwaccel=_hwaccel(plan)) as container:
         video = select_video_stream(container, name)
         video.codec_context.thread_type = "AUTO"

@@ -19,11 +19,13 @@ BACKGROUND = 16
 CHECKER, CHECKER_LIGHT, CHECKER_DARK = 16, 204, 153  # the board under a transparent output: square size, greys
 
 
-def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int) -> bytes:
-    """JPEG of ``original`` above ``output``, upright, the original at most THUMBNAIL_WIDTH wide and the output at
-    its height whatever its own size (an upscaled output shows as large as its original): one column of the sheet."""
+def thumbnail_pair(original: av.VideoFrame, output: av.VideoFrame, rotation: int, *, beside: bool = False) -> bytes:
+    """JPEG of ``original`` above ``output`` (``beside``: to its left, an image target's whole preview), upright, the
+    original at most THUMBNAIL_WIDTH wide and the output at its height whatever its own size (an upscaled output shows
+    as large as its original): one column of the sheet."""
     before = _thumbnail(original, rotation)
-    return encode_image(_sheet([[before], [_thumbnail(output, rotation, height=before.shape[0])]]))
+    after = _thumbnail(output, rotation, height=before.shape[0])
+    return encode_image(_sheet([[before, after]] if beside else [[before], [after]]))
 
 
 def preview_frames(frame_start: int, frame_end: int, samples: int = PREVIEW_SAMPLES) -> list[int]:

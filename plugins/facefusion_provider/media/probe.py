@@ -67,13 +67,18 @@ def video_timestamps(source: MediaSource, name: str) -> tuple[list[int], Fractio
 
 def select_video_stream(container: av.container.InputContainer, name: str) -> av.video.stream.VideoStream:
     """The first real video stream (cover art is a picture, not a video); still images are refused."""
-    if container.format.name in STILL_IMAGE_FORMATS or container.format.name.endswith("_pipe"):
+    if is_still_image_format(container.format.name):
         raise InvalidMediaError(f"{name}: is a still image ({container.format.name}), not a video")
     for stream in container.streams.video:
         if not stream.disposition & av.stream.Disposition.attached_pic:
             return stream
     found = ", ".join(sorted({str(stream.type) for stream in container.streams})) or "no streams"
     raise InvalidMediaError(f"{name}: has no video stream (found: {found})")
+
+
+def is_still_image_format(format_name: str) -> bool:
+    """FFmpeg's demuxers of single pictures: ``image2`` for a named file, ``png_pipe`` and the like for a stream."""
+    return format_name in STILL_IMAGE_FORMATS or format_name.endswith("_pipe")
 
 
 def _frame_times(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import time
@@ -41,7 +42,7 @@ from facefusion_provider.telemetry.metrics import worker_metrics
 from facefusion_provider.work.access import checked_uris, load_work, work_layout
 from facefusion_provider.work.layout import SegmentIncarnations, WorkLayout, output_done, preview_uri_of
 from facefusion_provider.work.records import SegmentMarker, WorkSpec, segment_label
-from facefusion_provider.work.run_inputs import CLI_FIELDS, check_output_format
+from facefusion_provider.work.run_inputs import CLI_FIELDS, check_output_format, uri_extension
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
@@ -72,7 +73,7 @@ def merge(work_uri: str, target: str, output: str, recompute: Recompute) -> Merg
         logger.info("output %s is already done", uris.output_uri)
         return MergeResult(uris.output_uri, preview_uri_of(uris.output_uri), done.frame_count, skipped=True)
     spec = load_work(layout)
-    check_output_format(uris.output_uri, spec.options, CLI_FIELDS)
+    check_output_format(uris.output_uri, spec.options, CLI_FIELDS, uris.target_uri)
     return merge_work(spec, layout, uris.target_uri, uris.output_uri, recompute)
 
 
@@ -109,12 +110,16 @@ def _merge_checked(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_u
 
     began = time.perf_counter()
     markers, sizes = _committed(spec, layout)
-    damage = damaged_segments(layout, markers, sizes, hash_remote=join_refusal(spec, output_uri) is None)
+    still = spec.probe.still_image
+    damage = damaged_segments(layout, markers, sizes, hash_remote=not still and join_refusal(spec, output_uri) is None)
     if damage:
         raise SegmentsDamaged(damage)
     markers_read = time.perf_counter()
-    plan = plan_join(spec, layout, markers, sizes, target_uri, output_uri)
-    if plan is None:
+    plan = None if still else plan_join(spec, layout, markers, sizes, target_uri, output_uri)
+    if still:
+        size, digest, timings = _write_image(spec, layout, markers[0], output_uri)
+        how, method = "as an image", "image"
+    elif plan is None:
         size, digest, timings = _remux(spec, layout, markers, target_uri, output_uri)
         how, method = "by remuxing", "remux"
     else:
@@ -191,6 +196,30 @@ def _remux(
         "publish_s": time.perf_counter() - verified,
     }
     return size, digest, timings
+
+
+def _write_image(
+    spec: WorkSpec, layout: WorkLayout, marker: SegmentMarker, output_uri: str
+) -> tuple[int, str, dict[str, float]]:
+    """An image work's output: its one (lossless) segment encoded in the output's format at ``output_image_quality``,
+    published atomically as a video is. Its size, sha256 and timings."""
+    from facefusion_provider.media.images import encode_output_image, read_picture
+    from facefusion_provider.output.publish import OutputPublisher
+
+    began = time.perf_counter()
+    with scratch_folder("merge-") as folder:
+        segment = _local_segment(layout, marker, folder)
+        image = read_picture(segment, layout.segment_file(marker.file))
+        _discard_download(folder, segment)
+        data = encode_output_image(image, uri_extension(output_uri), spec.options.output_image_quality)
+        encoded = time.perf_counter()
+        with OutputPublisher(output_uri, folder, expected_bytes=len(data)) as publisher:
+            with open(publisher.path, "wb") as handle:
+                handle.write(data)
+            publisher.finish()
+            publisher.publish()
+    timings = {"encode_s": encoded - began, "publish_s": time.perf_counter() - encoded}
+    return len(data), hashlib.sha256(data).hexdigest(), timings
 
 
 @contextlib.contextmanager

@@ -135,9 +135,12 @@ class RootLayout:
         return storage.join(self.root_uri, "signal.json")
 
 
-def segment_file_name(index: int, writer: str) -> str:
+SEGMENT_FILE_EXTENSIONS = (".mp4", ".png")  # a video work's segments; an image work's one segment
+
+
+def segment_file_name(index: int, writer: str, extension: str = ".mp4") -> str:
     """Each writer commits under its own name; the marker says whose file won."""
-    return f"{index:05d}.{writer}.mp4"
+    return f"{index:05d}.{writer}{extension}"
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ def parse_segment_name(name: str) -> SegmentEntry | None:
     stem, _, extension = name.partition(".")
     if not stem.isdigit():
         return None
-    if extension.endswith(".mp4"):
+    if extension.endswith(SEGMENT_FILE_EXTENSIONS):
         return SegmentEntry(int(stem), "video")
     parts = extension.split(".")
     if parts == ["json"]:

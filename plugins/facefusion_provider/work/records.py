@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from facefusion_provider.options import Options
+from facefusion_provider.options import Options, frame_options
 from facefusion_provider.types import VideoProbe
 
 # Bump when work.json, the segment files or the markers change shape: the version is part of the work id.
@@ -73,6 +73,10 @@ class WorkSpec(_Record):
     segments: list[Segment]
     analysis_id: str | None = None  # the target analysis this work reads and writes (face detection, landmarks)
     identity: dict[str, Any] = Field(default_factory=dict)  # source identity and reference face, owned by the engine
+
+    def frame_options(self) -> Options:
+        """The options its output frames are made with (an image target's ``output_image_scale`` as the scale)."""
+        return frame_options(self.options, still_image=self.probe.still_image)
 
 
 class SegmentMarker(_Record):

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, parse_options, renamed_option_message
+from facefusion_provider.types import IMAGE_EXTENSIONS
 
 # Output containers the merge can write, and the encoders each one can hold.
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
@@ -116,9 +117,33 @@ def check_output_outside_work(output_uri: str, work_root: str, field: str) -> No
         )
 
 
-def check_output_format(output_uri: str, options: Options, fields: FieldNames) -> None:
-    """The output's extension names a container the merge writes, and that container can hold the chosen encoder."""
-    extension = posixpath.splitext(urlparse(output_uri).path)[1].lower()
+def uri_extension(uri: str) -> str:
+    """The lower-case extension of the file a URI names (``.mp4``), or ``""``."""
+    return posixpath.splitext(urlparse(uri).path)[1].lower()
+
+
+def is_image_uri(uri: str) -> bool:
+    """A target named as an image (JPEG, PNG, WebP): FaceFusion's image-to-image workflow, an image output."""
+    return uri_extension(uri) in IMAGE_EXTENSIONS
+
+
+def check_output_format(output_uri: str, options: Options, fields: FieldNames, target_uri: str) -> None:
+    """The output's extension names a container the merge writes, and that container can hold the chosen encoder;
+    an image target's output is an image, a video target's a video."""
+    extension = uri_extension(output_uri)
+    if is_image_uri(target_uri):
+        if extension not in IMAGE_EXTENSIONS:
+            raise InvalidOptionError(
+                f"{fields.output}: {output_uri} is not an image file (extension {extension or '(none)'!r}); the "
+                f"target {target_uri} is an image, so the output is one too: allowed {', '.join(IMAGE_EXTENSIONS)}"
+            )
+        return
+    if extension in IMAGE_EXTENSIONS:
+        raise InvalidOptionError(
+            f"{fields.output}: {output_uri} is an image file, and the target {target_uri} is a video, so the output "
+            f"is one too: allowed {', '.join(OUTPUT_CONTAINERS)} (an image output needs an image target: "
+            f"{', '.join(IMAGE_EXTENSIONS)})"
+        )
     encoders = OUTPUT_CONTAINERS.get(extension)
     if encoders is None:
         raise InvalidOptionError(
@@ -190,7 +215,7 @@ def check_conf(
     )
     assert uris.output_uri is not None
     check_sources(uris.source_uris, options, CONF_FIELDS)
-    check_output_format(uris.output_uri, options, CONF_FIELDS)
+    check_output_format(uris.output_uri, options, CONF_FIELDS, uris.target_uri)
     return CheckedConf(options, uris.source_uris, uris.target_uri, uris.output_uri)
 
 

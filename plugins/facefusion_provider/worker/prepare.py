@@ -13,13 +13,13 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
-from facefusion_provider.options import Options
+from facefusion_provider.options import Options, frame_options
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.access import checked_uris, load_work, local_copies, resolve_options, work_layout
 from facefusion_provider.work.ids import analysis_id, work_id
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
-from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, check_sources
+from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, check_sources, is_image_uri
 from facefusion_provider.work.span_plan import plan_segments
 
 logger = logging.getLogger(__name__)
@@ -60,19 +60,10 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
     if storage.exists(layout.work_json):
         logger.info("work %s: work.json exists, reusing it", expected)
         return load_work(layout)
-    from facefusion_provider.media.decode import check_seek_decode
-    from facefusion_provider.media.encode import check_encoder, encoder_settings, judged_here
-    from facefusion_provider.media.probe import probe_video
-
-    with storage.open_input(uris.target_uri) as target:
-        probe = probe_video(target, uris.target_uri)
-        size = output_frame_size(options, probe)
-        check_frame_rate(options, probe)
-        if judged_here(options.output_video_encoder, os.environ):
-            check_encoder(encoder_settings(options, probe, size), *size, Fraction(probe.frame_rate))
-        frame_start, frame_end = trimmed_range(options, probe.frame_count)
-        segments = plan_segments(frame_start, frame_end, options.segment_size)
-        check_seek_decode(target, probe, seek_check_starts(segments), uris.target_uri)
+    if is_image_uri(uris.target_uri):
+        probe, frame_start, frame_end, segments = _probe_image_target(uris.target_uri, options)
+    else:
+        probe, frame_start, frame_end, segments = _probe_video_target(uris.target_uri, options)
     spec = WorkSpec(
         work_id=expected,
         target_content_id=target_id,
@@ -91,6 +82,36 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         return load_work(layout)
     logger.info("work %s: %d frames in %d segments", expected, frame_end - frame_start, len(spec.segments))
     return spec
+
+
+def _probe_video_target(target_uri: str, options: Options) -> tuple[VideoProbe, int, int, list[Segment]]:
+    """The video target probed, its output size, rate and encoder checked, its frames cut into segments (each start
+    seek-decoded once)."""
+    from facefusion_provider.media.decode import check_seek_decode
+    from facefusion_provider.media.encode import check_encoder, encoder_settings, judged_here
+    from facefusion_provider.media.probe import probe_video
+
+    with storage.open_input(target_uri) as target:
+        probe = probe_video(target, target_uri)
+        size = output_frame_size(options, probe)
+        check_frame_rate(options, probe)
+        if judged_here(options.output_video_encoder, os.environ):
+            check_encoder(encoder_settings(options, probe, size), *size, Fraction(probe.frame_rate))
+        frame_start, frame_end = trimmed_range(options, probe.frame_count)
+        segments = plan_segments(frame_start, frame_end, options.segment_size)
+        check_seek_decode(target, probe, seek_check_starts(segments), target_uri)
+    return probe, frame_start, frame_end, segments
+
+
+def _probe_image_target(target_uri: str, options: Options) -> tuple[VideoProbe, int, int, list[Segment]]:
+    """An image target (FaceFusion's image-to-image workflow): one frame in one segment, its output size checked."""
+    from facefusion_provider.media.images import probe_image
+
+    with storage.open_input(target_uri) as target:
+        probe = probe_image(target, target_uri)
+    output_frame_size(options, probe)
+    frame_start, frame_end = trimmed_range(options, probe.frame_count)
+    return probe, frame_start, frame_end, plan_segments(frame_start, frame_end, options.segment_size)
 
 
 def seek_check_starts(segments: Sequence[Segment]) -> list[int]:
@@ -115,10 +136,12 @@ def output_frame_size(options: Options, probe: VideoProbe) -> tuple[int, int]:
     from facefusion_provider.engine.processors.registry import check_chain, output_size
 
     check_chain(options)
-    width, height = output_size(options, probe.width, probe.height)
+    scale_field = "output_image_scale" if probe.still_image else "output_video_scale"
+    scaled = frame_options(options, still_image=probe.still_image)
+    width, height = output_size(scaled, probe.width, probe.height)
     if max(width, height) > MAX_OUTPUT_SIDE:
-        enlarged = options.output_video_scale > 1.0 or "frame_enhancer" not in options.processors
-        field = "output_video_scale" if enlarged else "frame_enhancer_model"
+        enlarged = scaled.output_video_scale > 1.0 or "frame_enhancer" not in options.processors
+        field = scale_field if enlarged else "frame_enhancer_model"
         raise InvalidOptionError(
             f"options.{field}: the target's {probe.width}x{probe.height} frames would become {width}x{height}; "
             f"neither side of the output may pass {MAX_OUTPUT_SIDE} pixels (H.264's and HEVC's largest level): "

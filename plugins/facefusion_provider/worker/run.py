@@ -54,7 +54,7 @@ def run(
     uris = checked_uris(source_paths, target_path, output_path)
     assert uris.output_uri is not None
     check_sources(uris.source_uris, resolved, CLI_FIELDS)
-    check_output_format(uris.output_uri, resolved, CLI_FIELDS)
+    check_output_format(uris.output_uri, resolved, CLI_FIELDS, uris.target_uri)
     target_id, source_ids = content_ids(uris)
     work = work_id(target_id, source_ids, resolved)
     done = output_done(work, uris.output_uri)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from facefusion_provider.media.decode import DecodeStats
     from facefusion_provider.media.encode import VideoEncoder
     from facefusion_provider.media.hardware import DecodePlan, MediaPaths
+    from facefusion_provider.media.images import StillImageEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,8 @@ def chosen_media_paths(spec: WorkSpec, metrics: WorkerMetrics) -> MediaPaths:
     from facefusion_provider.media.hardware import media_paths
 
     probe = spec.probe
-    paths = media_paths(probe, spec.options.output_video_encoder, frame_size(spec), os.environ)
+    encoder = "png" if probe.still_image else spec.options.output_video_encoder  # an image work's lossless segment
+    paths = media_paths(probe, encoder, frame_size(spec), os.environ)
     paths = replace(paths, decode=opened_decode_plan(paths.decode, probe.codec))
     metrics.media_path("decode", paths.decode.path)
     metrics.media_path("encode", paths.encode.path)
@@ -270,9 +272,10 @@ class Committer:
                 raise InvalidWorkError(
                     f"segment {segment.index}: encoded {frame_count} frames, expected {segment.frame_count}"
                 )
-            name = segment_file_name(segment.index, self.claims.holder)
+            extension = os.path.splitext(path)[1]
+            name = segment_file_name(segment.index, self.claims.holder, extension)
             size, digest = os.path.getsize(path), storage.file_sha256(path)
-            index = _segment_moov(path)
+            index = _segment_moov(path) if extension == ".mp4" else None
             storage.put_file_checked(path, self.layout.segment_file(name), digest)  # S3 checks and keeps the sha256
             for number, thumbnail in thumbnails.items():
                 storage.write_bytes_atomic(self.layout.frame_preview(number), thumbnail)
@@ -345,7 +348,9 @@ class SegmentWriter:
         self._frame_numbers = {pts: number for number, pts in enumerate(spec.probe.pts)}
         self._starts = [segment.start for segment in spec.segments]
         self._size = frame_size(spec)
-        self._encoder: VideoEncoder | None = None
+        self._encoder: VideoEncoder | StillImageEncoder | None = None
+        self._still: StillImageEncoder | None = None  # the encoder, where it writes an image work's segment
+        self._path = ""
         self._segment: Segment | None = None
         self._thumbnails: dict[int, bytes] = {}  # the open segment's preview frames
         self._opened = 0.0
@@ -361,6 +366,8 @@ class SegmentWriter:
                 f"frame {number} of segment {segment.index} arrived before segment {self._segment.index} was complete"
             )
         assert self._encoder is not None
+        if self._still is not None and number in self.frames.originals:
+            self._still.keep_alpha(self.frames.originals[number])
         if number in self._preview and (thumbnail := self._thumbnail(number, frame)) is not None:
             self._thumbnails[number] = thumbnail
         began = time.perf_counter()
@@ -377,16 +384,22 @@ class SegmentWriter:
         """Close a segment left half-written by a failure (its file goes with the temporary folder)."""
         if self._encoder is not None:
             self._encoder.abort()
-            self._encoder = self._segment = None
+            self._encoder = self._still = self._segment = None
 
     def _open(self, segment: Segment) -> None:
         from facefusion_provider.media.encode import VideoEncoder, encoder_settings
+        from facefusion_provider.media.images import STILL_SEGMENT_EXTENSION, StillImageEncoder
         from facefusion_provider.output.remux import segment_pts_offset
 
         probe = self.spec.probe
         self._segment, self._thumbnails, self._opened = segment, {}, time.perf_counter()
+        extension = STILL_SEGMENT_EXTENSION if probe.still_image else ".mp4"
+        self._path = os.path.join(self.folder, f"{segment.index:05d}{extension}")
+        if probe.still_image:
+            self._encoder = self._still = StillImageEncoder(self._path)
+            return
         self._encoder = VideoEncoder(
-            os.path.join(self.folder, f"{segment.index:05d}.mp4"),
+            self._path,
             encoder_settings(self.spec.options, probe, self._size),
             width=self._size[0],
             height=self._size[1],
@@ -399,24 +412,26 @@ class SegmentWriter:
     def _finish(self) -> None:
         assert self._encoder is not None and self._segment is not None
         count = self._encoder.close()
-        path = os.path.join(self.folder, f"{self._segment.index:05d}.mp4")
+        path = self._path
         encode_s = time.perf_counter() - self._opened
         segment, thumbnails = self._segment, self._thumbnails
-        self._encoder = self._segment = None
+        self._encoder = self._still = self._segment = None
         self.committer.submit(segment, path, count, thumbnails, encode_s)
 
     def _thumbnail(self, number: int, output: av.VideoFrame) -> bytes | None:
         from facefusion_provider.media.preview import thumbnail_pair
 
         original = self.frames.originals.pop(number, None)
-        return None if original is None else thumbnail_pair(original, output, self.spec.probe.rotation)
+        probe = self.spec.probe
+        return None if original is None else thumbnail_pair(original, output, probe.rotation, beside=probe.still_image)
 
 
 def frame_size(spec: WorkSpec) -> tuple[int, int]:
-    """The size of the work's output frames, as its processors and ``output_video_scale`` make them."""
+    """The size of the work's output frames, as its processors and ``output_video_scale`` (an image's
+    ``output_image_scale``) make them."""
     from facefusion_provider.engine.processors.registry import output_size
 
-    return output_size(spec.options, spec.probe.width, spec.probe.height)
+    return output_size(spec.frame_options(), spec.probe.width, spec.probe.height)
 
 
 def _segment_moov(path: str) -> tuple[bytes, int] | None:

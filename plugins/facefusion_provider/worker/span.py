@@ -104,14 +104,14 @@ class FrameProcessors:
         self.load_seconds = 0.0
 
     def get(self, metrics: WorkerMetrics) -> AnalysedProcessor | None:
-        options = self._spec.options
+        options = self._spec.frame_options()
         if not options.processors and options.output_video_scale == 1.0:
             return None  # the decoded frames go to the encoder untouched
         if self._processor is None:
             began = time.perf_counter()
             from facefusion_provider.engine.processors.chain import build_frame_processor
 
-            engine = build_frame_processor(self._spec.options, self._spec.identity, self._models_dir)
+            engine = build_frame_processor(options, self._spec.identity, self._models_dir)
             self.load_seconds = time.perf_counter() - began
             metrics.model_load(engine.model_label, self.load_seconds)
             analysis = self._spec.analysis_id

@@ -5,6 +5,7 @@ ingestion DAG's page says about its configuration."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -85,6 +86,13 @@ def test_a_finished_run_links_its_video_as_a_download_and_its_preview_in_the_sam
     assert f'<a id="preview-link" href="{PREVIEW}"' in page and f'<img id="preview" src="{PREVIEW}"' in page
     assert "target=" not in page  # the sandboxed frame blocks a new window: the links download or open in it
     assert link_refusal(_run("success"), OURS) is None
+
+
+def test_a_finished_image_run_offers_the_image_and_its_side_by_side_preview() -> None:
+    run = dataclasses.replace(_run("success"), output_uri="s3://out/portrait.webp")
+    page = _page(run, OURS)
+    assert f'<a id="output-video" href="{VIDEO}" download="portrait.webp">Download the output image</a>' in page
+    assert "Left: the original image; right: the output." in page and "Top row" not in page
 
 
 def test_a_run_whose_output_another_run_replaced_says_by_whom_and_serves_nothing() -> None:

@@ -48,7 +48,7 @@ def _truncated_faststart(folder: Path, make_video: MakeVideo) -> Path:
 
 
 def _image(folder: Path, make_video: MakeVideo) -> Path:
-    path = folder / "photo.png"
+    path = folder / "photo.mp4"  # named as a video: an image target is one named as an image (test_image_targets.py)
     path.write_bytes(encode_image(np.zeros((48, 64, 3), np.uint8), "png"))
     return path
 
@@ -78,7 +78,7 @@ BAD_TARGETS: dict[str, tuple[Callable[[Path, MakeVideo], Path], int, str]] = {
         EXIT_INVALID_MEDIA,
         r"cut-faststart\.mp4: is truncated: the header lists 60 frames, only \d+ can be read",
     ),
-    "image": (_image, EXIT_INVALID_MEDIA, r"photo\.png: is a still image .*not a video"),
+    "image-named-as-a-video": (_image, EXIT_INVALID_MEDIA, r"photo\.mp4: is a still image .*not a video"),
     "audio-only": (_audio_only, EXIT_INVALID_MEDIA, r"voice\.m4a: has no video stream \(found: audio\)"),
     "missing": (_missing, EXIT_INPUT_MISSING, r"target: .*never-uploaded\.mp4 does not exist"),
 }
