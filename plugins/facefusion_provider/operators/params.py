@@ -40,7 +40,7 @@ def swap_params() -> dict[str, Param]:
             {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}},
             None,
             "Required: pictures of the face to put into the video, one per line; several pictures of one person are "
-            "averaged.",
+            "averaged. For lip sync, also the voice: an audio file (.wav, .mp3, .m4a, .aac, .opus, .ogg, .flac).",
         ),
         "target_uri": ({"type": ["string", "null"]}, None, "Required: the video whose faces are replaced."),
         "output_uri": (

@@ -18,6 +18,12 @@ from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, parse_options, renamed_option_message
 
+# Sources by extension: these are voices (FaceFusion's ``-s`` takes audio beside face images), anything else an image.
+AUDIO_EXTENSIONS = frozenset({".wav", ".mp3", ".aac", ".m4a", ".opus", ".ogg", ".oga", ".flac"})
+# Processors that read a voice among the sources, and those that read a face image among them.
+VOICE_PROCESSORS = frozenset({"lip_syncer"})
+FACE_SOURCE_PROCESSORS = frozenset({"face_swapper"})
+
 # Output containers the merge can write, and the encoders each one can hold.
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
     ".mp4": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
@@ -128,9 +134,31 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames) -
         )
 
 
+def is_audio_source(uri: str) -> bool:
+    """Whether a source is a voice (by its extension, as the user names it), not a face image."""
+    return posixpath.splitext(urlparse(uri).path)[1].lower() in AUDIO_EXTENSIONS
+
+
+def image_sources(source_uris: Sequence[str]) -> list[str]:
+    return [uri for uri in source_uris if not is_audio_source(uri)]
+
+
+def voice_source(source_uris: Sequence[str]) -> str | None:
+    """The voice a run speaks: its first audio source, as FaceFusion takes it; None without one."""
+    return next((uri for uri in source_uris if is_audio_source(uri)), None)
+
+
 def check_sources(source_uris: Sequence[str], options: Options, fields: FieldNames) -> None:
-    if "face_swapper" in options.processors and not source_uris:
-        raise InvalidOptionError(f"{fields.sources}: face_swapper needs at least one source image")
+    """A processor that reads a face image has one among the sources, one that reads a voice has an audio file."""
+    for name in FACE_SOURCE_PROCESSORS & set(options.processors):
+        if not image_sources(source_uris):
+            raise InvalidOptionError(f"{fields.sources}: {name} needs at least one source image")
+    for name in VOICE_PROCESSORS & set(options.processors):
+        if voice_source(source_uris) is None:
+            raise InvalidOptionError(
+                f"{fields.sources}: {name} needs a voice among the sources: an audio file "
+                f"({', '.join(sorted(AUDIO_EXTENSIONS))})"
+            )
 
 
 @dataclass(frozen=True)
