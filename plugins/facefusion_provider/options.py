@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from facefusion_provider.exceptions import InvalidOptionError
 
 Processor = Literal[
-    "face_swapper", "face_enhancer", "frame_enhancer", "frame_colorizer", "background_remover", "face_debugger"
+    "face_swapper",
+    "face_enhancer",
+    "frame_enhancer",
+    "frame_colorizer",
+    "background_remover",
+    "face_debugger",
+    "lip_syncer",
 ]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g"]
@@ -102,6 +108,7 @@ BackgroundRemoverModel = Literal[
 FaceDebuggerItem = Literal[
     "bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68", "face-landmark-68/5", "face-mask"
 ]
+LipSyncerModel = Literal["wav2lip_96", "wav2lip_gan_96", "edtalk_256"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -162,7 +169,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, move the mouth to the voice (an audio file among the sources). None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -438,6 +445,28 @@ class FaceDebuggerOptions(BaseModel):
     )
 
 
+class LipSyncerOptions(BaseModel):
+    """The lip syncer's own options (``engine/processors/lip_syncer.py``): the voice is an audio file among the sources."""
+
+    lip_syncer_model: LipSyncerModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="wav2lip_gan_96",
+        description="Only with the lip syncer processor: the model that moves each face's mouth to the voice (an "
+        "audio file among the sources). A model file you install.",
+    )
+    lip_syncer_weight: float = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        multiple_of=0.05,
+        strict=True,
+        allow_inf_nan=False,
+        description="Only with the lip syncer processor: how strongly the voice moves the mouth (0-1, in steps of "
+        "0.05): wav2lip scales the voice by twice this, edtalk takes it as its weight.",
+    )
+
+
 class _RunOptions(BaseModel):
     """Frames, segments, the output video and where the models run."""
 
@@ -531,6 +560,7 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "frame_colorizer": FrameColorizerOptions,
     "background_remover": BackgroundRemoverOptions,
     "face_debugger": FaceDebuggerOptions,
+    "lip_syncer": LipSyncerOptions,
 }
 
 
@@ -539,6 +569,7 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 class Options(
     OutputOptions,
     _RunOptions,
+    LipSyncerOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
     FrameColorizerOptions,

@@ -134,6 +134,7 @@ def test_json_schema_drives_the_ui_form() -> None:
         "frame_colorizer",
         "background_remover",
         "face_debugger",
+        "lip_syncer",
     ]
     assert properties["background_remover_fill_color"]["prefixItems"][3]["maximum"] == 255
     assert all(prop.get("description") for prop in properties.values())

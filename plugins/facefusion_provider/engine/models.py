@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 ModelRole = Literal[
-    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte"
+    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte", "lip_sync"
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -115,6 +115,21 @@ class MatteFacts:
         return 4 if self.kind == "corridor_key" else 3
 
 
+LipSyncKind = Literal["wav2lip", "edtalk"]
+
+
+@dataclass(frozen=True)
+class LipSyncFacts:
+    """A lip syncer: input ``source`` (1, 1, 80, 16) the frame's mel window (``engine.voice``), ``target`` the face.
+    ``wav2lip``: the lower face's box (the 68 points' box in the ffhq_512 crop) at 96x96, BGR 0..1, its lower half
+    blanked and stacked before itself, (1, 6, 96, 96); the voice scaled by twice ``lip_syncer_weight``; pasted by the
+    lower-face area mask. ``edtalk``: the ffhq_512 crop at 256x256, BGR 0..1, (1, 3, 256, 256), with ``weight`` (1,)
+    ``lip_syncer_weight``; pasted by the box mask. Output: (1, 3, size, size) BGR 0..1."""
+
+    kind: LipSyncKind
+    size: int
+
+
 @dataclass(frozen=True)
 class PackagedFile:
     """A model file shipped inside an installed distribution, found by path and never imported."""
@@ -143,6 +158,7 @@ class ModelSpec:
     frame_enhance: FrameEnhanceFacts | None = None
     colorize: ColorizeFacts | None = None
     matte: MatteFacts | None = None
+    lip_sync: LipSyncFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -162,6 +178,7 @@ def _user_model(
     frame_enhance: FrameEnhanceFacts | None = None,
     colorize: ColorizeFacts | None = None,
     matte: MatteFacts | None = None,
+    lip_sync: LipSyncFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -178,6 +195,7 @@ def _user_model(
         frame_enhance=frame_enhance,
         colorize=colorize,
         matte=matte,
+        lip_sync=lip_sync,
     )
 
 
@@ -321,6 +339,28 @@ def _background_remover(name: str, facts: MatteFacts, *, licence: str, vendor: s
         licence=licence,
         vendor=vendor,
         matte=facts,
+    )
+
+
+# FaceFusion 3.8.1's lip syncers: facts, licence, vendor.
+LIP_SYNCERS: dict[str, tuple[LipSyncFacts, str, str]] = {
+    "wav2lip_96": (LipSyncFacts("wav2lip", 96), "Non-Commercial", "Rudrabha"),
+    "wav2lip_gan_96": (LipSyncFacts("wav2lip", 96), "Non-Commercial", "Rudrabha"),
+    "edtalk_256": (LipSyncFacts("edtalk", 256), "Apache-2.0", "tanshuai0219"),
+}
+
+
+def _lip_syncer(name: str, facts: LipSyncFacts, *, licence: str, vendor: str) -> ModelSpec:
+    channels = 6 if facts.kind == "wav2lip" else 3
+    weight: TensorSpec = (("weight", (1,)),) if facts.kind == "edtalk" else ()
+    return _user_model(
+        name,
+        "lip_sync",
+        inputs=(("source", (1, 1, 80, 16)), ("target", (1, channels, facts.size, facts.size)), *weight),
+        outputs=(("output", (1, 3, facts.size, facts.size)),),
+        licence=licence,
+        vendor=vendor,
+        lip_sync=facts,
     )
 
 
@@ -475,6 +515,10 @@ MODELS: dict[str, ModelSpec] = {
             _background_remover(name, facts, licence=licence, vendor=vendor)
             for name, (facts, licence, vendor) in BACKGROUND_REMOVERS.items()
         ),
+        *(
+            _lip_syncer(name, facts, licence=licence, vendor=vendor)
+            for name, (facts, licence, vendor) in LIP_SYNCERS.items()
+        ),
     )
 }
 
@@ -505,6 +549,10 @@ def colorize_facts(name: str) -> ColorizeFacts:
 
 def matte_facts(name: str) -> MatteFacts:
     return _facts(name, "background remover", lambda spec: spec.matte)
+
+
+def lip_sync_facts(name: str) -> LipSyncFacts:
+    return _facts(name, "lip syncer", lambda spec: spec.lip_sync)
 
 
 def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:

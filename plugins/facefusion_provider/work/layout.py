@@ -78,6 +78,11 @@ class WorkLayout:
         return storage.join(self.work_uri, "sound.bin")
 
     @property
+    def voice_file(self) -> str:
+        """The voice's mel spectrogram (lip sync), computed once by prepare from the run's audio source."""
+        return storage.join(self.work_uri, "voice_mel.npy")
+
+    @property
     def refusals_dir(self) -> str:
         return storage.join(self.work_uri, "refusals")
 

@@ -19,7 +19,7 @@ from facefusion_provider.work.access import checked_uris, load_work, local_copie
 from facefusion_provider.work.ids import analysis_id, work_id
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
-from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, check_sources
+from facefusion_provider.work.run_inputs import CLI_FIELDS, VOICE_PROCESSORS, RunUris, check_sources, voice_source
 from facefusion_provider.work.span_plan import plan_segments
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,10 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         frame_end=frame_end,
         segments=segments,
         analysis_id=_analysis_id(target_id, options),
-        identity=_identity(uris, options, probe, models_dir) if options.processors else {},
+        identity={
+            **(_identity(uris, options, probe, models_dir) if options.processors else {}),
+            **_voice(layout, uris, options, probe),
+        },
     )
     if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
         logger.info("work %s: another run prepared it meanwhile; using its work.json", expected)
@@ -145,6 +148,24 @@ def _analysis_id(target_id: str, options: Options) -> str | None:
 
     needs = analysis_needs(options)
     return analysis_id(target_id, options, needs.landmarks) if needs.faces else None
+
+
+def _voice(layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe) -> dict[str, Any]:
+    """For a chain that reads a voice: the first audio source's mel spectrogram, computed once and stored with the work
+    (every span reads that file); a source that does not decode is refused naming its field and file."""
+    if not VOICE_PROCESSORS & set(options.processors):
+        return {}
+    from facefusion_provider.engine.processors.lip_syncer import voice_identity
+    from facefusion_provider.engine.voice import pack_mel, voice_mel
+    from facefusion_provider.media.audio import read_voice_samples
+
+    uri = voice_source(uris.source_uris)
+    assert uri is not None  # check_sources refused a chain that reads a voice without one
+    field = f"{CLI_FIELDS.sources}[{uris.source_uris.index(uri)}]"
+    with local_copies([uri]) as (path,):
+        data = pack_mel(voice_mel(read_voice_samples(path, f"{field} ({uri})")))
+    storage.write_bytes_exclusive(layout.voice_file, data)  # the same bytes whoever writes them first
+    return voice_identity(layout.voice_file, data, Fraction(probe.frame_rate))
 
 
 def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:

@@ -275,6 +275,7 @@ def test_every_option_is_its_own_typed_field() -> None:
         "frame_colorizer",
         "background_remover",
         "face_debugger",
+        "lip_syncer",
     ]  # a multi-select
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
     assert params["face_mask_types"].schema["type"] == ["array", "null"]  # emptied: the default (box)

@@ -24,7 +24,12 @@ from facefusion_provider.exceptions import (
     ModelIncompatibleError,
     ModelMissingError,
 )
-from facefusion_provider.options import BackgroundRemoverModel, FrameColorizerModel, FrameEnhancerModel
+from facefusion_provider.options import (
+    BackgroundRemoverModel,
+    FrameColorizerModel,
+    FrameEnhancerModel,
+    LipSyncerModel,
+)
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
 
@@ -70,6 +75,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         *get_args(FrameEnhancerModel),
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
+        *get_args(LipSyncerModel),
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
@@ -86,6 +92,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "upscale",
         "colorize",
         "matte",
+        "lip_sync",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

@@ -58,6 +58,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "run_lease": work.run_lease("facefusion_swap.manual-1.abc"),
         "sound_file": work.sound_file,
         "deleting": work.deleting,
+        "voice": work.voice_file,
         "refusal": work.refusal("gpu-node-1-42"),
         "worker": root.worker("gpu-node-1-42"),
         "signal": root.signal,
@@ -81,6 +82,7 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "claim",
         "run_lease",
         "sound_file",
+        "voice_file",
     }
     known |= {
         "deleting",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from facefusion_provider.engine.processors.base import (
     FaceStats,
     FrameStep,
     ProcessedFrame,
+    TimedFrameStep,
     timed,
 )
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
@@ -44,6 +46,7 @@ from facefusion_provider.engine.select import largest_face, require_recognizer, 
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.exceptions import InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
+from facefusion_provider.work.run_inputs import image_sources
 
 IDENTITY_VERSION = 1
 FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
@@ -67,8 +70,9 @@ def prepare_identity(
         "version": IDENTITY_VERSION,
         "sources": [os.path.basename(path) for path in source_paths],
     }
+    images = image_sources(source_paths)  # a voice among the sources is the worker's to store (``stored_voice``)
     for processor in chain_of(options):
-        identity.update(processor.prepare(source_paths, options, store))
+        identity.update(processor.prepare(images, options, store))
     if options.face_selector_mode == "reference":
         identity["reference_embedding"] = _reference_embedding(reference_frame, options, store).tolist()
     return identity
@@ -126,9 +130,9 @@ class FrameProcessor:
         """Whether the face mesh follows the faces between detections (``registry.follows_faces``)."""
         return follows_faces(self.options)
 
-    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+    def process_batch(self, frames: list[Frame], times: Sequence[Fraction] | None = None) -> list[Frame]:
         with self._pool() as pool:
-            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
+            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool, times)
 
     def analyse_batch(
         self, frames: list[Frame], given: Executor | None = None, track: FaceTracking | None = None
@@ -183,12 +187,23 @@ class FrameProcessor:
         self.stats.add(detected=len(followed))  # found in this frame, by the mesh: the count stays faces per frame
         return followed
 
-    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
-        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
-        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given)]
+    def apply_batch(
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
+    ) -> list[Frame]:
+        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored);
+        ``times``: each frame's seconds from the first frame worked, for the steps that read them."""
+        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given, times)]
 
     def apply_batch_pending(
-        self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
         needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame."""
@@ -196,7 +211,12 @@ class FrameProcessor:
             results: list[ProcessedFrame] = list(frames)
             for step in self.steps:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
-                results = list(step(images, faces, pool))
+                if isinstance(step, TimedFrameStep):
+                    if times is None or len(times) != len(frames):
+                        raise ValueError("the chain reads each frame's time: give one per frame")
+                    results = list(step.at_times(images, faces, pool, times))
+                else:
+                    results = list(step(images, faces, pool))
             return results
 
     @contextlib.contextmanager

@@ -10,6 +10,7 @@ from facefusion_provider.engine.processors import (
     face_swapper,
     frame_colorizer,
     frame_enhancer,
+    lip_syncer,
 )
 from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
 from facefusion_provider.exceptions import InvalidOptionError
@@ -25,6 +26,7 @@ PROCESSORS: dict[str, Processor] = {
         frame_colorizer.PROCESSOR,
         background_remover.PROCESSOR,
         face_debugger.PROCESSOR,
+        lip_syncer.PROCESSOR,
     )
 }
 
