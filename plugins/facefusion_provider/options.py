@@ -108,6 +108,8 @@ BackgroundRemoverModel = Literal[
 FaceDebuggerItem = Literal[
     "bounding-box", "face-landmark-5", "face-landmark-5/68", "face-landmark-68", "face-landmark-68/5", "face-mask"
 ]
+# FaceFusion's audio encoders that this build's FFmpeg (PyAV's) has: libvorbis is not among them.
+OutputAudioEncoder = Literal["flac", "aac", "libmp3lame", "libopus", "pcm_s16le", "pcm_s32le"]
 LipSyncerModel = Literal["wav2lip_96", "wav2lip_gan_96", "edtalk_256"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
@@ -552,6 +554,30 @@ class OutputOptions(BaseModel):
     )
 
 
+class OutputAudioOptions(BaseModel):
+    """The output's sound (FaceFusion's output audio options of the same names): encoded once per work, where it is
+    the voice (lip sync) or these options change the target's."""
+
+    output_audio_encoder: OutputAudioEncoder | None = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=None,
+        description="The codec of the finished video's sound (empty: the target's sound copied as it is, or with lip "
+        "sync the voice as aac). Given, the sound is encoded once with it; the output's container must hold it.",
+    )
+    output_audio_quality: Percent = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=80,
+        description="Sound quality where the sound is encoded: 100 is the best the codec gives (aac, mp3, opus; "
+        "flac and PCM are lossless).",
+    )
+    output_audio_volume: Percent = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=100,
+        description="Loudness of the finished video's sound in percent: 0 leaves the sound out, below 100 the "
+        "sound is encoded once, quieter.",
+    )
+
+
 # A processor's options: its own fields, one class each; ``engine.processors`` maps each name to its module.
 PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
@@ -567,6 +593,7 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 # pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
 # groups in the order faces, swapper, masks, face enhancer, frame enhancer, run, output.
 class Options(
+    OutputAudioOptions,
     OutputOptions,
     _RunOptions,
     LipSyncerOptions,
@@ -626,6 +653,18 @@ class Options(
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the work id."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in NON_PIXEL_OPTIONS}
+
+
+def encodes_sound(options: Options) -> bool:
+    """Whether the output's sound is encoded once per work (the voice of lip sync, or the target's sound with another
+    encoder or volume) rather than the target's copied as it is; volume 0 leaves the sound out."""
+    changed = options.output_audio_encoder is not None or options.output_audio_volume < 100
+    return options.output_audio_volume > 0 and ("lip_syncer" in options.processors or changed)
+
+
+def sound_encoder(options: Options) -> OutputAudioEncoder:
+    """The encoder of an encoded sound: the one chosen, else aac."""
+    return options.output_audio_encoder or "aac"
 
 
 def parse_options(values: dict[str, Any], *, where: str = "options") -> Options:

@@ -25,11 +25,22 @@ def voice_samples(silent_seconds: float, loud_seconds: float, rate: int = 48000)
     return np.concatenate([np.zeros(silent), np.clip(noise, -32768, 32767)]).astype(np.int16)
 
 
+def tone_samples(seconds: float, rate: int = 48000) -> npt.NDArray[np.int16]:
+    """Mono 16-bit samples of three steady tones (what a lossy codec keeps closely, unlike noise)."""
+    times = np.arange(round(seconds * rate)) / rate
+    mix = sum(np.sin(2 * np.pi * hertz * times) for hertz in (220.0, 660.0, 1250.0))
+    return np.asarray(mix * 6000.0, np.int16)
+
+
 def write_voice(
     path: Path, silent_seconds: float, loud_seconds: float, *, rate: int = 48000, codec: str = "pcm_s16le"
 ) -> Path:
     """The voice as a sound file of ``codec`` (WAV for PCM; the container follows the extension)."""
-    samples = voice_samples(silent_seconds, loud_seconds, rate)
+    return write_samples(path, voice_samples(silent_seconds, loud_seconds, rate), rate=rate, codec=codec)
+
+
+def write_samples(path: Path, samples: npt.NDArray[np.int16], *, rate: int = 48000, codec: str = "pcm_s16le") -> Path:
+    """Mono 16-bit ``samples`` as a sound file of ``codec``."""
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=rate)
         assert isinstance(stream, av.audio.stream.AudioStream)

@@ -16,7 +16,15 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, parse_options, renamed_option_message
+from facefusion_provider.options import (
+    MAX_SOURCES,
+    RENAMED_OPTIONS,
+    Options,
+    encodes_sound,
+    parse_options,
+    renamed_option_message,
+    sound_encoder,
+)
 
 # Sources by extension: these are voices (FaceFusion's ``-s`` takes audio beside face images), anything else an image.
 AUDIO_EXTENSIONS = frozenset({".wav", ".mp3", ".aac", ".m4a", ".opus", ".ogg", ".oga", ".flac"})
@@ -31,6 +39,16 @@ OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
     ".mov": frozenset({"libx264", "libx265", "h264_nvenc", "hevc_nvenc"}),
     ".mkv": frozenset({"libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"}),
     ".webm": frozenset({"libvpx-vp9"}),
+}
+
+
+# The sound encoders each output container holds (FaceFusion's list; an .m4v holds aac alone, as FaceFusion makes it).
+OUTPUT_AUDIO_CONTAINERS: dict[str, frozenset[str]] = {
+    ".mp4": frozenset({"aac", "libmp3lame", "libopus", "flac"}),
+    ".m4v": frozenset({"aac"}),
+    ".mov": frozenset({"aac", "libmp3lame", "pcm_s16le", "pcm_s32le"}),
+    ".mkv": frozenset({"flac", "aac", "libmp3lame", "libopus", "pcm_s16le", "pcm_s32le"}),
+    ".webm": frozenset({"libopus"}),
 }
 
 
@@ -131,6 +149,13 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames) -
         raise InvalidOptionError(
             f"{fields.options}.output_video_encoder: {options.output_video_encoder} cannot be stored in a {extension} "
             f"file; allowed there: {', '.join(sorted(encoders))}"
+        )
+    sounds = OUTPUT_AUDIO_CONTAINERS[extension]
+    if encodes_sound(options) and sound_encoder(options) not in sounds:
+        chosen = "" if options.output_audio_encoder else " (the voice's default)"
+        raise InvalidOptionError(
+            f"{fields.options}.output_audio_encoder: {sound_encoder(options)}{chosen} cannot be stored in a "
+            f"{extension} file; allowed there: {', '.join(sorted(sounds))}"
         )
 
 

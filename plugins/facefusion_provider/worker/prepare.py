@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import posixpath
@@ -13,7 +14,7 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
-from facefusion_provider.options import Options
+from facefusion_provider.options import Options, encodes_sound, sound_encoder
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.access import checked_uris, load_work, local_copies, resolve_options, work_layout
 from facefusion_provider.work.ids import analysis_id, work_id
@@ -87,6 +88,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         identity={
             **(_identity(uris, options, probe, models_dir) if options.processors else {}),
             **_voice(layout, uris, options, probe),
+            **_sound(layout, uris, options, probe, (frame_start, frame_end)),
         },
     )
     if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
@@ -166,6 +168,52 @@ def _voice(layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProb
         data = pack_mel(voice_mel(read_voice_samples(path, f"{field} ({uri})")))
     storage.write_bytes_exclusive(layout.voice_file, data)  # the same bytes whoever writes them first
     return voice_identity(layout.voice_file, data, Fraction(probe.frame_rate))
+
+
+def _sound(
+    layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe, frames: tuple[int, int]
+) -> dict[str, Any]:
+    """The output's sound, encoded once and stored with the work where it is not the target's copied as it is: the
+    voice (lip sync) or the target's sound, from the first frame worked for the video's duration (FaceFusion's ``-t``:
+    a longer sound is cut, a shorter one stays shorter), starting at the output's first frame. Nothing where there is
+    no sound."""
+    if not encodes_sound(options):
+        return {}
+    from facefusion_provider.media.audio import encode_sound, sound_extension
+    from facefusion_provider.storage.scratch import scratch_folder
+
+    first, end = frames
+    time_base = Fraction(probe.time_base)
+    begins = probe.pts[first] * time_base
+    ends = (
+        probe.pts[end] * time_base
+        if end < probe.frame_count
+        else probe.pts[0] * time_base + Fraction(probe.duration_seconds)
+    )
+    voiced = bool(VOICE_PROCESSORS & set(options.processors))
+    uri = voice_source(uris.source_uris) if voiced else uris.target_uri
+    assert uri is not None  # check_sources refused a chain that reads a voice without one
+    encoder, extension = sound_encoder(options), sound_extension(sound_encoder(options))
+    with local_copies([uri]) as (path,), scratch_folder("sound-") as folder:
+        encoded = os.path.join(folder, f"sound{extension}")
+        samples = encode_sound(
+            path,
+            uri,
+            encoded,
+            encoder=encoder,
+            quality=options.output_audio_quality,
+            volume=options.output_audio_volume,
+            start=0.0 if voiced else float(begins),
+            duration=float(ends - begins),
+        )
+        if not samples:
+            return {}
+        with open(encoded, "rb") as handle:
+            data = handle.read()
+    stored = layout.encoded_sound(extension)
+    if not storage.write_bytes_exclusive(stored, data):  # another preparer's: the one every merge reads
+        data = storage.read_bytes(stored)
+    return {"sound": {"uri": stored, "sha256": hashlib.sha256(data).hexdigest(), "encoder": encoder}}
 
 
 def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
