@@ -1,5 +1,6 @@
 """Lip sync benchmark: CPU ms per 720p frame of the lip syncer on its stand-ins (tests/support/standins_lip_sync.py),
-and what prepare spends once per work on a voice: its mel spectrogram and its encoded sound, per minute of voice.
+and what prepare spends once per work on a voice, per minute of it: the voice extraction's work around its model
+(an identity stand-in: the model's own compute is not measured), the mel spectrogram and the encoded sound.
 
 The stand-ins are a few arithmetic nodes, so inference costs next to nothing: the frame figures are what the engine
 does around the model (the ffhq_512 crop, wav2lip's 96 px box and its warp back, edtalk's resizes, the masks, the
@@ -89,6 +90,7 @@ def measure_voice(voice_seconds: float) -> list[dict[str, Any]]:
     from voices import write_voice
 
     from facefusion_provider.engine.voice import voice_mel
+    from facefusion_provider.engine.voice_extract import extract_voice
     from facefusion_provider.media.audio import encode_sound, read_voice_samples
 
     results = []
@@ -96,8 +98,13 @@ def measure_voice(voice_seconds: float) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as folder:
         voice = str(write_voice(Path(folder) / "voice.wav", 0.0, voice_seconds))
         samples = read_voice_samples(voice, "voice.wav")
+
+        def extracted() -> Any:
+            return extract_voice(samples, lambda parts: parts, 256)  # the stand-in's identity: the FFTs around it
+
         for step, work in (
             ("decode to 48 kHz stereo", lambda: read_voice_samples(voice, "voice.wav")),
+            ("voice extraction around the model (its STFTs, chunks, overlap)", extracted),
             ("mel spectrogram", lambda: voice_mel(samples)),
         ):
             seconds, cpu = _timed(work)

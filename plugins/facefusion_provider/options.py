@@ -111,6 +111,7 @@ FaceDebuggerItem = Literal[
 # FaceFusion's audio encoders that this build's FFmpeg (PyAV's) has: libvorbis is not among them.
 OutputAudioEncoder = Literal["flac", "aac", "libmp3lame", "libopus", "pcm_s16le", "pcm_s32le"]
 LipSyncerModel = Literal["wav2lip_96", "wav2lip_gan_96", "edtalk_256"]
+VoiceExtractorModel = Literal["kim_vocal_1", "kim_vocal_2", "uvr_mdxnet"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
@@ -466,6 +467,12 @@ class LipSyncerOptions(BaseModel):
         allow_inf_nan=False,
         description="Only with the lip syncer processor: how strongly the voice moves the mouth (0-1, in steps of "
         "0.05): wav2lip scales the voice by twice this, edtalk takes it as its weight.",
+    )
+    voice_extractor_model: VoiceExtractorModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="kim_vocal_2",
+        description="Only with the lip syncer processor: the model that separates the voice from music and noise "
+        "before the mouth follows it (once per work). A model file you install.",
     )
 
 

@@ -1,4 +1,5 @@
-"""Stand-ins for FaceFusion's lip syncers (wav2lip_96, wav2lip_gan_96, edtalk_256) with the real files' input names
+"""Stand-ins for FaceFusion's lip syncers (wav2lip_96, wav2lip_gan_96, edtalk_256) and voice extractors (kim_vocal_1,
+kim_vocal_2, uvr_mdxnet: the whole sound kept, or only its lowest frequencies) with the real files' input names
 and shapes (``engine.models``): ``source`` the (1, 1, 80, 16) mel window, ``target`` the face (wav2lip: its blanked
 and whole copies stacked, 6 channels), edtalk's ``weight`` (1,).
 
@@ -58,11 +59,11 @@ def lip_syncer_standin(folder: Path, name: str) -> Path:
         face = "face"
     nodes.append(helper.make_node("Mul", [face, "keep"], ["output"]))
     initializers = [
-        _const("four", np.float32(4.0)),
-        _const("eight", np.float32(8.0)),
-        _const("zero", np.float32(0.0)),
-        _const("one", np.float32(1.0)),
-        _const("two", np.float32(2.0)),
+        _const("four", np.array(4.0, np.float32)),
+        _const("eight", np.array(8.0, np.float32)),
+        _const("zero", np.array(0.0, np.float32)),
+        _const("one", np.array(1.0, np.float32)),
+        _const("two", np.array(2.0, np.float32)),
         _const("lower", lower),
         _const("starts", np.array([3], np.int64)),
         _const("ends", np.array([6], np.int64)),
@@ -82,8 +83,34 @@ def lip_syncer_standin(folder: Path, name: str) -> Path:
     return path
 
 
+def voice_extractor_standin(folder: Path, name: str, keep_bins: int | None = None) -> Path:
+    """A voice extractor (``input`` (N, 4, 3072, 256) -> ``output`` the same): the whole sound is the voice, or with
+    ``keep_bins`` only its lowest bins (7680-point bins of 6.25 Hz: 160 keep what lies below 1 kHz)."""
+    mask = np.ones((1, 1, 3072, 1), np.float32)
+    if keep_bins is not None:
+        mask[:, :, keep_bins:] = 0.0
+    spec = MODELS[name]
+    shape: list[str | int] = ["N", 4, 3072, 256]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["input", "mask"], ["output"])],
+        f"{name}_standin",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)],
+        initializer=[_const("mask", mask)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    path = folder / spec.file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
 def write_lip_sync_standins(folder: Path) -> Path:
+    """Every lip syncer's stand-in, and every voice extractor's (the whole sound kept)."""
     for name, spec in MODELS.items():
         if spec.role == "lip_sync":
             lip_syncer_standin(folder, name)
+        elif spec.role == "voice":
+            voice_extractor_standin(folder, name)
     return folder

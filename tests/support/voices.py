@@ -60,12 +60,12 @@ def write_samples(path: Path, samples: npt.NDArray[np.int16], *, rate: int = 480
 
 def decoded_voice(path: str | Path) -> npt.NDArray[np.float64]:
     """A file's first audio stream as 48 kHz mono samples in 16-bit levels (the channels' mean)."""
-    return read_voice_samples(str(path), str(path)).astype(np.float64).mean(axis=1)
+    return np.asarray(read_voice_samples(str(path), str(path)).astype(np.float64).mean(axis=1), np.float64)
 
 
 def carphone_frames(path: str | Path) -> list[npt.NDArray[np.uint8]]:
     with av.open(str(path)) as container:
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        return [np.asarray(frame.to_ndarray(format="rgb24"), np.uint8) for frame in container.decode(video=0)]
 
 
 def write_vfr(path: Path, frames: list[npt.NDArray[np.uint8]], durations: tuple[int, ...]) -> Path:

@@ -10,7 +10,18 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 ModelRole = Literal[
-    "detect", "landmarks", "identity", "swap", "convert", "enhance", "mask", "upscale", "colorize", "matte", "lip_sync"
+    "detect",
+    "landmarks",
+    "identity",
+    "swap",
+    "convert",
+    "enhance",
+    "mask",
+    "upscale",
+    "colorize",
+    "matte",
+    "lip_sync",
+    "voice",
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -350,6 +361,16 @@ LIP_SYNCERS: dict[str, tuple[LipSyncFacts, str, str]] = {
 }
 
 
+# FaceFusion 3.8.1's voice extractors (MDX-Net): licence, vendor. Input ``input``: both channels' real and imaginary
+# STFT parts, (N, 4, 3072 bins, 256 frames); output the voice's, the same shape (``engine.voice_extract``).
+VOICE_EXTRACTORS: dict[str, tuple[str, str]] = {
+    "kim_vocal_1": ("Non-Commercial", "KimberleyJensen"),
+    "kim_vocal_2": ("Non-Commercial", "KimberleyJensen"),
+    "uvr_mdxnet": ("MIT", "Anjok07"),
+}
+VOICE_SHAPE: Shape = (None, 4, 3072, 256)
+
+
 def _lip_syncer(name: str, facts: LipSyncFacts, *, licence: str, vendor: str) -> ModelSpec:
     channels = 6 if facts.kind == "wav2lip" else 3
     weight: TensorSpec = (("weight", (1,)),) if facts.kind == "edtalk" else ()
@@ -518,6 +539,17 @@ MODELS: dict[str, ModelSpec] = {
         *(
             _lip_syncer(name, facts, licence=licence, vendor=vendor)
             for name, (facts, licence, vendor) in LIP_SYNCERS.items()
+        ),
+        *(
+            _user_model(
+                name,
+                "voice",
+                inputs=(("input", VOICE_SHAPE),),
+                outputs=(("output", VOICE_SHAPE),),
+                licence=licence,
+                vendor=vendor,
+            )
+            for name, (licence, vendor) in VOICE_EXTRACTORS.items()
         ),
     )
 }

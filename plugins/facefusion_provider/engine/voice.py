@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from facefusion_provider.media.audio import VOICE_SAMPLE_RATE, Samples
+from facefusion_provider.media.audio import VOICE_SAMPLE_RATE
 
 MEL_SAMPLE_RATE = 16000
 MEL_BANDS = 80
@@ -32,9 +32,10 @@ PRE_EMPHASIS = 0.97
 LOG_FLOOR = 1e-5
 LOG_SCALE, LOG_OFFSET, LOG_CLIP = 1.6, 3.2, 4.0
 Mel = npt.NDArray[np.float32]  # (80, columns): mel magnitudes, before the log
+Sound = npt.NDArray[np.int16] | npt.NDArray[np.float32]  # (n, 2) at 48 kHz: as decoded, or the extracted voice
 
 
-def mono_voice(samples: Samples) -> npt.NDArray[np.float64]:
+def mono_voice(samples: Sound) -> npt.NDArray[np.float64]:
     """48 kHz stereo to 16 kHz mono as FaceFusion prepares a voice: FFT resampling, the channels' mean, the peak scaled
     to 1 (a silent file stays silent), then pre-emphasis."""
     resampled = fft_resample(samples.astype(np.float64), round(len(samples) * MEL_SAMPLE_RATE / VOICE_SAMPLE_RATE))
@@ -102,7 +103,7 @@ def mel_spectrogram(voice: npt.NDArray[np.float64]) -> Mel:
     return np.ascontiguousarray(np.concatenate(columns, axis=1), np.float32)
 
 
-def voice_mel(samples: Samples) -> Mel:
+def voice_mel(samples: Sound) -> Mel:
     """A voice's mel spectrogram, from its 48 kHz stereo samples."""
     return mel_spectrogram(mono_voice(samples))
 

@@ -87,7 +87,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         analysis_id=_analysis_id(target_id, options),
         identity={
             **(_identity(uris, options, probe, models_dir) if options.processors else {}),
-            **_voice(layout, uris, options, probe),
+            **_voice(layout, uris, options, probe, models_dir),
             **_sound(layout, uris, options, probe, (frame_start, frame_end)),
         },
     )
@@ -152,20 +152,28 @@ def _analysis_id(target_id: str, options: Options) -> str | None:
     return analysis_id(target_id, options, needs.landmarks) if needs.faces else None
 
 
-def _voice(layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe) -> dict[str, Any]:
-    """For a chain that reads a voice: the first audio source's mel spectrogram, computed once and stored with the work
-    (every span reads that file); a source that does not decode is refused naming its field and file."""
+def _voice(
+    layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None
+) -> dict[str, Any]:
+    """For a chain that reads a voice: the first audio source's voice (separated by ``voice_extractor_model``) as a
+    mel spectrogram, computed once and stored with the work (every span reads that file); a source that does not
+    decode is refused naming its field and file."""
     if not VOICE_PROCESSORS & set(options.processors):
         return {}
-    from facefusion_provider.engine.processors.lip_syncer import voice_identity
-    from facefusion_provider.engine.voice import pack_mel, voice_mel
+    from facefusion_provider.engine.processors.lip_syncer import voice_identity, voice_mel_of
+    from facefusion_provider.engine.store import store_from_environment
+    from facefusion_provider.engine.voice import pack_mel
     from facefusion_provider.media.audio import read_voice_samples
 
     uri = voice_source(uris.source_uris)
     assert uri is not None  # check_sources refused a chain that reads a voice without one
     field = f"{CLI_FIELDS.sources}[{uris.source_uris.index(uri)}]"
     with local_copies([uri]) as (path,):
-        data = pack_mel(voice_mel(read_voice_samples(path, f"{field} ({uri})")))
+        samples = read_voice_samples(path, f"{field} ({uri})")
+    # prepare runs off the GPU pool unless [facefusion] gpu_commands names it: the CPU is a fallback for the extractor
+    providers = [*options.execution_providers, *(["cpu"] if "cpu" not in options.execution_providers else [])]
+    extracting = options.model_copy(update={"execution_providers": providers})
+    data = pack_mel(voice_mel_of(samples, extracting, store_from_environment(models_dir)))
     storage.write_bytes_exclusive(layout.voice_file, data)  # the same bytes whoever writes them first
     return voice_identity(layout.voice_file, data, Fraction(probe.frame_rate))
 

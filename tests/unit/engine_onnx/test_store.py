@@ -29,6 +29,7 @@ from facefusion_provider.options import (
     FrameColorizerModel,
     FrameEnhancerModel,
     LipSyncerModel,
+    VoiceExtractorModel,
 )
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
@@ -76,6 +77,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         *get_args(FrameColorizerModel),
         *get_args(BackgroundRemoverModel),
         *get_args(LipSyncerModel),
+        *get_args(VoiceExtractorModel),
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
@@ -93,6 +95,7 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "colorize",
         "matte",
         "lip_sync",
+        "voice",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

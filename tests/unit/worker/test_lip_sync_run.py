@@ -22,7 +22,7 @@ from voices import carphone_frames, write_vfr, write_voice
 from facefusion_provider import worker
 from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.engine.voice import FRAME_COLUMNS, MEL_HOP, MEL_WINDOW, window_end
-from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_INVALID_OPTION
+from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_INVALID_OPTION, EXIT_MODEL_MISSING
 from facefusion_provider.media.probe import video_timestamps
 from facefusion_provider.worker import cli
 
@@ -151,4 +151,18 @@ def test_a_voice_that_does_not_decode_is_refused_naming_the_field_and_file(
     assert cli.main(argv) == EXIT_INVALID_MEDIA
     error = capsys.readouterr().err
     assert "source[0] (" in error and "message.mp3): not a readable audio file" in error
+    assert not any((tmp_path / "work").rglob("segments/*.mp4"))
+
+
+def test_a_missing_voice_extractor_is_refused_before_any_segment_naming_the_model(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = _run_argv(inputs, tmp_path / "out.mp4", "--voice-extractor-model", "uvr_mdxnet")
+    models = tmp_path / "models"
+    write_lip_sync_standins(models)
+    (models / "uvr_mdxnet.onnx").unlink()
+    argv[argv.index("--models-dir") + 1] = str(models)
+
+    assert cli.main(argv) == EXIT_MODEL_MISSING
+    assert "uvr_mdxnet" in capsys.readouterr().err
     assert not any((tmp_path / "work").rglob("segments/*.mp4"))

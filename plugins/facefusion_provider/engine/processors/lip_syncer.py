@@ -1,7 +1,8 @@
 """The lip syncer: each selected face's mouth moved to the voice (an audio file among the sources), as FaceFusion 3.8.1's
 ``lip_syncer`` does it, by wav2lip (96) or edtalk (256).
 
-prepare computes the voice's mel spectrogram once (``engine.voice``) and the worker stores it with the work
+prepare separates the voice (``voice_extractor_model``, ``engine.voice_extract``) and computes its mel spectrogram
+once (``engine.voice``); the worker stores it with the work
 (``identity["voice"]``: its file and checksum); every span reads that file. Each frame reads the 16 mel columns its own
 time chooses (``engine.voice.frame_window``), so a frame's mouth never depends on where its span began.
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 
 from facefusion_provider import storage
@@ -34,7 +36,7 @@ from facefusion_provider.engine.face_masks import (
     sharpen_model_mask,
     topology_of,
 )
-from facefusion_provider.engine.models import LipSyncFacts, lip_sync_facts
+from facefusion_provider.engine.models import LipSyncFacts, lip_sync_facts, model_spec
 from facefusion_provider.engine.paste import create_box_mask, paste_back
 from facefusion_provider.engine.processors.base import (
     AnalysisNeeds,
@@ -47,7 +49,8 @@ from facefusion_provider.engine.processors.base import (
 )
 from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
-from facefusion_provider.engine.voice import Mel, frame_window, model_window, unpack_mel
+from facefusion_provider.engine.voice import Mel, frame_window, model_window, unpack_mel, voice_mel
+from facefusion_provider.engine.voice_extract import extract_voice
 from facefusion_provider.exceptions import InvalidWorkError, ModelIncompatibleError
 from facefusion_provider.options import LipSyncerOptions, Options
 
@@ -64,9 +67,14 @@ class LipSyncer(Processor):
         """The faces, with the chosen landmarker's dense points (the mouth's box and the lower face are drawn by them)."""
         return AnalysisNeeds(faces=True, landmarks="2dfan4" if options.face_landmarker_model == "2dfan4" else "mesh")
 
+    def model_names(self, options: Options) -> tuple[str, ...]:
+        return options.lip_syncer_model, options.voice_extractor_model
+
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
-        """Its model checked now, so a missing or mismatched file fails in prepare (the voice is the worker's to store)."""
+        """Its models checked now, so a missing or mismatched file fails in prepare (the voice is the worker's to
+        store: ``voice_mel``)."""
         checked_session(options, store)
+        store.session_for(options.voice_extractor_model, options)
         return {}
 
     def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
@@ -75,6 +83,19 @@ class LipSyncer(Processor):
             store.session_for(options.face_occluder_model, options)
         facts = lip_sync_facts(options.lip_syncer_model)
         return SyncLips(checked_session(options, store), facts, mel, frame_rate, options, store, stats)
+
+
+def voice_mel_of(samples: npt.NDArray[np.int16], options: Options, store: ModelStore) -> Mel:
+    """A voice's mel spectrogram as the lip syncer hears it: separated from music and noise by
+    ``voice_extractor_model`` first, as FaceFusion does."""
+    session = store.session_for(options.voice_extractor_model, options)
+    frames = model_spec(options.voice_extractor_model).inputs[0][1][3]
+    assert frames is not None  # the catalogue pins it
+
+    def run(parts: np.ndarray) -> np.ndarray:
+        return run_session(session, {"input": parts})[0]
+
+    return voice_mel(extract_voice(samples, run, frames))
 
 
 def voice_identity(uri: str, data: bytes, frame_rate: Fraction) -> dict[str, Any]:
