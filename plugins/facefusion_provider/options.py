@@ -468,6 +468,11 @@ class LipSyncerOptions(BaseModel):
         description="Only with the lip syncer processor: how strongly the voice moves the mouth (0-1, in steps of "
         "0.05): wav2lip scales the voice by twice this, edtalk takes it as its weight.",
     )
+
+
+class _VoiceExtractorOptions(BaseModel):
+    """FaceFusion's voice extractor (options of no one processor; the lip syncer's voice goes through it)."""
+
     voice_extractor_model: VoiceExtractorModel = Field(
         json_schema_extra=SECTION_SWAP,
         default="kim_vocal_2",
@@ -603,6 +608,7 @@ class Options(
     OutputAudioOptions,
     OutputOptions,
     _RunOptions,
+    _VoiceExtractorOptions,
     LipSyncerOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
