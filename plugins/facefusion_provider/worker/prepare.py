@@ -174,7 +174,8 @@ def _voice(
     providers = [*options.execution_providers, *(["cpu"] if "cpu" not in options.execution_providers else [])]
     extracting = options.model_copy(update={"execution_providers": providers})
     data = pack_mel(voice_mel_of(samples, extracting, store_from_environment(models_dir)))
-    storage.write_bytes_exclusive(layout.voice_file, data)  # the same bytes whoever writes them first
+    if not storage.write_bytes_exclusive(layout.voice_file, data):  # another preparer's: the one every span reads
+        data = storage.read_bytes(layout.voice_file)
     return voice_identity(layout.voice_file, data, Fraction(probe.frame_rate))
 
 
