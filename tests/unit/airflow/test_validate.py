@@ -307,6 +307,7 @@ def test_every_option_is_its_own_typed_field() -> None:
         "face_editor",
         "age_modifier",
         "deep_swapper",
+        "lip_syncer",
     ]  # a multi-select
     deep = params["deep_swapper_model"]  # 157 proposals, and free text for custom/<name>
     assert deep.schema["type"] == ["string", "null"] and len(deep.schema["examples"]) == 157

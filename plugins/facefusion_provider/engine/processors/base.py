@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -120,6 +121,20 @@ class TargetFramesStep(FrameStep, Protocol):
     def with_targets(
         self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
     ) -> Sequence[ProcessedFrame]: ...
+
+
+class TimedFrameStep(ABC):
+    """A loaded processor's call that also reads each frame's time: ``times`` are seconds from the first frame worked
+    (the trim start), exact, one per frame (the lip syncer's voice window is chosen by them, never by a frame's place
+    in its batch or span)."""
+
+    @abstractmethod
+    def at_times(
+        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None, times: Sequence[Fraction]
+    ) -> Sequence[ProcessedFrame]: ...
+
+    def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> Sequence[ProcessedFrame]:
+        raise ValueError(f"{type(self).__name__} reads each frame's time: the chain passes ``times``")
 
 
 class Processor(ABC):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import cv2
@@ -41,6 +42,7 @@ from facefusion_provider.engine.processors.base import (
     FrameStep,
     ProcessedFrame,
     TargetFramesStep,
+    TimedFrameStep,
     timed,
 )
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
@@ -56,6 +58,7 @@ from facefusion_provider.engine.select import (
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.exceptions import InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
+from facefusion_provider.work.run_inputs import image_sources
 
 IDENTITY_VERSION = 1
 FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
@@ -82,8 +85,9 @@ def prepare_identity(
         "version": IDENTITY_VERSION,
         "sources": [os.path.basename(path) for path in source_paths],
     }
+    images = image_sources(source_paths)  # a voice among the sources is the worker's to store (``stored_voice``)
     for processor in chain_of(options):
-        identity.update(processor.prepare(source_paths, options, store))
+        identity.update(processor.prepare(images, options, store))
     if options.face_selector_mode == "reference":
         identity["reference_embedding"] = _reference_embedding(reference_frame, options, store).tolist()
     return identity
@@ -155,9 +159,9 @@ class FrameProcessor:
         """Whether the face mesh follows the faces between detections (``registry.follows_faces``)."""
         return follows_faces(self.options)
 
-    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+    def process_batch(self, frames: list[Frame], times: Sequence[Fraction] | None = None) -> list[Frame]:
         with self._pool() as pool:
-            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
+            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool, times)
 
     def analyse_batch(
         self, frames: list[Frame], given: Executor | None = None, track: FaceTracking | None = None
@@ -212,12 +216,23 @@ class FrameProcessor:
         self.stats.add(detected=len(followed))  # found in this frame, by the mesh: the count stays faces per frame
         return followed
 
-    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
-        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
-        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given)]
+    def apply_batch(
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
+    ) -> list[Frame]:
+        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored);
+        ``times``: each frame's seconds from the first frame worked, for the steps that read them."""
+        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given, times)]
 
     def apply_batch_pending(
-        self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
         needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame.
@@ -230,6 +245,10 @@ class FrameProcessor:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
                 if isinstance(step, TargetFramesStep):
                     stepped = list(step.with_targets(frames, images, faces, pool))
+                elif isinstance(step, TimedFrameStep):
+                    if times is None or len(times) != len(frames):
+                        raise ValueError("the chain reads each frame's time: give one per frame")
+                    stepped = list(step.at_times(images, faces, pool, times))
                 else:
                     stepped = list(step(images, faces, pool))
                 results, alphas = _split_alphas(stepped, alphas)
