@@ -6,9 +6,9 @@ face_enhancer, the faces chosen by gender (the face classifier); beside it, in t
 The chain runs twice: once on the tiny stand-ins of tests/support (a few arithmetic nodes each: the worker's own memory
 around the models, the analysis, crops, LivePortrait's feature volume, the encoder), once with the compute-equivalent
 inswapper_128 stand-in of bench/make_inswapper_standin.py (554 MB of random weights, the real file's size, 175 G
-multiply-adds a face) and its arcface_w600k_r50 in place of the tiny ones. The other models' weights are the stand-ins', not the real networks': add
-their file sizes for a real deployment. ``changed %`` (pixels the output changed by more than 8 levels) shows the
-chosen face was processed. Input: the carphone clip at 1280x720 with a 48 kHz tone.
+multiply-adds a face) and its arcface_w600k_r50 in place of the tiny ones. The other models' weights are the
+stand-ins', not the real networks': add their file sizes for a real deployment. ``changed %`` (pixels the output
+changed by more than 8 levels) shows the chosen face was processed. Input: the carphone clip at 1280x720 with a 48 kHz tone.
 
     python bench/bench_chain_memory.py [--frames 16] [--out bench/results/chain-memory]
 """

@@ -3,9 +3,10 @@ styleganex_age, and pasted back through the box mask (no padding) and, when chos
 3.8.1 does.
 
 fran sees the face at 1024 on ffhq_512 and answers it at that size; it is told the face's age, the middle of the age
-class the face classifier (fairface) places it in, as FaceFusion's ``numpy.mean`` of that range. styleganex_age sees the face at 256 and a wider
-crop with background (styleganex_384 at 384, the five points first drawn towards the nose) and answers the wider crop,
-which is brought to 1024, colour-matched to the crop it was given, and pasted back over the wider crop's place.
+class the face classifier (fairface) places it in, as FaceFusion's ``numpy.mean`` of that range. styleganex_age sees
+the face at 256 and a wider crop with background (styleganex_384 at 384, the five points first drawn towards the nose)
+and answers the wider crop, which is brought to 1024, colour-matched to the crop it was given, and pasted back over the
+wider crop's place.
 """
 
 from __future__ import annotations
