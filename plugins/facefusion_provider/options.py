@@ -748,7 +748,8 @@ class AgeModifierOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default="fran",
         description="Only with the age modifier processor: the model that makes each face older or younger. A model "
-        "file you install.",
+        "file you install; fran also reads each face's age with the face classifier (fairface, a model file you "
+        "install).",
     )
     age_modifier_direction: int = Field(
         json_schema_extra=SECTION_SWAP,

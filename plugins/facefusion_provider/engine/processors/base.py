@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from facefusion_provider.engine.classify import with_classes
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.paste import PendingFrame
 from facefusion_provider.engine.runtime import each
@@ -35,15 +36,17 @@ ProcessedFrame = Frame | PendingFrame  # a frame, or one whose faces are still t
 
 @dataclass(frozen=True)
 class AnalysisNeeds:
-    """What a processor reads of each frame's analysis: the selected faces, and which dense landmarks on them."""
+    """What a processor reads of each frame's analysis: the selected faces, which dense landmarks on them, and whether
+    their classes (the face classifier's gender, race and age: fran reads the age)."""
 
     faces: bool = False
     landmarks: Landmarks = "none"
+    classes: bool = False
 
     def __or__(self, other: AnalysisNeeds) -> AnalysisNeeds:
         """What two processors in one chain need: the analysis runs once for both."""
         landmarks = max(self.landmarks, other.landmarks, key=LANDMARK_ORDER.index)
-        return AnalysisNeeds(self.faces or other.faces, landmarks)
+        return AnalysisNeeds(self.faces or other.faces, landmarks, self.classes or other.classes)
 
 
 NO_ANALYSIS = AnalysisNeeds()
@@ -55,7 +58,7 @@ class FaceStats:
 
     detected: int = 0
     swapped: int = 0
-    classified: int = 0  # faces the face classifier ran on (only with a gender, race or age filter)
+    classified: int = 0  # faces the face classifier ran on (a gender, race or age filter set, or fran's ages)
     seconds: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -101,6 +104,19 @@ def change_faces_in_place(
         return changed
 
     return list(each(pool, one, list(zip(frames, faces, strict=True))))
+
+
+def classify_unclassified(
+    frame: Frame, faces: list[Face], store: ModelStore, options: Options, stats: FaceStats
+) -> list[Face]:
+    """``faces`` with their classes, the classifier run only on those without (counted in ``stats``)."""
+    unclassified = sum(face.classes is None for face in faces)
+    if not unclassified:
+        return faces
+    with timed(stats, "classify"):
+        classified = with_classes(frame, faces, store, options)
+    stats.add(classified=unclassified)
+    return classified
 
 
 class FrameStep(Protocol):

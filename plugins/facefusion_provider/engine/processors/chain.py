@@ -43,6 +43,7 @@ from facefusion_provider.engine.processors.base import (
     ProcessedFrame,
     TargetFramesStep,
     TimedFrameStep,
+    classify_unclassified,
     timed,
 )
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
@@ -166,18 +167,20 @@ class FrameProcessor:
     def analyse_batch(
         self, frames: list[Frame], given: Executor | None = None, track: FaceTracking | None = None
     ) -> list[list[Face]]:
-        """The faces each frame's processors work on, with the dense landmarks they read (none when no processor
-        reads faces). With ``track`` (the face tracker), every frame's detections go through it in order and it
-        selects the faces."""
+        """The faces each frame's processors work on, with the dense landmarks and the classes they read (none when
+        no processor reads faces). With ``track`` (the face tracker), every frame's detections go through it in order
+        and it selects the faces."""
         if not self.needs.faces:
             return [[] for _ in frames]
         with self._pool(given) as pool:
             selected = each(pool, self.select, frames) if track is None else track(each(pool, self.detect, frames))
             with timed(self.stats, "landmarks"):
                 if self.needs.landmarks == "mesh":  # one thread: the face mesh's LiteRT interpreter is not thread-safe
-                    return [self.mesh(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
-                if self.needs.landmarks == "2dfan4":
-                    return each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+                    selected = [self.mesh(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
+                elif self.needs.landmarks == "2dfan4":
+                    selected = each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+            if self.needs.classes:  # on the five points the processors align by, as FaceFusion classifies
+                selected = each(pool, self.classify_selected, list(zip(frames, selected, strict=True)))
             return selected
 
     def analyse_followed(
@@ -290,6 +293,12 @@ class FrameProcessor:
             classified = with_classes(frame, faces, self.store, self.options)
         self.stats.add(classified=len(faces))
         return classified
+
+    def classify_selected(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
+        """The selected faces with their classes (a processor reads them: fran the age), those a filter classified
+        kept; stored with the analysis, so later runs over the target classify none."""
+        frame, faces = pair
+        return classify_unclassified(frame, faces, self.store, self.options, self.stats)
 
     def mesh(self, frame: Frame, faces: list[Face]) -> list[Face]:
         return [mesh_landmarks(frame, face, self.options, self.store) for face in faces]
