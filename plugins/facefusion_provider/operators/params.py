@@ -89,7 +89,8 @@ def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
         schema["items"] = prop["prefixItems"][0]
     if "const" in schema:  # a choice of one (a single enum value): still a dropdown
         schema["enum"] = [schema.pop("const")]
-    if "enum" in schema and "default" in prop and prop["default"] is None:  # unset is a choice: null passes the enum
+    unset = "default" in prop and prop["default"] is None
+    if "enum" in schema and unset and None not in schema["enum"]:  # unset is a choice: null passes the enum
         schema["enum"] = [*schema["enum"], None]
     items = schema.get("items", {})
     if schema.get("type") == "array" and "enum" in items:
