@@ -31,6 +31,7 @@ from facefusion_provider.operators.cleanup import CleanupWorkOperator, keep_work
 from facefusion_provider.operators.params import swap_params
 from facefusion_provider.operators.plan import PlanSpansOperator
 from facefusion_provider.operators.validate import ValidateSwapConfOperator
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.settings import load_settings
 
 settings = load_settings()
@@ -73,17 +74,20 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
         plan = PlanSpansOperator(
             task_id="plan", work_uri=run["work_uri"], output_done=decided["output_done"], wave=1 if standing else None
         )
-        swap_span = swap_span_operator(
-            task_id="swap_span",
-            target_uri=ticket["target_uri"],
-            pool=settings.pool,
-            priority_weight=priority,
-            weight_rule="absolute",
-            max_active_tis_per_dagrun=settings.max_active_spans_per_run,
-            max_active_tis_per_dag=max_active_spans,
-            map_index_template="{{ task.span['label'] }}",
+        span_task = {
+            "task_id": "swap_span",
+            "target_uri": ticket["target_uri"],
+            "pool": settings.pool,
+            "priority_weight": priority,
+            "weight_rule": "absolute",
+            "max_active_tis_per_dagrun": settings.max_active_spans_per_run,
+            "max_active_tis_per_dag": max_active_spans,
+            "map_index_template": "{{ task.span['label'] }}",
             **decided,
-        ).expand(span=plan.output)
+        }
+        # With standing workers a span task is a deferred wait for them, shown as such in the graph.
+        span_tasks = SpanCommittedSensor.partial(**span_task) if standing else swap_span_operator(**span_task)
+        swap_span = span_tasks.expand(span=plan.output)
         merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **decided)
         cleanup = CleanupWorkOperator(task_id="cleanup", **run)
         validate >> prepare >> plan >> swap_span >> merge >> cleanup
