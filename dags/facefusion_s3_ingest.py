@@ -74,6 +74,6 @@ with DAG(
         map_index_template="{{ task.conf['output_uri'] }}",
         retries=2,
     ).expand_kwargs(scan.output)
-    report = IngestReportOperator(task_id="report", scan_task_id="scan")
+    report = IngestReportOperator(task_id="report", report=scan.output["report"])
     scan >> start_swap >> report
     scan >> report  # a scan that started nothing still reports (an empty mapped trigger is skipped)

@@ -34,13 +34,15 @@ from facefusion_provider.work.layout import WorkLayout
 class WorkerCall:
     """One worker command of a task, with its templated fields rendered: ``prepare`` and ``merge`` carry their flags
     in ``worker_args``; ``swap-span`` carries this run's ``target_uri`` and its ``span`` (one item of plan's list).
-    ``output_done`` is validate's finding, decided once per run and passed on."""
+    ``output_done`` is validate's finding, decided once per run and passed on; ``run_lease`` the lease validate wrote
+    under ``run_key``, held again as the task starts."""
 
     command: str
     work_uri: str
     output_uri: str
     output_done: bool = False
     run_key: str = ""
+    run_lease: Mapping[str, Any] | None = None
     worker_args: tuple[str, ...] = ()
     target_uri: str = ""
     span: Mapping[str, Any] | None = None
@@ -62,6 +64,7 @@ def worker_call(
     *,
     output_done: bool = False,
     run_key: str = "",
+    run_lease: Mapping[str, Any] | None = None,
     worker_args: Sequence[Any] = (),
     target_uri: str | None = None,
     span: Mapping[str, Any] | None = None,
@@ -75,6 +78,7 @@ def worker_call(
         output_uri=output_uri,
         output_done=bool(output_done),
         run_key=run_key,
+        run_lease=run_lease,
         worker_args=tuple(str(arg) for arg in worker_args),
         target_uri=target_uri or "",
         span=span,
@@ -95,6 +99,7 @@ def worker_call_of(operator: Any) -> WorkerCall:
         operator.output_uri,
         output_done=operator.output_done,
         run_key=operator.run_key,
+        run_lease=operator.run_lease,
         worker_args=operator.worker_args,
         target_uri=operator.target_uri,
         span=operator.span,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from held import run_lease
 
 from facefusion_provider.contract import (
     parse_failure_report,
@@ -33,6 +34,7 @@ from facefusion_provider.operators.commands import (
 )
 from facefusion_provider.operators.spans import decided_for_this_try, nothing_to_do
 from facefusion_provider.options import Options
+from facefusion_provider.work import leases
 
 
 def test_argv_follows_the_worker_contract() -> None:
@@ -208,10 +210,35 @@ def test_a_later_try_asks_again_whether_the_output_is_done(
     commit_output(work)
 
     def context(try_number: int) -> dict[str, Any]:
-        return {"ti": SimpleNamespace(try_number=try_number, xcom_pull=lambda **_: None)}
+        return {"ti": SimpleNamespace(try_number=try_number)}
 
     assert not decided_for_this_try(hook, swap, context(1)).output_done, "a first try trusts validate"
     assert decided_for_this_try(hook, swap, context(2)).output_done
     assert "already holds the output of work work0" in (nothing_to_do(hook, swap, context(2)) or "")
     merge = worker_call("merge", work.work_uri, work.output_uri)  # a standing worker may have merged it meanwhile
     assert decided_for_this_try(hook, merge, context(1)).output_done
+
+
+def test_a_task_holds_its_runs_lease_again_as_it_starts(tmp_path: Path, write_work: Callable[..., Any]) -> None:
+    """A run cleared after it failed (its lease ``kept``) or queued past its TTL holds the work as an active run
+    again, from the lease validate wrote (passed by the DAG)."""
+    hook = FaceFusionStorageHook()
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    lease = run_lease("mine", ttl=600)
+    leases.hold(work.layout, "mine", lease)
+    leases.keep_for_retry(work.layout, "mine", ttl_seconds=168 * 3600)
+    span = {"index": 0, "first": 0, "last": 2, "label": "frames 0-15 (2 segments)"}
+    call = worker_call(
+        "swap-span",
+        work.work_uri,
+        work.output_uri,
+        run_key="mine",
+        run_lease=lease.model_dump(mode="json"),
+        target_uri=work.output_uri,
+        span=span,
+    )
+
+    assert nothing_to_do(hook, call, {"ti": SimpleNamespace(try_number=1)}) is None
+
+    (held,) = leases.run_leases(work.layout)
+    assert (held.key, held.lease.state, held.lease.ttl_seconds) == ("mine", "active", 600)
