@@ -14,7 +14,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from facefusion_provider.contract import (
     ALLOWED_INPUT_PREFIXES_VARIABLE,
     ALLOWED_OUTPUT_PREFIXES_VARIABLE,
-    FAULTS_VARIABLE,
     HELP_SECONDS_VARIABLE,
     RUN_KEY_VARIABLE,
     TASK_KEY_VARIABLE,
@@ -106,9 +105,9 @@ def worker_call_of(operator: Any) -> WorkerCall:
     )
 
 
-def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", run_key: str = "") -> dict[str, str]:
+def worker_env(try_number: int, *, key: str = "", run_key: str = "") -> dict[str, str]:
     """Variables a worker command gets from its task: the try number, the task's key, the run's lease key (decided by
-    validate), the allow-lists, and the test-only fault switch when it is set."""
+    validate), the allow-lists and the budget for helping other runs."""
     settings = load_settings()
     env = {
         TRY_NUMBER_VARIABLE: str(try_number),
@@ -121,8 +120,6 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", ru
         env[RUN_KEY_VARIABLE] = run_key
     if settings.help_other_runs_seconds > 0:
         env[HELP_SECONDS_VARIABLE] = f"{settings.help_other_runs_seconds:g}"
-    if faults := environ.get(FAULTS_VARIABLE):
-        env[FAULTS_VARIABLE] = faults
     return env
 
 
@@ -131,7 +128,7 @@ def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], call
     its metrics (where to push them, and the labels that name this task; the work's id among them)."""
     ti = context["ti"]
     metric_env = worker_metric_environment(ti, environ, work_id=call.work_id)
-    env = worker_env(int(ti.try_number), environ, key=task_key(context), run_key=call.run_key)
+    env = worker_env(int(ti.try_number), key=task_key(context), run_key=call.run_key)
     return {**env, **metric_env}
 
 

@@ -28,7 +28,6 @@ from facefusion_provider.work.claims import (
 )
 from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
-from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.segments import (
@@ -190,7 +189,7 @@ def media_frame_work(  # noqa: PLR0917 - the span's state, passed on once
             )
             stream = frames.stream()
             try:
-                run_pipeline(faults.slowed(stream, span), writer.encode, processor)
+                run_pipeline(stream, writer.encode, processor)
             finally:
                 stream.close()
                 writer.abort()

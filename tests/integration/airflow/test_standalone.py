@@ -8,12 +8,12 @@ span, choose which faults a run meets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow, conf, count_frames, make_clip, make_image
+from faults import fault_env
 
 from facefusion_provider import storage
 from facefusion_provider.work.layout import WorkLayout
@@ -32,7 +32,7 @@ FAULTS = [
 def server(standalone_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> StandaloneAirflow:
     work = tmp_path_factory.mktemp("work")
     settings = {**TEST_SETTINGS, "work_root": work.as_uri(), "span_wave": "8"}
-    server: StandaloneAirflow = standalone_factory(settings, {"FACEFUSION_TEST_FAULTS": json.dumps(FAULTS)})
+    server: StandaloneAirflow = standalone_factory(settings, fault_env(FAULTS))
     return server
 
 

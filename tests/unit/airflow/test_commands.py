@@ -62,11 +62,11 @@ def test_prepare_args_carry_inputs_and_changed_options() -> None:
     assert args[6:] == ["--processors", "--face-swapper-blend", "70", "--segment-size", "8"]
 
 
-def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_when_set(
+def test_env_carries_try_number_task_run_key_and_allow_lists_and_help_only_when_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_INPUT_PREFIXES", "s3://in/a, s3://in/b")
-    env = worker_env(3, {"PATH": "/bin"}, key="d/r/swap_span/2", run_key="d--r")
+    env = worker_env(3, key="d/r/swap_span/2", run_key="d--r")
     assert env == {
         "FACEFUSION_TRY_NUMBER": "3",
         "FACEFUSION_TASK_KEY": "d/r/swap_span/2",
@@ -74,10 +74,8 @@ def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_whe
         "FACEFUSION_ALLOWED_INPUT_PREFIXES": "s3://in/a/,s3://in/b/",
         "FACEFUSION_ALLOWED_OUTPUT_PREFIXES": "",
     }
-    faults = '[{"command": "swap-span", "indexes": [1]}]'
-    assert worker_env(1, {"FACEFUSION_TEST_FAULTS": faults})["FACEFUSION_TEST_FAULTS"] == faults
     monkeypatch.setenv("AIRFLOW__FACEFUSION__HELP_OTHER_RUNS_SECONDS", "600")
-    assert worker_env(1, {})["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
+    assert worker_env(1)["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
 
 
 def test_a_tasks_env_adds_its_metric_labels_the_work_id_and_where_to_push() -> None:
@@ -91,7 +89,7 @@ def test_a_tasks_env_adds_its_metric_labels_the_work_id_and_where_to_push() -> N
     env = task_worker_env({"ti": ti}, airflow_side, call)
 
     assert env == {
-        **worker_env(3, airflow_side, key="facefusion_swap/manual__1/swap_span/2", run_key=call.run_key),
+        **worker_env(3, key="facefusion_swap/manual__1/swap_span/2", run_key=call.run_key),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",  # never the headers: they may hold keys
         "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
         "FACEFUSION_METRIC_RUN_ID": "manual__1",

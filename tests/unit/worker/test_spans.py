@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from committed import hold_run_lease, work_uri_for
+from faults import fault_env
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import FAULTS_VARIABLE, HELP_SECONDS_VARIABLE
+from facefusion_provider.contract import HELP_SECONDS_VARIABLE
 from facefusion_provider.work.claims import SegmentClaims, scan_work
 from facefusion_provider.work.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
 from facefusion_provider.work.leases import live_standing_workers
@@ -73,7 +74,7 @@ def _markers(work_uri: str) -> list[str]:
 
 
 def _slow(span: int, delay: float) -> dict[str, str]:
-    return {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [span], "frame_delay": delay}])}
+    return fault_env([{"command": "swap-span", "indexes": [span], "frame_delay": delay}])
 
 
 def _digests(path: str | Path) -> list[str]:
