@@ -52,7 +52,7 @@ class SpanResult:
     first: int
     last: int
     committed: int  # segments this worker committed (its own and others')
-    stolen: int  # of those, segments of other spans (balancing)
+    helped_in_run: int  # of those, segments of other spans of its run (helping their workers)
     reused: int  # segments of its span already committed when the worker started
     discarded: int  # segments another worker committed first
     frames: int  # frames this worker processed and encoded
@@ -289,7 +289,7 @@ def work_segments(
         "%s: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
         label,
         stats.committed,
-        len(picker.stolen),
+        len(picker.helped),
         reused,
         frames_done,
         total,
@@ -299,7 +299,7 @@ def work_segments(
         first=own.start,
         last=own.stop,
         committed=stats.committed,
-        stolen=len(picker.stolen),
+        helped_in_run=len(picker.helped),
         reused=reused,
         discarded=stats.discarded,
         frames=frames_done,

@@ -96,7 +96,7 @@ def test_a_span_started_mid_video_equals_a_run_from_frame_0(reference: Reference
     work_uri = work_uri_for(work_root, [reference.source], reference.target, **OPTIONS)
     worker.prepare(work_uri, [reference.source], reference.target, **OPTIONS)
     last = worker.swap_span(work_uri, reference.target, 2, 3, span=1)  # its own segment first, then the others
-    assert (last.committed, last.stolen) == (3, 2)
+    assert (last.committed, last.helped_in_run) == (3, 2)
     output = tmp_path / "from-the-middle.mp4"
     worker.merge(work_uri, reference.target, str(output))
     assert _digests(output) == reference.frames
