@@ -227,7 +227,10 @@ def measure(
                 "worker_s": round(task.worker_seconds, 2),
                 **({"worker_timings_s": task.worker_timings} if task.worker_timings else {}),
                 **(
-                    {key: task.summary[key] for key in ("first", "last", "committed", "helped_in_run", "reused", "frames")}
+                    {
+                        key: task.summary[key]
+                        for key in ("first", "last", "committed", "helped_in_run", "reused", "frames")
+                    }
                     if task.task == SPAN_TASK and task.summary
                     else {}
                 ),
