@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
@@ -135,26 +134,31 @@ def install(patch: Patch = setattr) -> None:
 class _InstallAfter(importlib.abc.Loader):
     """The worker package's own loader, then ``install``."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
+    def __init__(self, loader: importlib.abc.Loader, finder: _WorkerImport) -> None:
+        self.loader, self.finder = loader, finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
+        sys.meta_path.remove(self.finder)
         install()
 
 
 class _WorkerImport(importlib.abc.MetaPathFinder):
+    """Finds the worker package as the other finders do, with a loader that installs the faults after it. It stays
+    until the package is executed: ``python -m`` asks for the package's spec before it imports it."""
+
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
         if name != WORKER_PACKAGE:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _InstallAfter(spec.loader)
-        return spec
+        for finder in sys.meta_path:
+            spec = None if finder is self else finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _InstallAfter(spec.loader, self)
+                return spec
+        return None
 
 
 def install_when_imported() -> None:

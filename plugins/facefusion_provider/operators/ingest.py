@@ -21,6 +21,7 @@ from airflow.sdk import (
     CronTriggerTimetable,
     Param,
     Variable,
+    XComArg,
 )
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from pydantic import ValidationError
@@ -472,14 +473,14 @@ class IngestReportOperator(BaseOperator):
 
     template_fields: Sequence[str] = (*BaseOperator.template_fields, "report")
 
-    def __init__(self, *, report: Mapping[str, Any] | None, **kwargs: Any) -> None:
+    def __init__(self, *, report: Mapping[str, Any] | XComArg | None, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "none_failed_min_one_success")
         kwargs.setdefault("retries", 0)
         super().__init__(**kwargs)
         self.report = report
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        report = self.report
+        report = cast("Mapping[str, Any] | None", self.report)  # rendered: the XComArg resolved
         if not report:
             raise AirflowFailException("no report from the scan: it failed, see its log")
         for line in report_lines(report):

@@ -165,7 +165,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         """The parent's pod with the worker's container args, environment, labels and annotations (``worker_pod``)."""
         call = self.call()
         # Without a task (a dry run) there is no try, task key or metric label to give.
-        task_env = task_worker_env(context, os.environ, call) if context else worker_env(1, os.environ)
+        task_env = task_worker_env(context, os.environ, call) if context else worker_env(1)
         env = worker_pod_env(task_env, self.pod_settings)
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
         return worker_pod(pod, self.base_container_name, call, env)
