@@ -28,14 +28,16 @@ FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"
 SITE = Path(__file__).resolve().parent / "fault_site"  # its sitecustomize.py installs the faults in a worker process
 WORKER_PACKAGE = "facefusion_provider.worker"
 
+# The package is imported inside the functions below: sitecustomize imports this module in every process of a test
+# with faults, Airflow's own included, and only a worker needs it.
 Item = TypeVar("Item")
 Patch = Callable[[object, str, object], None]
 
 
-def fault_env(faults: Sequence[dict[str, Any]], environ: dict[str, str] | None = None) -> dict[str, str]:
+def fault_env(faults: Sequence[dict[str, Any]]) -> dict[str, str]:
     """The variables that make a worker process started with them meet ``faults``: the list, and ``PYTHONPATH`` with
-    the site that installs them before ``environ``'s (default this process's)."""
-    python_path = (os.environ if environ is None else environ).get("PYTHONPATH", "")
+    the site that installs them before this process's own."""
+    python_path = os.environ.get("PYTHONPATH", "")
     return {
         FAULTS_VARIABLE: json.dumps(list(faults)),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), python_path])),
