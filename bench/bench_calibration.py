@@ -38,12 +38,13 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from committed import hold_run_lease, work_uri_for  # noqa: E402
+from faults import fault_env  # noqa: E402
 from scaling_model import FIRST_LOOK_S, LONGEST_LOOK_S, Overheads, Pool, RunPlan, Simulation  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 from worker_runs import WORKER, machine, write_report  # noqa: E402
 
 from facefusion_provider import worker  # noqa: E402
-from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE, FAULTS_VARIABLE  # noqa: E402
+from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE  # noqa: E402
 from facefusion_provider.work.layout import RootLayout, WorkLayout, output_marker_uri, parse_claim_name  # noqa: E402
 from facefusion_provider.work.records import Claim, SegmentMarker  # noqa: E402
 
@@ -93,7 +94,7 @@ def local(uri: str) -> Path:
 def start_workers(root: str, frame_delay: float, idle_exit: float) -> list[subprocess.Popen[str]]:
     env = {
         **os.environ,
-        FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": frame_delay}]),
+        **fault_env([{"command": "swap-span", "indexes": [0], "frame_delay": frame_delay}]),
         CLAIM_LEASE_SECONDS_VARIABLE: "600",  # no claim renewal within a scenario: a claim's mtime is its creation
     }
     command = [*WORKER, "serve", "--work-root", root, "--idle-exit", str(idle_exit)]

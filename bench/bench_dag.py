@@ -4,7 +4,7 @@ Both do the same job on the same input with the same options: a 60 s 1280x720 cl
 letterboxed, cycled, with an AAC track) in segments of the default size, swapped with skimage's astronaut. The DAG
 plans its spans as deployed (``[facefusion] span_wave``, default ``max_active_spans_per_run``); ``dags test`` runs
 the mapped ``swap_span`` tasks one after another, so the first span's worker works its own segments and then claims
-the others' (balancing), and the later spans find their segments committed and start no worker. The DAG's wall time
+the others' (helping), and the later spans find their segments committed and start no worker. The DAG's wall time
 is split into the costs that the single process does not have: the ``airflow`` command's start, each task's Airflow
 overhead (task runner, DAG parse, XCom, state), each worker process's start and any extra model load, and
 scheduling gaps.
@@ -197,7 +197,7 @@ def measure(
         "segments": run_summary["segment_count"],
         "spans": len(spans),
         "span_workers": len(workers),
-        "segments_stolen": sum(int(task.summary.get("stolen", 0)) for task in workers),
+        "segments_helped_in_run": sum(int(task.summary.get("helped_in_run", 0)) for task in workers),
         "frames": frame_count(dag_output),
         "frames_equal": frame_count(dag_output) == frame_count(run_output) == frame_count(target),
         "outputs_identical": md5(dag_output) == md5(run_output),
@@ -227,7 +227,10 @@ def measure(
                 "worker_s": round(task.worker_seconds, 2),
                 **({"worker_timings_s": task.worker_timings} if task.worker_timings else {}),
                 **(
-                    {key: task.summary[key] for key in ("first", "last", "committed", "stolen", "reused", "frames")}
+                    {
+                        key: task.summary[key]
+                        for key in ("first", "last", "committed", "helped_in_run", "reused", "frames")
+                    }
                     if task.task == SPAN_TASK and task.summary
                     else {}
                 ),
@@ -250,7 +253,7 @@ def markdown(results: list[dict[str, Any]], command: str, seconds: int, segment_
         "after the other.",
         "",
         "`dags test` runs the mapped `swap_span` tasks one at a time: the first span's worker works its own segments "
-        "and then claims every other free segment (balancing), so the later spans find their segments committed and "
+        "and then claims every other free segment (helping), so the later spans find their segments committed and "
         "succeed without starting a worker. On a real deployment the spans run at once, one per GPU.",
         *(["", note] if note else []),
         "",

@@ -139,7 +139,7 @@ def measure_mode(
             )
             fetched, requests = target_traffic(proxy, key)
             summary = json.loads(stdout.strip().splitlines()[-1])
-            if summary["stolen"] or summary["committed"] != span.last - span.first:
+            if summary["helped_in_run"] or summary["committed"] != span.last - span.first:
                 raise RuntimeError(f"{mode}: span {span.index} did not work exactly its own segments: {summary}")
             rows.append(
                 {

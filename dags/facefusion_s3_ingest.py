@@ -31,9 +31,12 @@ The same ledger keeps each job to one run; the scheduled scan catches anything w
 
 from __future__ import annotations
 
+from typing import cast
+
 import pendulum
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG
+from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from facefusion_provider.operators.ingest import (
     CONFIG_FIELDS,
@@ -74,6 +77,6 @@ with DAG(
         map_index_template="{{ task.conf['output_uri'] }}",
         retries=2,
     ).expand_kwargs(scan.output)
-    report = IngestReportOperator(task_id="report", scan_task_id="scan")
+    report = IngestReportOperator(task_id="report", report=cast("PlainXComArg", scan.output)["report"])
     scan >> start_swap >> report
     scan >> report  # a scan that started nothing still reports (an empty mapped trigger is skipped)

@@ -27,10 +27,11 @@ from airflow.sdk import DAG
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
 from facefusion_provider.operators.backends import swap_span_operator, worker_operator
-from facefusion_provider.operators.cleanup import CleanupWorkOperator, keep_work_for_retry
+from facefusion_provider.operators.cleanup import CleanupWorkOperator, KeepWorkForRetry
 from facefusion_provider.operators.params import swap_params
 from facefusion_provider.operators.plan import PlanSpansOperator
 from facefusion_provider.operators.validate import ValidateSwapConfOperator
+from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.settings import load_settings
 
 settings = load_settings()
@@ -56,7 +57,6 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             "retry_delay": settings.retry_delay,
             "retry_exponential_backoff": settings.retry_exponential_backoff,
             "max_retry_delay": settings.max_retry_delay,
-            "on_failure_callback": keep_work_for_retry,  # the failed run keeps its work for a clear (its lease)
         },
         doc_md=doc,
         tags=["facefusion"],
@@ -68,24 +68,39 @@ def swap_dag(dag_id: str, *, priority: int, max_active_spans: int | None, doc: s
             "output_uri": ticket["output_uri"],
             "run_key": ticket["run_key"],
         }
-        decided = {**run, "output_done": ticket["output_done"]}  # validate's finding, passed on to every worker task
-        prepare = worker_operator("prepare", task_id="prepare", worker_args=ticket["prepare_args"], **decided)
-        plan = PlanSpansOperator(
-            task_id="plan", work_uri=run["work_uri"], output_done=decided["output_done"], wave=1 if standing else None
+        # A task after validate that fails keeps the run's work for a clear (its lease).
+        keep_work = KeepWorkForRetry(work_uri=ticket["work_uri"], run_key=ticket["run_key"])
+        # Validate's finding and the lease it wrote (each task holds it again as it starts), passed on to every worker task
+        decided = {**run, "output_done": ticket["output_done"], "run_lease": ticket["run_lease"]}
+        prepare = worker_operator(
+            "prepare", task_id="prepare", worker_args=ticket["prepare_args"], on_failure_callback=keep_work, **decided
         )
-        swap_span = swap_span_operator(
-            task_id="swap_span",
-            target_uri=ticket["target_uri"],
-            pool=settings.pool,
-            priority_weight=priority,
-            weight_rule="absolute",
-            max_active_tis_per_dagrun=settings.max_active_spans_per_run,
-            max_active_tis_per_dag=max_active_spans,
-            map_index_template="{{ task.span['label'] }}",
+        plan = PlanSpansOperator(
+            task_id="plan",
+            work_uri=run["work_uri"],
+            output_done=decided["output_done"],
+            wave=1 if standing else None,
+            on_failure_callback=keep_work,
+        )
+        span_task = {
+            "task_id": "swap_span",
+            "target_uri": ticket["target_uri"],
+            "pool": settings.pool,
+            "priority_weight": priority,
+            "weight_rule": "absolute",
+            "max_active_tis_per_dagrun": settings.max_active_spans_per_run,
+            "max_active_tis_per_dag": max_active_spans,
+            "map_index_template": "{{ task.span['label'] }}",
+            "on_failure_callback": keep_work,
             **decided,
-        ).expand(span=plan.output)
-        merge = worker_operator("merge", task_id="merge", worker_args=ticket["merge_args"], **decided)
-        cleanup = CleanupWorkOperator(task_id="cleanup", **run)
+        }
+        # With standing workers a span task is a deferred wait for them, shown as such in the graph.
+        span_tasks = SpanCommittedSensor.partial(**span_task) if standing else swap_span_operator(**span_task)
+        swap_span = span_tasks.expand(span=plan.output)
+        merge = worker_operator(
+            "merge", task_id="merge", worker_args=ticket["merge_args"], on_failure_callback=keep_work, **decided
+        )
+        cleanup = CleanupWorkOperator(task_id="cleanup", on_failure_callback=keep_work, **run)
         validate >> prepare >> plan >> swap_span >> merge >> cleanup
     return dag
 

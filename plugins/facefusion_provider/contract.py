@@ -36,7 +36,6 @@ TRY_NUMBER_VARIABLE = "FACEFUSION_TRY_NUMBER"
 TASK_KEY_VARIABLE = "FACEFUSION_TASK_KEY"  # dag/run/task/map index: a retry takes over its previous try's claims
 RUN_KEY_VARIABLE = "FACEFUSION_RUN_KEY"  # the run's lease key, decided once by validate
 TERMINATION_LOG_VARIABLE = "FACEFUSION_TERMINATION_LOG"
-FAULTS_VARIABLE = "FACEFUSION_TEST_FAULTS"  # tests only
 ALLOWED_INPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_INPUT_PREFIXES"
 ALLOWED_OUTPUT_PREFIXES_VARIABLE = "FACEFUSION_ALLOWED_OUTPUT_PREFIXES"
 HELP_SECONDS_VARIABLE = "FACEFUSION_HELP_OTHER_RUNS_SECONDS"  # a span worker then works other live runs (0: none)
@@ -77,7 +76,6 @@ class WorkerSettings(BaseModel):
     task_key: str = ""
     run_key: str = ""
     termination_log: str = ""
-    test_faults: str = ""
     models_dir: str | None = None
     models_uri: str | None = None
     models_cache: str | None = None
@@ -150,7 +148,6 @@ _FIELD_VARIABLES: dict[str, str] = {
     "task_key": TASK_KEY_VARIABLE,
     "run_key": RUN_KEY_VARIABLE,
     "termination_log": TERMINATION_LOG_VARIABLE,
-    "test_faults": FAULTS_VARIABLE,
     "models_dir": MODELS_DIR_VARIABLE,
     "models_uri": MODELS_URI_VARIABLE,
     "models_cache": MODELS_CACHE_VARIABLE,

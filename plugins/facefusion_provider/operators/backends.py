@@ -3,9 +3,8 @@
 ``[facefusion] backend`` picks the worker-command operator: ``local`` runs ``FaceFusionWorkerOperator`` (the command as
 a subprocess), ``kubernetes`` runs ``FaceFusionWorkerPodOperator`` (the same call as a pod). Both take ``command=``,
 ``work_uri=``, ``output_uri=``, ``run_key=`` and ``worker_args=`` (``prepare``, ``merge``), or ``target_uri=`` and
-``span=`` (``swap-span``, mapped with ``expand``). ``[facefusion] span_workers = standing`` makes the span tasks
-``SpanCommittedSensor``: deferred waits for the standing workers, visible as such in the graph. A new backend is one
-loader in ``BACKEND_LOADERS``.
+``span=`` (``swap-span``, mapped with ``expand``). With ``[facefusion] span_workers = standing`` the DAG makes its span
+tasks ``sensors.standing_workers.SpanCommittedSensor`` instead. A new backend is one loader in ``BACKEND_LOADERS``.
 """
 
 from __future__ import annotations
@@ -16,16 +15,16 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
+from facefusion_provider.operators.local import FaceFusionWorkerOperator
 from facefusion_provider.settings import load_settings
 
 
 def _local() -> type[BaseOperator]:
-    from facefusion_provider.operators.local import FaceFusionWorkerOperator
-
     return FaceFusionWorkerOperator
 
 
 def _kubernetes() -> type[BaseOperator]:
+    # Imported when chosen: the Kubernetes client costs a local-backend DAG about 3 s of parsing.
     from facefusion_provider.operators.kubernetes import FaceFusionWorkerPodOperator
 
     return FaceFusionWorkerPodOperator
@@ -47,13 +46,6 @@ def worker_operator(command: str, *, task_id: str, backend: str | None = None, *
     return load_backend(backend)(task_id=task_id, command=command, **kwargs)
 
 
-def swap_span_operator(
-    *, task_id: str, backend: str | None = None, span_workers: str | None = None, **kwargs: Any
-) -> OperatorPartial:
-    """The partial span task (map it with ``.expand(span=plan.output)``): a worker of the chosen backend per span, or,
-    with standing workers (``[facefusion] span_workers = standing``), a deferred wait for them."""
-    if (span_workers or load_settings().span_workers) == "standing":
-        from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
-
-        return SpanCommittedSensor.partial(task_id=task_id, **kwargs)
+def swap_span_operator(*, task_id: str, backend: str | None = None, **kwargs: Any) -> OperatorPartial:
+    """The partial span task (map it with ``.expand(span=plan.output)``): a worker of the chosen backend per span."""
     return load_backend(backend).partial(task_id=task_id, command="swap-span", **kwargs)

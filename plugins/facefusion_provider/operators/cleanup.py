@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import Asset, BaseOperator, Context, XComArg
 from airflow.sdk.exceptions import AirflowException
 from pydantic import JsonValue
 
@@ -25,18 +26,30 @@ logger = logging.getLogger(__name__)
 SWAP_OUTPUT_ASSET = Asset(name="facefusion_swap_output", uri="x-facefusion://facefusion_swap/output")
 
 
-def keep_work_for_retry(context: Context) -> None:
+@dataclass(frozen=True)
+class KeepWorkForRetry:
     """A task's ``on_failure_callback``: the failed run keeps its work for a retry or a clear from the UI, for
-    ``[facefusion] keep_failed_work_hours`` (its lease becomes ``kept``: docs/protocol.md, "Failed runs")."""
-    ti = context["ti"]
-    ticket = ti.xcom_pull(task_ids="validate")
-    if not isinstance(ticket, dict) or not ticket.get("work_uri") or not ticket.get("run_key"):
-        return  # validate failed: no lease was written
-    hours = load_settings().keep_failed_work.total_seconds()
-    try:
-        FaceFusionStorageHook().keep_for_retry(ticket["work_uri"], ticket["run_key"], hours)
-    except FaceFusionError as error:  # a callback must not fail: the lease then lapses after its own TTL
-        logger.warning("Could not keep work %s for a retry: %s", ticket["work_uri"], error)
+    ``[facefusion] keep_failed_work_hours`` (its lease becomes ``kept``: docs/protocol.md, "Failed runs").
+
+    A callback has no templated fields: the DAG passes validate's XComs as XComArgs, resolved when the callback runs
+    (in the failed task, or in the DAG processor for a task that died).
+
+    :param work_uri: the shared work folder, from ``validate``.
+    :param run_key: this run's lease key, from ``validate``.
+    """
+
+    work_uri: XComArg
+    run_key: XComArg
+
+    def __call__(self, context: Context) -> None:
+        work_uri, run_key = self.work_uri.resolve(context), self.run_key.resolve(context)
+        if not work_uri or not run_key:
+            return  # validate failed: no lease was written
+        hours = load_settings().keep_failed_work.total_seconds()
+        try:
+            FaceFusionStorageHook().keep_for_retry(work_uri, run_key, hours)
+        except FaceFusionError as error:  # a callback must not fail: the lease then lapses after its own TTL
+            logger.warning("Could not keep work %s for a retry: %s", work_uri, error)
 
 
 class CleanupWorkOperator(BaseOperator):

@@ -14,7 +14,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from facefusion_provider.contract import (
     ALLOWED_INPUT_PREFIXES_VARIABLE,
     ALLOWED_OUTPUT_PREFIXES_VARIABLE,
-    FAULTS_VARIABLE,
     HELP_SECONDS_VARIABLE,
     RUN_KEY_VARIABLE,
     TASK_KEY_VARIABLE,
@@ -34,13 +33,15 @@ from facefusion_provider.work.layout import WorkLayout
 class WorkerCall:
     """One worker command of a task, with its templated fields rendered: ``prepare`` and ``merge`` carry their flags
     in ``worker_args``; ``swap-span`` carries this run's ``target_uri`` and its ``span`` (one item of plan's list).
-    ``output_done`` is validate's finding, decided once per run and passed on."""
+    ``output_done`` is validate's finding, decided once per run and passed on; ``run_lease`` the lease validate wrote
+    under ``run_key``, held again as the task starts."""
 
     command: str
     work_uri: str
     output_uri: str
     output_done: bool = False
     run_key: str = ""
+    run_lease: Mapping[str, Any] | None = None
     worker_args: tuple[str, ...] = ()
     target_uri: str = ""
     span: Mapping[str, Any] | None = None
@@ -62,6 +63,7 @@ def worker_call(
     *,
     output_done: bool = False,
     run_key: str = "",
+    run_lease: Mapping[str, Any] | None = None,
     worker_args: Sequence[Any] = (),
     target_uri: str | None = None,
     span: Mapping[str, Any] | None = None,
@@ -75,6 +77,7 @@ def worker_call(
         output_uri=output_uri,
         output_done=bool(output_done),
         run_key=run_key,
+        run_lease=run_lease,
         worker_args=tuple(str(arg) for arg in worker_args),
         target_uri=target_uri or "",
         span=span,
@@ -95,15 +98,16 @@ def worker_call_of(operator: Any) -> WorkerCall:
         operator.output_uri,
         output_done=operator.output_done,
         run_key=operator.run_key,
+        run_lease=operator.run_lease,
         worker_args=operator.worker_args,
         target_uri=operator.target_uri,
         span=operator.span,
     )
 
 
-def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", run_key: str = "") -> dict[str, str]:
+def worker_env(try_number: int, *, key: str = "", run_key: str = "") -> dict[str, str]:
     """Variables a worker command gets from its task: the try number, the task's key, the run's lease key (decided by
-    validate), the allow-lists, and the test-only fault switch when it is set."""
+    validate), the allow-lists and the budget for helping other runs."""
     settings = load_settings()
     env = {
         TRY_NUMBER_VARIABLE: str(try_number),
@@ -116,8 +120,6 @@ def worker_env(try_number: int, environ: Mapping[str, str], *, key: str = "", ru
         env[RUN_KEY_VARIABLE] = run_key
     if settings.help_other_runs_seconds > 0:
         env[HELP_SECONDS_VARIABLE] = f"{settings.help_other_runs_seconds:g}"
-    if faults := environ.get(FAULTS_VARIABLE):
-        env[FAULTS_VARIABLE] = faults
     return env
 
 
@@ -126,7 +128,7 @@ def task_worker_env(context: Mapping[str, Any], environ: Mapping[str, str], call
     its metrics (where to push them, and the labels that name this task; the work's id among them)."""
     ti = context["ti"]
     metric_env = worker_metric_environment(ti, environ, work_id=call.work_id)
-    env = worker_env(int(ti.try_number), environ, key=task_key(context), run_key=call.run_key)
+    env = worker_env(int(ti.try_number), key=task_key(context), run_key=call.run_key)
     return {**env, **metric_env}
 
 

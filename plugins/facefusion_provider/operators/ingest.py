@@ -21,6 +21,7 @@ from airflow.sdk import (
     CronTriggerTimetable,
     Param,
     Variable,
+    XComArg,
 )
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from pydantic import ValidationError
@@ -467,21 +468,21 @@ class IngestReportOperator(BaseOperator):
     and what happens next in the message, so Airflow's failure alerts reach whoever watches the DAG. A scan that
     skipped (not configured) skips the report too.
 
-    :param scan_task_id: the task that pushed the report.
+    :param report: the scan's report (its ``report`` XCom: ``scan.output["report"]``).
     """
 
-    template_fields: Sequence[str] = (*BaseOperator.template_fields, "scan_task_id")
+    template_fields: Sequence[str] = (*BaseOperator.template_fields, "report")
 
-    def __init__(self, *, scan_task_id: str = "scan", **kwargs: Any) -> None:
+    def __init__(self, *, report: Mapping[str, Any] | XComArg | None, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "none_failed_min_one_success")
         kwargs.setdefault("retries", 0)
         super().__init__(**kwargs)
-        self.scan_task_id = scan_task_id
+        self.report = report
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        report = context["ti"].xcom_pull(task_ids=self.scan_task_id, key="report")
+        report = cast("Mapping[str, Any] | None", self.report)  # rendered: the XComArg resolved
         if not report:
-            raise AirflowFailException(f"no report from {self.scan_task_id}: the scan failed, see its log")
+            raise AirflowFailException("no report from the scan: it failed, see its log")
         for line in report_lines(report):
             self.log.info("%s", line)
         failed = report["newly_failed"]

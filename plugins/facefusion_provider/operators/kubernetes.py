@@ -102,6 +102,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
     :param output_uri: this run's output, from ``validate``.
     :param output_done: whether ``validate`` found the output done already (decided once per run): nothing to do.
     :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
+    :param run_lease: the lease ``validate`` wrote under ``run_key``: held again as the task starts.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
     :param target_uri: ``swap-span``: this run's target.
     :param span: ``swap-span``: one item of ``plan``'s list (mapped: one pod per span).
@@ -114,6 +115,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         "output_uri",
         "output_done",
         "run_key",
+        "run_lease",
         "worker_args",
         "target_uri",
         "span",
@@ -129,6 +131,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         output_uri: str,
         output_done: bool = False,
         run_key: str = "",
+        run_lease: dict[str, Any] | None = None,
         worker_args: Sequence[str] = (),
         target_uri: str | None = None,
         span: dict[str, Any] | None = None,
@@ -142,6 +145,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         self.output_uri = output_uri
         self.output_done = output_done
         self.run_key = run_key
+        self.run_lease = run_lease
         self.worker_args = worker_args
         self.target_uri = target_uri
         self.span = span
@@ -161,7 +165,7 @@ class FaceFusionWorkerPodOperator(KubernetesPodOperator):
         """The parent's pod with the worker's container args, environment, labels and annotations (``worker_pod``)."""
         call = self.call()
         # Without a task (a dry run) there is no try, task key or metric label to give.
-        task_env = task_worker_env(context, os.environ, call) if context else worker_env(1, os.environ)
+        task_env = task_worker_env(context, os.environ, call) if context else worker_env(1)
         env = worker_pod_env(task_env, self.pod_settings)
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
         return worker_pod(pod, self.base_container_name, call, env)

@@ -70,6 +70,7 @@ class FaceFusionWorkerOperator(BaseOperator):
     :param output_uri: this run's output, from ``validate``.
     :param output_done: whether ``validate`` found the output done already (decided once per run): nothing to do.
     :param run_key: this run's lease key, from ``validate``; the worker gets it as ``FACEFUSION_RUN_KEY``.
+    :param run_lease: the lease ``validate`` wrote under ``run_key``: held again as the task starts.
     :param worker_args: flags after ``--work-uri`` (``prepare``'s inputs and options, ``merge``'s target and output).
     :param target_uri: ``swap-span``: this run's target (its own path to the work's content).
     :param span: ``swap-span``: one item of ``plan``'s list (mapped: one task per span).
@@ -82,6 +83,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         "output_uri",
         "output_done",
         "run_key",
+        "run_lease",
         "worker_args",
         "target_uri",
         "span",
@@ -97,6 +99,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         output_uri: str,
         output_done: bool = False,
         run_key: str = "",
+        run_lease: dict[str, Any] | None = None,
         worker_args: Sequence[str] = (),
         target_uri: str | None = None,
         span: dict[str, Any] | None = None,
@@ -109,6 +112,7 @@ class FaceFusionWorkerOperator(BaseOperator):
         self.output_uri = output_uri
         self.output_done = output_done
         self.run_key = run_key
+        self.run_lease = run_lease
         self.worker_args = worker_args
         self.target_uri = target_uri
         self.span = span

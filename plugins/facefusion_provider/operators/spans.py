@@ -41,7 +41,7 @@ def nothing_to_do(
             committed = span_committed_segments(hook, call)
         reason = completed_work(hook, call, committed)
         if reason is None:
-            hold_run_again(hook, call, context)
+            hold_run_again(hook, call)
         if reason is None and call.span is not None:
             log_span_start(committed, call.span, context)
     return reason
@@ -64,13 +64,11 @@ def span_committed_segments(hook: FaceFusionStorageHook, call: WorkerCall) -> fr
     return hook.committed_segments(call.work_uri)
 
 
-def hold_run_again(hook: FaceFusionStorageHook, call: WorkerCall, context: Mapping[str, Any]) -> None:
+def hold_run_again(hook: FaceFusionStorageHook, call: WorkerCall) -> None:
     """Every task of a run holds the work again as it starts (docs/protocol.md, "Queued Airflow runs"): a run queued
     past its lease's TTL, or cleared after it failed (its lease ``kept``), holds it as an active run again."""
-    pull = getattr(context.get("ti"), "xcom_pull", None)
-    lease = pull(task_ids="validate", key="run_lease") if call.run_key and pull is not None else None
-    if isinstance(lease, dict):
-        hook.hold_work(call.work_uri, call.run_key, RunLease.model_validate({**lease, "state": "active"}))
+    if call.run_key and call.run_lease:
+        hook.hold_work(call.work_uri, call.run_key, RunLease.model_validate({**call.run_lease, "state": "active"}))
 
 
 def log_span_start(committed: frozenset[int], span: Mapping[str, Any], context: Mapping[str, Any]) -> None:

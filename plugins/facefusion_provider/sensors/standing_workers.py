@@ -41,6 +41,7 @@ class SpanCommittedSensor(BaseSensorOperator):
     :param output_done: whether ``validate`` found the output done already: nothing to wait for.
     :param target_uri: this run's target, from ``validate``.
     :param run_key: this run's lease key, from ``validate``: renewed while waiting.
+    :param run_lease: the lease ``validate`` wrote under ``run_key``: held again as the task starts.
     :param span: one item of ``plan``'s list.
     :param deferrable: wait on the triggerer (default) rather than in a worker slot.
     """
@@ -52,6 +53,7 @@ class SpanCommittedSensor(BaseSensorOperator):
         "output_done",
         "target_uri",
         "run_key",
+        "run_lease",
         "span",
     )
     ui_color = "#fff3d6"
@@ -66,6 +68,7 @@ class SpanCommittedSensor(BaseSensorOperator):
         target_uri: str,
         run_key: str,
         span: dict[str, Any],
+        run_lease: dict[str, Any] | None = None,
         output_done: bool = False,
         deferrable: bool = True,
         timeout: timedelta | float | None = None,
@@ -80,6 +83,7 @@ class SpanCommittedSensor(BaseSensorOperator):
         self.output_done = output_done
         self.target_uri = target_uri
         self.run_key = run_key
+        self.run_lease = run_lease
         self.span = span
         self.deferrable = deferrable
 
@@ -90,6 +94,7 @@ class SpanCommittedSensor(BaseSensorOperator):
             self.output_uri,
             output_done=self.output_done,
             run_key=self.run_key,
+            run_lease=self.run_lease,
             target_uri=self.target_uri,
             span=self.span,
         )

@@ -227,7 +227,7 @@ class SegmentClaims:
         if self.owner == self.holder:  # outside Airflow: no task, so no previous try
             return False
         key = (claim.name, claim.generation)
-        if key not in self._records:  # read each claim once: balancing asks about the same claims again and again
+        if key not in self._records:  # read each claim once: helping asks about the same claims again and again
             try:
                 self._records[key] = Claim.model_validate_json(storage.read_bytes(self.layout.claim(*key)))
             except (FaceFusionError, ValueError):

@@ -12,7 +12,7 @@ from facefusion_provider.work.records import Segment, Span
 
 DEFAULT_SEGMENT_FRAMES = 256  # a few seconds of GPU work: a killed pod loses at most that
 MAX_SPANS = 1024  # Airflow's [core] max_map_length default
-DEFAULT_SPAN_WAVE = 4  # spans of a run when no wave is configured: a few tasks, each balancing the others' tails
+DEFAULT_SPAN_WAVE = 4  # spans of a run when no wave is configured: a few tasks, each helping with the others' tails
 # A tail shorter than this fraction of a segment joins the previous segment: it is not worth its own file.
 TAIL_FRACTION = 0.25
 

@@ -31,7 +31,6 @@ from facefusion_provider.exceptions import EXIT_OK, FaceFusionError, InvalidOpti
 from facefusion_provider.options import options_from_namespace
 from facefusion_provider.telemetry.metrics import worker_metrics
 from facefusion_provider.work.access import run_held
-from facefusion_provider.worker import faults
 
 
 def execute(args: argparse.Namespace, settings: WorkerSettings) -> dict[str, Any]:
@@ -78,7 +77,6 @@ def _run_command(
             guard=guard,
         )
         return asdict(result)
-    faults.maybe_inject("merge")
     merged = worker.merge(
         args.work_uri,
         args.target,

@@ -41,7 +41,6 @@ from facefusion_provider.work.layout import (
     work_root_of,
 )
 from facefusion_provider.work.records import RunLease, WorkSpec
-from facefusion_provider.worker import faults
 from facefusion_provider.worker.prepare import prepare_work
 from facefusion_provider.worker.span import FrameProcessors, SpanResult, load_or_prepare, work_segments
 
@@ -404,7 +403,6 @@ def swap_span(
 ) -> SpanResult:
     """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``.
     A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease."""
-    faults.maybe_inject("swap-span", span)
     layout = work_layout(work_uri)
     target_uri = checked_uris([], target, None).target_uri
     spec = load_or_prepare(layout, run_key, models_dir)

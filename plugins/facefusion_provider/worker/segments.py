@@ -43,9 +43,9 @@ COMMITS_AHEAD = 2  # segments encoded and waiting for their upload at most: boun
 
 @dataclass
 class SegmentPicker:
-    """Chooses and claims the segments this worker works on: its own span in order; then (balancing) the back half of
+    """Chooses and claims the segments this worker works on: its own span in order; then (helping) the back half of
     the longest run of free segments anywhere, which is the tail of the span with the most work left, worked forward
-    so the decoder seeks once per stolen run while the span's owner keeps the front half."""
+    so the decoder seeks once per run it helps with while the span's owner keeps the front half."""
 
     spec: WorkSpec
     own: range
@@ -57,7 +57,7 @@ class SegmentPicker:
     )
     guard: Callable[[], None] | None = None  # raises to stop the worker before its next claim (its run's lease lost)
     stop: threading.Event | None = None  # set: hand out no more segments (a standing worker told to stop drains)
-    stolen: set[int] = field(default_factory=set)
+    helped: set[int] = field(default_factory=set)  # segments taken outside its own span
 
     def has_free(self, state: WorkState) -> bool:
         return any(self.claims.is_free(segment.index, state) for segment in self.spec.segments)
@@ -81,9 +81,9 @@ class SegmentPicker:
                         self.claims.release(index)
                         continue
                     if index not in self.own:
-                        self.stolen.add(index)
+                        self.helped.add(index)
                         if self.own:
-                            logger.info("segment %d: taken from another span's tail (balancing)", index)
+                            logger.info("segment %d: taken from another span's tail (helping)", index)
                     return self.spec.segments[index]
             # Every candidate was claimed by someone else since the listing: look again.
         return None
@@ -92,9 +92,9 @@ class SegmentPicker:
         def free(index: int) -> bool:
             return self.claims.is_free(index, state)
 
-        stealing = after is not None and after not in self.own
+        helping = after is not None and after not in self.own
         following = None if after is None or after + 1 >= len(self.spec.segments) else after + 1
-        if following is not None and (following in self.own or stealing) and free(following):
+        if following is not None and (following in self.own or helping) and free(following):
             return [following]  # the decoder is there already: no seek
         own = [index for index in self.own if free(index)]
         if own:

@@ -28,7 +28,6 @@ from facefusion_provider.work.claims import (
 )
 from facefusion_provider.work.layout import AnalysisLayout, WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
-from facefusion_provider.worker import faults
 from facefusion_provider.worker.analysis import AnalysedProcessor, AnalysisCounts
 from facefusion_provider.worker.progress import Progress
 from facefusion_provider.worker.segments import (
@@ -53,7 +52,7 @@ class SpanResult:
     first: int
     last: int
     committed: int  # segments this worker committed (its own and others')
-    stolen: int  # of those, segments of other spans (balancing)
+    helped_in_run: int  # of those, segments of other spans of its run (helping their workers)
     reused: int  # segments of its span already committed when the worker started
     discarded: int  # segments another worker committed first
     frames: int  # frames this worker processed and encoded
@@ -191,7 +190,7 @@ def media_frame_work(  # noqa: PLR0917 - the span's state, passed on once
             )
             stream = frames.stream()
             try:
-                run_pipeline(faults.slowed(stream, span), writer.encode, processor)
+                run_pipeline(stream, writer.encode, processor)
             finally:
                 stream.close()
                 writer.abort()
@@ -291,7 +290,7 @@ def work_segments(
         "%s: %d segments committed here (%d from other spans), %d reused, %d frames in %.1f s",
         label,
         stats.committed,
-        len(picker.stolen),
+        len(picker.helped),
         reused,
         frames_done,
         total,
@@ -301,7 +300,7 @@ def work_segments(
         first=own.start,
         last=own.stop,
         committed=stats.committed,
-        stolen=len(picker.stolen),
+        helped_in_run=len(picker.helped),
         reused=reused,
         discarded=stats.discarded,
         frames=frames_done,

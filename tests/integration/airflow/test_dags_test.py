@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +11,14 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from airflow_harness import conf, count_frames
+from airflow_harness import conf, count_frames, make_clip, make_image
 from demo_airflow import dags_test, run_succeeded
+from faults import fault_env
 from judge import identity_judge
 from people import carphone
 from skimage import data
 
+from facefusion_provider import storage
 from facefusion_provider.media.images import encode_image
 
 pytestmark = pytest.mark.slow
@@ -88,3 +91,21 @@ def test_with_standing_workers_the_spans_wait_and_a_serve_process_swaps_the_face
     assert where is not None
     moved = judge.descriptor(swapped, where)
     assert judge.distance(moved, source_descriptor) < judge.distance(moved, judge.descriptor(original, where))
+
+
+def test_a_run_that_fails_for_good_keeps_its_work_for_a_clear(dags_test_env: dict[str, str], tmp_path: Path) -> None:
+    """merge fails without retries (an injected fault): the tasks' failure callback, given validate's XComs by the DAG,
+    turns the run's lease ``kept``, so its work and committed segments wait for a clear."""
+    target = make_clip(tmp_path / "clip.mp4", 16)
+    output = tmp_path / "out" / "kept.mp4"
+    env = {**dags_test_env, **fault_env([{"command": "merge", "retryable": False}])}
+
+    result = dags_test(conf([make_image(tmp_path / "face.png")], target, output, segment_size=8, processors=[]), env)
+
+    text = result.stdout + result.stderr
+    assert not run_succeeded(result) and "injected permanent failure (merge try 1)" in text, text[-6000:]
+    work_root = Path(storage.local_path(env["AIRFLOW__FACEFUSION__WORK_ROOT"]) or "")
+    leases = [json.loads(path.read_text()) for path in work_root.glob("work/*/runs/*.json")]
+    (lease,) = [lease for lease in leases if lease["output_uri"] == output.as_uri()]
+    assert lease["state"] == "kept" and lease["ttl_seconds"] == 168 * 3600, lease
+    assert not output.exists()

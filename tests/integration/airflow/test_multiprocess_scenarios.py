@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 import onnxruntime
 import pytest
 from airflow_harness import SWAP_TASKS, conf, frame_md5s, keyframes, make_clip, make_image
+from faults import fault_env
 from multiprocess_harness import AirflowCluster
 from people import people
 
@@ -88,7 +89,7 @@ def setup(airflow_cluster_factory: Callable[..., AirflowCluster], tmp_path_facto
         # /proc/ is allowed so that the unwritable output is refused by the write probe, not by the allow-list.
         "allowed_output_prefixes": f"{out}/, /proc/",
     }
-    extra_env = {"TMPDIR": str(tmp), "FACEFUSION_TEST_FAULTS": json.dumps(FAULTS)}
+    extra_env = {"TMPDIR": str(tmp), **fault_env(FAULTS)}
     return Setup(airflow_cluster_factory(settings, extra_env), media, out, elsewhere, tmp)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from airflow_harness import conf, frame_md5s, make_clip, make_image
+from faults import fault_env
 from multiprocess_harness import AirflowCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))  # the S3 servers of tests/integration/s3
@@ -73,7 +74,7 @@ def _standing_worker(s3: S3Cluster, log: Path) -> subprocess.Popen[bytes]:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
         "FACEFUSION_S3_ENDPOINT_URL": s3.moto.url,
-        "FACEFUSION_TEST_FAULTS": json.dumps(faults),
+        **fault_env(faults),
         "FACEFUSION_CLAIM_LEASE_SECONDS": str(LEASE_SECONDS),
     }
     with log.open("wb") as handle:

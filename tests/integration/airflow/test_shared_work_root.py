@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from airflow_harness import TEST_SETTINGS, count_frames, frame_md5s, make_clip, make_image
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
+from faults import fault_env
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def test_two_airflows_with_their_own_databases_share_a_work_root(tmp_path: Path)
     target = make_clip(tmp_path / "in" / "clip.mp4", 6 * SEGMENT, gop=SEGMENT)
     source = make_image(tmp_path / "in" / "face.png")
     first = _home(tmp_path, "airflow-b", work_root.as_uri(), retry_delay_seconds="30", retry_exponential_backoff="1")
-    first["FACEFUSION_TEST_FAULTS"] = json.dumps([{"command": "merge", "tries": [1], "retryable": True}])
+    first.update(fault_env([{"command": "merge", "tries": [1], "retryable": True}]))
     second = _home(tmp_path, "airflow-a", work_root.as_uri())
     outputs = {"b": tmp_path / "out" / "b.mp4", "a": tmp_path / "out" / "a.mp4"}
     results: dict[str, subprocess.CompletedProcess[str]] = {}
@@ -103,7 +104,7 @@ def test_a_cli_run_paused_beside_an_airflow_run_keeps_its_work_and_finishes_whol
             **os.environ,
             **short_claims,
             "FACEFUSION_RUN_LEASE_SECONDS": "120",
-            "FACEFUSION_TEST_FAULTS": json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": 0.1}]),
+            **fault_env([{"command": "swap-span", "indexes": [0], "frame_delay": 0.1}]),
         },
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,12 +8,12 @@ span, choose which faults a run meets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow_harness import TEST_SETTINGS, StandaloneAirflow, conf, count_frames, make_clip, make_image
+from faults import fault_env
 
 from facefusion_provider import storage
 from facefusion_provider.work.layout import WorkLayout
@@ -21,7 +21,7 @@ from facefusion_provider.work.layout import WorkLayout
 pytestmark = pytest.mark.slow
 
 FAULTS = [
-    # Span 0 is slow, so it cannot take span 1's only segment (balancing) before span 1's first try has started.
+    # Span 0 is slow, so it cannot take span 1's only segment (helping) before span 1's first try has started.
     {"command": "swap-span", "indexes": [0], "frame_delay": 0.4},
     {"command": "swap-span", "indexes": [1, 2], "tries": [1], "retryable": True},
     {"command": "swap-span", "indexes": [3], "tries": [1], "retryable": False},
@@ -32,7 +32,7 @@ FAULTS = [
 def server(standalone_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> StandaloneAirflow:
     work = tmp_path_factory.mktemp("work")
     settings = {**TEST_SETTINGS, "work_root": work.as_uri(), "span_wave": "8"}
-    server: StandaloneAirflow = standalone_factory(settings, {"FACEFUSION_TEST_FAULTS": json.dumps(FAULTS)})
+    server: StandaloneAirflow = standalone_factory(settings, fault_env(FAULTS))
     return server
 
 
@@ -84,7 +84,7 @@ def test_a_failed_span_is_cleared_alone_and_new_runs_reuse_committed_work(
     second_conf = {**first_conf, "output_uri": str(second_output)}
 
     # Span 3 fails for good on its first try: no retry, its message in its log, merge never starts. (Its segment may
-    # still be committed, by a span that finished early and took it: balancing.)
+    # still be committed, by a span that finished early and took it: helping.)
     failed_run = server.trigger(first_conf)
     assert server.wait(failed_run) == "failed"
     assert _spans(server, failed_run)[3] == ("failed", 1)

@@ -33,6 +33,7 @@ from urllib.parse import quote
 import pytest
 from airflow_harness import DAG_ID, SWAP_TASKS, StandaloneAirflow, count_frames, make_clip, make_image
 from airflow_ui import DEFAULT_SECTION, MONACO, AirflowUI
+from faults import fault_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))
 from s3_servers import MotoServer
@@ -77,7 +78,7 @@ def browser_airflow_env(moto: MotoServer) -> dict[str, str]:
     }
     return {
         "AIRFLOW__FACEFUSION__POOL": POOL,  # created by the pool test, which runs before any other run
-        "FACEFUSION_TEST_FAULTS": json.dumps(FAULTS),
+        **fault_env(FAULTS),
         f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection),
         "AIRFLOW__FACEFUSION__AWS_CONN_ID": CONN_ID,
     }

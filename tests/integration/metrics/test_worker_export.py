@@ -3,7 +3,6 @@ totals are the truth, every point carries the task's attributes, a commit pushes
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faults import fault_env
 from otlp_receiver import OtlpReceiver, child_environment
 
 from facefusion_provider import metric_names as names
@@ -150,7 +150,7 @@ def test_a_failed_worker_command_is_counted_by_its_class(
     fault = [{"command": "swap-span", "indexes": [3], "retryable": retryable}]
     env = child_environment(
         OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=otlp_receiver.endpoint,
-        FACEFUSION_TEST_FAULTS=json.dumps(fault),
+        **fault_env(fault),
         FACEFUSION_METRIC_WORK_ID="5f0c2a9be41d",
         **TASK_ENVIRONMENT,
     )

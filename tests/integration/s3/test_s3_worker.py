@@ -183,7 +183,7 @@ def test_a_span_reads_its_range_of_the_target_not_the_whole_file(
     def target_bytes(segment: int, **env: str) -> int:
         s3.proxy.forget_exchanges()
         span = ["swap-span", "--work-uri", work, "--target", target, "--segments", f"{segment}:{segment + 1}"]
-        # Balancing off for the measure: the other segments are claimed by a live holder (this test).
+        # No helping for the measure: the other segments are claimed by a live holder (this test).
         result = worker(s3, *span, **env)
         assert result.returncode == 0, result.stderr
         return sum(e.body_bytes for e in s3.proxy.exchanges() if e.method == "GET" and "/in/long.mp4" in e.path)

@@ -26,7 +26,6 @@ def test_swap_span_is_a_partial_of_the_same_worker_operator_to_map_over_spans() 
             output_uri="file:///o.mp4",
             target_uri="file:///i.mp4",
             pool="gpu",
-            span_workers="task",
         ).expand(span=[SPAN])
 
     assert mapped.operator_class is FaceFusionWorkerOperator
@@ -34,30 +33,14 @@ def test_swap_span_is_a_partial_of_the_same_worker_operator_to_map_over_spans() 
     assert mapped.partial_kwargs["pool"] == "gpu"
 
 
-def test_with_standing_workers_the_span_task_is_a_wait_chosen_when_the_dag_is_built(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from airflow.sdk import DAG
-
-    monkeypatch.setenv("AIRFLOW__FACEFUSION__SPAN_WORKERS", "standing")
-    with DAG("standing", schedule=None):
-        mapped = swap_span_operator(
-            task_id="swap_span",
-            work_uri="file:///w/work/j",
-            output_uri="file:///o.mp4",
-            target_uri="file:///i.mp4",
-            run_key="standing--r1",
-        ).expand(span=[SPAN])
-
-    assert mapped.operator_class is SpanCommittedSensor
-
-
 def test_unknown_backend_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"\[facefusion\] backend: 'slurm' is not available"):
         load_backend("slurm")
 
 
-def test_the_swap_dag_shows_standing_mode_in_its_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_standing_workers_the_dag_makes_its_span_tasks_waits_shown_in_its_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pathlib import Path
 
     from airflow.dag_processing.dagbag import DagBag

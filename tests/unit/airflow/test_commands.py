@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from held import run_lease
 
 from facefusion_provider.contract import (
     parse_failure_report,
@@ -33,6 +34,7 @@ from facefusion_provider.operators.commands import (
 )
 from facefusion_provider.operators.spans import decided_for_this_try, nothing_to_do
 from facefusion_provider.options import Options
+from facefusion_provider.work import leases
 
 
 def test_argv_follows_the_worker_contract() -> None:
@@ -60,11 +62,11 @@ def test_prepare_args_carry_inputs_and_changed_options() -> None:
     assert args[6:] == ["--processors", "--face-swapper-blend", "70", "--segment-size", "8"]
 
 
-def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_when_set(
+def test_env_carries_try_number_task_run_key_and_allow_lists_and_help_only_when_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AIRFLOW__FACEFUSION__ALLOWED_INPUT_PREFIXES", "s3://in/a, s3://in/b")
-    env = worker_env(3, {"PATH": "/bin"}, key="d/r/swap_span/2", run_key="d--r")
+    env = worker_env(3, key="d/r/swap_span/2", run_key="d--r")
     assert env == {
         "FACEFUSION_TRY_NUMBER": "3",
         "FACEFUSION_TASK_KEY": "d/r/swap_span/2",
@@ -72,10 +74,8 @@ def test_env_carries_try_number_task_run_key_and_allow_lists_and_faults_only_whe
         "FACEFUSION_ALLOWED_INPUT_PREFIXES": "s3://in/a/,s3://in/b/",
         "FACEFUSION_ALLOWED_OUTPUT_PREFIXES": "",
     }
-    faults = '[{"command": "swap-span", "indexes": [1]}]'
-    assert worker_env(1, {"FACEFUSION_TEST_FAULTS": faults})["FACEFUSION_TEST_FAULTS"] == faults
     monkeypatch.setenv("AIRFLOW__FACEFUSION__HELP_OTHER_RUNS_SECONDS", "600")
-    assert worker_env(1, {})["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
+    assert worker_env(1)["FACEFUSION_HELP_OTHER_RUNS_SECONDS"] == "600"  # workers then help other live runs
 
 
 def test_a_tasks_env_adds_its_metric_labels_the_work_id_and_where_to_push() -> None:
@@ -89,7 +89,7 @@ def test_a_tasks_env_adds_its_metric_labels_the_work_id_and_where_to_push() -> N
     env = task_worker_env({"ti": ti}, airflow_side, call)
 
     assert env == {
-        **worker_env(3, airflow_side, key="facefusion_swap/manual__1/swap_span/2", run_key=call.run_key),
+        **worker_env(3, key="facefusion_swap/manual__1/swap_span/2", run_key=call.run_key),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://prometheus:9090/api/v1/otlp",  # never the headers: they may hold keys
         "FACEFUSION_METRIC_DAG_ID": "facefusion_swap",
         "FACEFUSION_METRIC_RUN_ID": "manual__1",
@@ -208,10 +208,35 @@ def test_a_later_try_asks_again_whether_the_output_is_done(
     commit_output(work)
 
     def context(try_number: int) -> dict[str, Any]:
-        return {"ti": SimpleNamespace(try_number=try_number, xcom_pull=lambda **_: None)}
+        return {"ti": SimpleNamespace(try_number=try_number)}
 
     assert not decided_for_this_try(hook, swap, context(1)).output_done, "a first try trusts validate"
     assert decided_for_this_try(hook, swap, context(2)).output_done
     assert "already holds the output of work work0" in (nothing_to_do(hook, swap, context(2)) or "")
     merge = worker_call("merge", work.work_uri, work.output_uri)  # a standing worker may have merged it meanwhile
     assert decided_for_this_try(hook, merge, context(1)).output_done
+
+
+def test_a_task_holds_its_runs_lease_again_as_it_starts(tmp_path: Path, write_work: Callable[..., Any]) -> None:
+    """A run cleared after it failed (its lease ``kept``) or queued past its TTL holds the work as an active run
+    again, from the lease validate wrote (passed by the DAG)."""
+    hook = FaceFusionStorageHook()
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    lease = run_lease("mine", ttl=600)
+    leases.hold(work.layout, "mine", lease)
+    leases.keep_for_retry(work.layout, "mine", ttl_seconds=168 * 3600)
+    span = {"index": 0, "first": 0, "last": 2, "label": "frames 0-15 (2 segments)"}
+    call = worker_call(
+        "swap-span",
+        work.work_uri,
+        work.output_uri,
+        run_key="mine",
+        run_lease=lease.model_dump(mode="json"),
+        target_uri=work.output_uri,
+        span=span,
+    )
+
+    assert nothing_to_do(hook, call, {"ti": SimpleNamespace(try_number=1)}) is None
+
+    (held,) = leases.run_leases(work.layout)
+    assert (held.key, held.lease.state, held.lease.ttl_seconds) == ("mine", "active", 600)

@@ -8,12 +8,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from held import age, run_lease
 from recorded_stats import RecordedStats, Sent
 
 from facefusion_provider import metric_names as names
-from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupWorkOperator
+from facefusion_provider.operators.cleanup import SWAP_OUTPUT_ASSET, CleanupWorkOperator, KeepWorkForRetry
 from facefusion_provider.operators.plan import PUBLISHED_SPAN, PlanSpansOperator
 from facefusion_provider.work import leases
 
@@ -185,3 +186,35 @@ def test_cleanup_keeps_the_work_when_the_output_is_not_this_works(
     with pytest.raises(AirflowException, match="carries no marker of work work0"):
         operator.execute(_cleanup_context())  # type: ignore[arg-type]
     assert marker.exists()
+
+
+def _validated(xcoms: dict[str, Any]) -> tuple[Any, Any]:
+    """validate's ``work_uri`` and ``run_key`` as the swap DAG passes them, and a task context whose XComs are
+    ``xcoms`` (validate's keys; empty when validate failed)."""
+    with DAG("kept", schedule=None):
+        ticket = BaseOperator(task_id="validate", multiple_outputs=True).output
+
+    def xcom_pull(*, task_ids: str, key: str, default: Any, **_: Any) -> Any:
+        return xcoms.get(key, default) if task_ids == "validate" else default
+
+    callback = KeepWorkForRetry(work_uri=ticket["work_uri"], run_key=ticket["run_key"])
+    return callback, {"ti": SimpleNamespace(xcom_pull=xcom_pull)}
+
+
+def test_a_failed_task_keeps_its_runs_work_for_a_clear(tmp_path: Path, write_work: Callable[..., Any]) -> None:
+    work = write_work(tmp_path, tmp_path / "out.mp4")
+    leases.hold(work.layout, "mine", run_lease("mine", ttl=600))
+    keep, context = _validated({"work_uri": work.work_uri, "run_key": "mine"})
+
+    keep(context)
+
+    (held,) = leases.run_leases(work.layout)
+    assert (held.key, held.lease.state, held.lease.ttl_seconds) == ("mine", "kept", 168 * 3600)
+    age(work.layout.run_lease("mine"), 3 * 3600)  # far past the run's own TTL: still held for a clear
+    assert [held.key for held in leases.run_leases(work.layout) if held.live] == ["mine"]
+
+
+def test_a_run_whose_validate_failed_has_no_work_to_keep(tmp_path: Path) -> None:
+    keep, context = _validated({})
+
+    keep(context)  # no lease was written: nothing to keep, and the callback does not fail

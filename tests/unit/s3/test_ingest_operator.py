@@ -91,6 +91,11 @@ def scan(folders: dict[str, Path], ti: FakeTaskInstance, **overrides: Any) -> li
     return scan_operator(folders, **overrides).execute({"ti": ti})  # type: ignore[arg-type]
 
 
+def report(ti: FakeTaskInstance) -> Any:
+    """The report task of the scan ``ti`` ran: the scan's report, as the DAG passes it."""
+    return IngestReportOperator(task_id="report", report=ti.xcom.get("report")).execute({"ti": ti})  # type: ignore[arg-type]
+
+
 def test_each_new_video_starts_once_and_a_second_scan_starts_nothing(folders: dict[str, Path]) -> None:
     uris = [upload(folders, name) for name in ("a.mp4", "b.mov", "sub/c.mkv")]
     upload(folders, "readme.txt")
@@ -124,19 +129,18 @@ def test_a_failed_video_is_reported_once_and_retried_up_to_the_limit(folders: di
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__2")
     (retry,) = scan(folders, ti)
     assert retry["conf"]["target_uri"] == bad and retry["trigger_run_id"].endswith("__2")
-    report = IngestReportOperator(task_id="report")
     with pytest.raises(
         AirflowFailException, match=r"bad\.mp4 \(attempt 1 of 2 failed in run facefusion_swap_batch/ingest__"
     ):
-        report.execute({"ti": ti})  # type: ignore[arg-type]
+        report(ti)
     # The second attempt fails too: given up, reported once more, and never started again.
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__3")
     assert scan(folders, ti) == []
     with pytest.raises(AirflowFailException, match=r"attempt 2 of 2 failed .* given up"):
-        report.execute({"ti": ti})  # type: ignore[arg-type]
+        report(ti)
     ti = FakeTaskInstance({first["trigger_run_id"]: "failed", retry["trigger_run_id"]: "failed"}, run_id="manual__4")
     assert scan(folders, ti) == []
-    assert report.execute({"ti": ti})["jobs"][0]["kind"] == "given_up"  # type: ignore[arg-type,index]
+    assert report(ti)["jobs"][0]["kind"] == "given_up"
     assert ti.lookups == []  # finished attempts are never looked up again
 
 
@@ -201,7 +205,7 @@ def test_a_run_that_failed_on_bad_input_is_rejected_and_never_retried(folders: d
     }
     assert scan(folders, ti) == []
     with pytest.raises(AirflowFailException, match=r"attempt 1 of 2 rejected .*: target_uri: gone; not retried \(bad"):
-        IngestReportOperator(task_id="report").execute({"ti": ti})  # type: ignore[arg-type]
+        report(ti)
     later = FakeTaskInstance({first["trigger_run_id"]: "failed"}, run_id="manual__3")
     assert scan(folders, later) == [] and later.xcom["report"]["jobs"][0]["kind"] == "rejected"
 

@@ -108,7 +108,7 @@ def test_step_by_step_matches_run(make_video: MakeVideo, tmp_path: Path, work_ro
         == spec.work_id
     )
     last = worker.swap_span(work_uri, target, 2, 3, span=1)  # alone, it does its span, then helps the other
-    assert (last.committed, last.stolen, last.frames) == (3, 2, 25)
+    assert (last.committed, last.helped_in_run, last.frames) == (3, 2, 25)
     assert worker.swap_span(work_uri, target, 0, 2, span=0).skipped
     merged = worker.merge(work_uri, target, output)
     assert (merged.frame_count, merged.skipped) == (25, False)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from committed import work_uri_for
+from faults import FAULTS_VARIABLE
+from faults import install as install_faults
 
 from facefusion_provider import worker
 from facefusion_provider.contract import PROGRESS_PREFIX
@@ -169,7 +171,8 @@ def test_injected_faults_fail_the_chosen_command_and_try(
         {"command": "swap-span", "indexes": [1], "tries": [1], "retryable": True},
         {"command": "merge", "tries": [1], "retryable": False},
     ]
-    monkeypatch.setenv("FACEFUSION_TEST_FAULTS", json.dumps(faults))
+    monkeypatch.setenv(FAULTS_VARIABLE, json.dumps(faults))
+    install_faults(monkeypatch.setattr)  # what a worker process started with ``fault_env`` does as it imports
     monkeypatch.setenv("FACEFUSION_TRY_NUMBER", "1")
     span = ["swap-span", "--work-uri", work, "--target", target]
     merge = ["merge", "--work-uri", work, "--target", target, "--output", str(tmp_path / "out.mp4")]

@@ -13,15 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from faults import SITE, fault_env
 from readback import frame_digests
-
-from facefusion_provider.contract import FAULTS_VARIABLE
 
 from .conftest import MakeVideo
 
 WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 SEGMENT = 8
-SLOW = json.dumps([{"command": "swap-span", "frame_delay": 0.03}])  # both runs at work at once
+SLOW = fault_env([{"command": "swap-span", "frame_delay": 0.03}])  # both runs at work at once
 
 
 def _run(target: str, work_root: str, output: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -32,7 +31,7 @@ def _run(target: str, work_root: str, output: Path, env: dict[str, str]) -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, FAULTS_VARIABLE: SLOW, **env},
+        env={**os.environ, **SLOW, **env},
     )
 
 
@@ -43,14 +42,17 @@ def test_a_process_a_quarter_hour_off_sweeps_no_live_work_and_takes_no_live_clai
     target = make_video(frames=24 * SEGMENT)
     shifted = tmp_path / "shifted"
     shifted.mkdir()
-    (shifted / "sitecustomize.py").write_text(f"import time\n_real = time.time\ntime.time = lambda: _real() + {skew}\n")
+    (shifted / "sitecustomize.py").write_text(
+        f"import runpy, time\n_real = time.time\ntime.time = lambda: _real() + {skew}\n"
+        f"runpy.run_path({str(SITE / 'sitecustomize.py')!r})\n"  # the faults' site, which this one shadows
+    )
     first = _run(target, work_root, tmp_path / "first.mp4", {})
     segments = Path(work_root) / "work"
     deadline = time.monotonic() + 60
     while not list(segments.glob("*/segments/00000.json")):  # the first run holds the work and its claims
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
         time.sleep(0.05)
-    path = os.pathsep.join([str(shifted), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(shifted), SLOW["PYTHONPATH"]])
     second = _run(target, work_root, tmp_path / "second.mp4", {"PYTHONPATH": path})
 
     results = [process.communicate(timeout=300) for process in (first, second)]

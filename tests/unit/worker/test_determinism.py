@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 from committed import work_uri_for
+from faults import fault_env
 from people import carphone, person_file
 from readback import frame_digests
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import FAULTS_VARIABLE
 from facefusion_provider.work.layout import WorkLayout
 
 SEGMENT = 8
@@ -96,7 +96,7 @@ def test_a_span_started_mid_video_equals_a_run_from_frame_0(reference: Reference
     work_uri = work_uri_for(work_root, [reference.source], reference.target, **OPTIONS)
     worker.prepare(work_uri, [reference.source], reference.target, **OPTIONS)
     last = worker.swap_span(work_uri, reference.target, 2, 3, span=1)  # its own segment first, then the others
-    assert (last.committed, last.stolen) == (3, 2)
+    assert (last.committed, last.helped_in_run) == (3, 2)
     output = tmp_path / "from-the-middle.mp4"
     worker.merge(work_uri, reference.target, str(output))
     assert _digests(output) == reference.frames
@@ -123,7 +123,7 @@ def test_resume_after_kill_9_mid_span_equals_an_uninterrupted_run(reference: Ref
     work_uri = work_uri_for(work_root, [reference.source], reference.target, **OPTIONS)
     worker.prepare(work_uri, [reference.source], reference.target, **OPTIONS)
     task = {"FACEFUSION_TASK_KEY": "dag/run/swap_span/0"}  # both tries are one task's: the retry takes over its claims
-    slow = {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": 0.1}])}
+    slow = fault_env([{"command": "swap-span", "indexes": [0], "frame_delay": 0.1}])
     first_try = _swap_span(work_uri, reference.target, {**task, **slow})
     deadline = time.monotonic() + 120
     while not _markers(work_uri):

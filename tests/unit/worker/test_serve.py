@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from committed import hold_run_lease, work_uri_for
+from faults import fault_env
 from fresh_loop import run_async
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import ALLOWED_INPUT_PREFIXES_VARIABLE, FAULTS_VARIABLE
+from facefusion_provider.contract import ALLOWED_INPUT_PREFIXES_VARIABLE
 from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers import span_committed as span_trigger
 from facefusion_provider.work.claims import latest_claims, scan_work
@@ -77,7 +78,7 @@ def test_sigterm_commits_the_segment_in_flight_and_takes_no_other(
     worker.prepare(work_uri, [], target, **OPTIONS)
     layout = WorkLayout(work_uri)
     hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri())
-    slow = {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": 0.08}])}
+    slow = fault_env([{"command": "swap-span", "indexes": [0], "frame_delay": 0.08}])
     standing = _serve(work_root, env=slow)
     _wait_for(lambda: len(scan_work(layout).committed) >= 1, standing)
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from committed import hold_run_lease, work_uri_for
+from faults import fault_env
 from readback import frame_digests, packet_payloads
 
 from facefusion_provider import storage, worker
-from facefusion_provider.contract import FAULTS_VARIABLE, HELP_SECONDS_VARIABLE
+from facefusion_provider.contract import HELP_SECONDS_VARIABLE
 from facefusion_provider.work.claims import SegmentClaims, scan_work
 from facefusion_provider.work.layout import PREPARE_CLAIM, RootLayout, WorkLayout, merge_claim_name
 from facefusion_provider.work.leases import live_standing_workers
@@ -73,7 +74,7 @@ def _markers(work_uri: str) -> list[str]:
 
 
 def _slow(span: int, delay: float) -> dict[str, str]:
-    return {FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [span], "frame_delay": delay}])}
+    return fault_env([{"command": "swap-span", "indexes": [span], "frame_delay": delay}])
 
 
 def _digests(path: str | Path) -> list[str]:
@@ -134,8 +135,8 @@ def test_a_fast_worker_takes_the_tail_of_a_slow_span(make_video: MakeVideo, tmp_
     slow = _span(work_uri, target, "0:8", span=0, env=_slow(0, delay))
     fast = _span(work_uri, target, "8:16", span=1)
     slow_result, fast_result = _result(slow), _result(fast)
-    alone = 8 * SEGMENT * delay  # the slow span's frames on the slow worker: what the run waits for without balancing
-    assert fast_result["stolen"] >= 2 and slow_result["committed"] + fast_result["committed"] == 16
+    alone = 8 * SEGMENT * delay  # the slow span's frames on the slow worker: what the run waits for without helping
+    assert fast_result["helped_in_run"] >= 2 and slow_result["committed"] + fast_result["committed"] == 16
     # The slow worker's own time (from its start, which a busy machine may delay) is the run's critical path.
     # A slow worker that a busy machine started after the fast one had taken everything found its span done: 0 s.
     slow_total = 0.0 if slow_result["skipped"] else slow_result["timings"]["total_s"]

@@ -103,7 +103,7 @@ def test_a_tracked_span_started_just_before_the_misses_equals_a_run_from_frame_0
     work_uri = work_uri_for(str(tmp_path / "work"), [clip.source], clip.target, **TRACKED)
     worker.prepare(work_uri, [clip.source], clip.target, **TRACKED)
     last = worker.swap_span(work_uri, clip.target, 1, 3, span=1)  # segments 1 and 2 after a seek, then segment 0
-    assert (last.committed, last.stolen) == (3, 1)
+    assert (last.committed, last.helped_in_run) == (3, 1)
     from_the_middle = tmp_path / "from-the-middle.mp4"
     worker.merge(work_uri, clip.target, str(from_the_middle))
     assert [d.md5 for d in frame_digests(str(from_the_middle))] == [d.md5 for d in frame_digests(str(whole))]
