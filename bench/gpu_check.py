@@ -12,6 +12,9 @@ others:
 3. 1080p encode: ``h264_nvenc`` at the work's settings where the GPU has NVENC (A100, H100 and H200 have none: said so),
    and libx264 at the default settings for comparison;
 4. one ``facefusion-worker run`` at 1080p with ``--execution-providers cuda`` and its per-stage timings;
+5. the frame enhancer on a real_esrgan_x4 compute-equivalent network (bench/gpu_frame_enhancer.py) over 1080p frames
+   in tiles of 256, x4: tiles and frames per second and peak GPU memory, through the worker's frame enhancer on
+   onnxruntime's CUDA provider and through PyTorch's CUDA operators where PyTorch is installed;
 
 and records which decode and encode path the worker's choice functions pick on this GPU for each encoder; then
 writes OUT.json and OUT.md (default bench/results/engine-gpu) with the GPU, its driver and the command.
@@ -52,6 +55,7 @@ NO_GPU_LINE = (
     "gpu_check: no NVIDIA GPU on this machine (nvidia-smi missing or lists none): nothing measured, nothing written"
 )
 ORT_PROVIDER = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+FRAME_ENHANCER_SECONDS = 60.0  # what step 5 needs at most: the network built, 4 frames of 45 tiles, the PyTorch rows
 
 
 class Budget:
@@ -501,6 +505,9 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {batch['fps']} | {batch['ms_per_frame']} | {stages} |"
             )
     lines += torch_markdown(report.get("engine_torch"))
+    from gpu_frame_enhancer import markdown as frame_enhancer_markdown
+
+    lines += frame_enhancer_markdown(report.get("frame_enhancer"))
     clip = f"{SIZE[0]}x{SIZE[1]}, {CLIP_SECONDS * 30} frames"
     choices = report.get("media_paths") or {}
     if "error" in choices:
@@ -620,13 +627,21 @@ def main(argv: list[str] | None = None) -> int:
         report["encode"] = encode_figures(clip, gpu.get("name", "GPU"), folder)
         print(json.dumps({k: report[k] for k in ("media_paths", "decode", "encode")}), flush=True)
         worker_reserve = 120.0
-        report["engine"] = engine_runs(budget, args.models_cache, reserve=worker_reserve)
+        reserve = worker_reserve + FRAME_ENHANCER_SECONDS  # what the steps after the engine rows need
+        report["engine"] = engine_runs(budget, args.models_cache, reserve=reserve)
         print(json.dumps({"engine": report["engine"]}), flush=True)
         if importlib.util.find_spec("torch") is not None:
-            report["engine_torch"] = guarded(
-                lambda: torch_engine_runs(budget, args.models_cache, reserve=worker_reserve)
-            )
+            report["engine_torch"] = guarded(lambda: torch_engine_runs(budget, args.models_cache, reserve=reserve))
             print(json.dumps({"engine_torch": report["engine_torch"]}), flush=True)
+        from gpu_frame_enhancer import frame_enhancer_figures
+
+        if budget.allows(worker_reserve + FRAME_ENHANCER_SECONDS):
+            report["frame_enhancer"] = guarded(
+                lambda: frame_enhancer_figures(folder / "frame-enhancer", nvidia_smi=args.nvidia_smi)
+            )
+        else:
+            report["frame_enhancer"] = {"error": "skipped: the check's time budget is spent"}
+        print(json.dumps({"frame_enhancer": report["frame_enhancer"]}), flush=True)
         on_cuda = ORT_PROVIDER["cuda"] in report["onnxruntime_providers"]
         report["worker_run"] = guarded(
             lambda: worker_run(clip, args.models_cache, folder, max(30.0, budget.left()), on_cuda)

@@ -2,9 +2,11 @@
 # The GPU check of issue 24, as one command: on a machine with an NVIDIA GPU it measures the inswapper stand-in and the
 # detector (CUDA and TensorRT, fp32 and fp16, batch 1/4/16), NVDEC and NVENC at 1080p (and the worker's own decode
 # path with the plan media/hardware.py picks on this GPU, its frames checked against software decoding), records which
-# decode and encode path the worker chooses here per encoder, and makes one whole worker run on the GPU, in under 8
-# minutes; writes bench/results/engine-gpu.md and .json (see bench/gpu_check.py). FACEFUSION_GPU_MODEL, when set,
-# names the GPU for those choices as it does for the worker.
+# decode and encode path the worker chooses here per encoder, runs the frame enhancer on a real_esrgan_x4
+# compute-equivalent network over 1080p frames in tiles (bench/gpu_frame_enhancer.py: tiles/s, frames/s, peak GPU
+# memory), and makes one whole worker run on the GPU, in under 8 minutes; writes bench/results/engine-gpu.md and
+# .json (see bench/gpu_check.py). FACEFUSION_GPU_MODEL, when set, names the GPU for those choices as it does for the
+# worker.
 # Without an NVIDIA GPU it prints one line saying so, writes nothing and exits 0.
 #
 #   bash bench/gpu_check.sh [--out PATH] [--budget-seconds S]

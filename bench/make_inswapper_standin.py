@@ -55,8 +55,9 @@ class GraphBuilder:
             self.parameters += int(array.size)
         return name
 
-    def weight(self, shape: tuple[int, ...], fan_in: int, prefix: str) -> str:
-        values = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+    def weight(self, shape: tuple[int, ...], fan_in: int, prefix: str, *, gain: float = 1.0) -> str:
+        """He-initialised random weights, times ``gain`` (deep residual stacks take less to keep their values finite)."""
+        values = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(gain * np.sqrt(2.0 / fan_in))
         return self.constant(values.astype(self.weight_type), prefix)
 
     def node(self, op: str, inputs: list[str], prefix: str, **attributes: Any) -> str:
@@ -64,9 +65,12 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
         return output
 
-    def conv(self, x: str, in_channels: int, out_channels: int, kernel: int, size: int, *, stride: int = 1) -> str:
+    def conv(
+        self, x: str, in_channels: int, out_channels: int, kernel: int, size: int, *, stride: int = 1, gain: float = 1.0
+    ) -> str:
         """A conv on a ``size`` x ``size`` input; 7x7 convs pad by reflection as inswapper does."""
-        weight = self.weight((out_channels, in_channels, kernel, kernel), in_channels * kernel * kernel, "w")
+        fan_in = in_channels * kernel * kernel
+        weight = self.weight((out_channels, in_channels, kernel, kernel), fan_in, "w", gain=gain)
         bias = self.constant(np.zeros(out_channels, self.weight_type), "b")
         half = kernel // 2
         if kernel == 7:

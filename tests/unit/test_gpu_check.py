@@ -1,4 +1,6 @@
-"""bench/gpu_check.sh on a machine without an NVIDIA GPU: one line that says so, exit 0, nothing written."""
+"""bench/gpu_check.sh on a machine without an NVIDIA GPU: one line that says so, exit 0, nothing written; the check's
+steps that can run on a CPU (the media path choices, the worker's decode, the frame enhancer's step in its tiny mode)
+and its report's sections."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -129,7 +132,8 @@ def test_the_check_records_the_paths_the_worker_chooses_on_its_gpu(
 ) -> None:
     """On an H100 the report says NVDEC, libx264, and the refusal an h264_nvenc run would get; on an L4, NVENC."""
     gpu_check = _gpu_check_module()
-    choices = gpu_check.media_choices("h264", "yuv420p", {"FACEFUSION_GPU_MODEL": gpu_name})
+    probe = SimpleNamespace(codec="h264", pix_fmt="yuv420p", width=1920, height=1080)
+    choices = gpu_check.media_choices(probe, {"FACEFUSION_GPU_MODEL": gpu_name})
 
     assert choices["gpu"] == gpu_name
     assert choices["decode"]["path"] == decode
@@ -249,3 +253,118 @@ def test_the_pytorch_rows_say_what_ran_and_how_it_agreed_with_onnxruntime() -> N
     assert "| inswapper stand-in (128 px) | fp16 | 16 | 8.0 | 0.5 | 2000.0 | 2.0e-05 |" in text
     assert "| RetinaFace detector (640x384) | - | - | - | - | - | 5.0e-01; the interpreter's output differs" in text
     assert gpu_check.torch_markdown(None) == []
+
+
+def test_the_frame_enhancer_network_has_real_esrgan_x4s_interface_and_size() -> None:
+    """The compute-equivalent network: real_esrgan_x4's input and output (free batch and sides, x4), and RRDBNet x4's
+    16,697,987 parameters (Real-ESRGAN's RealESRGAN_x4plus), 1.17 T multiply-adds per 256 px tile."""
+    import numpy as np
+    import onnxruntime
+
+    from facefusion_provider.engine.models import MODELS
+
+    _gpu_check_module()
+    import gpu_frame_enhancer
+
+    model, parameters, multiply_adds = gpu_frame_enhancer.build_network(gpu_frame_enhancer.FULL)
+
+    assert parameters == 16_697_987
+    assert 1.17e12 < multiply_adds * 256 * 256 < 1.18e12
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    spec = MODELS["real_esrgan_x4"]
+    for declared, found in ((spec.inputs, session.get_inputs()), (spec.outputs, session.get_outputs())):
+        assert [(name, [d if isinstance(d, int) else None for d in shape]) for name, shape in declared] == [
+            (item.name, [d if isinstance(d, int) else None for d in item.shape]) for item in found
+        ]
+    (output,) = session.run(None, {"input": np.random.default_rng(0).random((2, 3, 8, 12), np.float32)})
+    assert output.shape == (2, 3, 32, 48) and np.isfinite(output).all()
+
+
+def test_the_frame_enhancer_step_runs_its_tiny_network_in_tiles_on_the_cpu_and_says_where_gpu_figures_come_from(
+    tmp_path: Path,
+) -> None:
+    """Tiny mode, as the check's step runs on a GPU: the worker's frame enhancer over a 320x180 frame (2 tiles of 256)
+    to 1280x720 on the CPU provider, its tiles/s and frames/s, no GPU memory; the report's section has the row and
+    names where the GPU figures would come from."""
+    gpu_check = _gpu_check_module()
+    import gpu_frame_enhancer
+
+    figures = gpu_frame_enhancer.frame_enhancer_figures(tmp_path / "models", tiny=True, nvidia_smi=None)
+
+    run = figures["onnxruntime"]
+    assert run["providers"][0] == "CPUExecutionProvider", run
+    assert figures["tiles_per_frame"] == 2 and run["tiles"] == 2 * run["frames"]
+    assert run["output_size"] == "1280x720"
+    assert run["tiles_per_second"] > 0 and run["frames_per_second"] > 0
+    assert run["peak_gpu_memory_mib"] is None
+    assert "bash bench/gpu_check.sh" in figures["gpu_figures"]
+    report = {
+        "command": "bash bench/gpu_check.sh",
+        "gpu": {"name": "none"},
+        "onnxruntime": "x",
+        "onnxruntime_providers": [],
+        "cpu_count": 2,
+        "seconds": 1,
+        "engine": [],
+        "frame_enhancer": figures,
+        "decode": {},
+        "encode": {},
+        "worker_run": {"error": "not run"},
+    }
+    text = gpu_check.markdown(report)
+    assert "## Frame enhancer, real_esrgan_x4 compute-equivalent (tiny network" in text
+    assert "320x180 frames in 2 tiles of 256 px, x4" in text
+    row = f"| worker's frame enhancer, onnxruntime (CPUExecutionProvider) | fp32 | 8 | {run['tiles_per_second']} |"
+    assert row in text
+    assert "GPU figures: none measured here: the GPU figures come from `bash bench/gpu_check.sh`" in text
+
+
+def test_the_frame_enhancer_rows_on_a_gpu_give_each_runner_s_speed_and_memory() -> None:
+    """As a GPU run reports them: the worker's step on onnxruntime's CUDA provider with nvidia-smi's peak, and
+    PyTorch's rows per precision and tiles per call with its allocator's peak; no 'none measured' line."""
+    _gpu_check_module()
+    import gpu_frame_enhancer
+
+    network = {
+        "blocks": 23,
+        "features": 64,
+        "growth": 32,
+        "parameters": 16_697_987,
+        "multiply_adds_per_pixel": 17_926_848,
+        "tera_multiply_adds_per_tile": 1.1749,
+    }
+    onnxruntime_run = {
+        "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        "frames": 3,
+        "tiles": 135,
+        "tiles_per_call": 8,
+        "output_size": "7680x4320",
+        "tiles_per_second": 90.0,
+        "frames_per_second": 2.0,
+        "peak_gpu_memory_mib": 9000,
+        "gpu_memory_grown_mib": 8500,
+        "peak_rss_mib": 3000,
+    }
+    torch_run = {"precision": "fp16", "tiles_per_call": 8, "tiles_per_second": 300.0, "frames_per_second": 6.667}
+    report = {
+        "network": network,
+        "tiny": False,
+        "frame_size": "1920x1080",
+        "tile": 256,
+        "tiles_per_frame": 45,
+        "onnxruntime": onnxruntime_run,
+        "torch": {
+            "device": "NVIDIA H100",
+            "vs_onnxruntime_cpu": {"max_relative_difference": 3e-6},
+            "runs": [{**torch_run, "peak_gpu_memory_mib": 6000}],
+        },
+    }
+
+    text = "\n".join(gpu_frame_enhancer.markdown(report))
+
+    assert "1920x1080 frames in 45 tiles of 256 px, x4" in text and "16,697,987 parameters" in text
+    assert (
+        "| worker's frame enhancer, onnxruntime (CUDAExecutionProvider) | fp32 | 8 | 90.0 | 2.0 | 9000 (+8500" in text
+    )
+    assert "| PyTorch CUDA operators (NVIDIA H100) | fp16 | 8 | 300.0 | 6.667 | 6000 | inference alone" in text
+    assert "none measured" not in text

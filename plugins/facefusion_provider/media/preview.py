@@ -45,7 +45,7 @@ def contact_sheet(columns: list[MediaSource]) -> bytes:
 
 def _thumbnail(frame: av.VideoFrame, rotation: int, height: int | None = None) -> RgbImage:
     """``frame`` upright, at most THUMBNAIL_WIDTH wide, or ``height`` high (even sizes)."""
-    upright = np.rot90(_opaque(frame), k=(rotation // 90) % 4)
+    upright = np.rot90(opaque_rgb(frame), k=(rotation // 90) % 4)
     frame_height, width = upright.shape[:2]
     if height is None:
         scaled_width = min(THUMBNAIL_WIDTH, width + width % 2)
@@ -55,7 +55,7 @@ def _thumbnail(frame: av.VideoFrame, rotation: int, height: int | None = None) -
     return rgb_array(rgb_frame(upright).reformat(width=scaled_width, height=scaled_height))
 
 
-def _opaque(frame: av.VideoFrame) -> RgbImage:
+def opaque_rgb(frame: av.VideoFrame) -> RgbImage:
     """The frame's RGB; a transparent one's laid over a grey checkerboard, as image editors show transparency."""
     if not any(component.is_alpha for component in frame.format.components):
         return rgb_array(frame)

@@ -303,6 +303,8 @@ def test_every_option_is_its_own_typed_field() -> None:
         "frame_colorizer",
         "background_remover",
         "face_debugger",
+        "expression_restorer",
+        "face_editor",
         "age_modifier",
         "deep_swapper",
     ]  # a multi-select
@@ -319,5 +321,9 @@ def test_every_option_is_its_own_typed_field() -> None:
         "gpen_bfr_512",
         "codeformer",
         "restoreformer_plus_plus",
+        "gfpgan_1.2",
+        "gfpgan_1.3",
+        "gpen_bfr_1024",
+        "gpen_bfr_2048",
     ]
     assert all(param.schema.get("title") for param in params.values())

@@ -247,11 +247,13 @@ class FakeHWAccel:
 
 
 def h100_spec() -> WorkSpec:
+    options = Options(processors=[], output_video_encoder="libx264")
     return cast(
         WorkSpec,
         SimpleNamespace(
-            probe=SimpleNamespace(codec="h264", pix_fmt="yuv420p", width=1920, height=1080),
-            options=Options(processors=[], output_video_encoder="libx264"),
+            probe=SimpleNamespace(codec="h264", pix_fmt="yuv420p", width=1920, height=1080, still_image=False),
+            options=options,
+            frame_options=lambda: options,
         ),
     )
 

@@ -105,7 +105,8 @@ def test_help_loads_no_media_or_engine_modules() -> None:
         (["resize"], "invalid choice: 'resize'"),
         (
             ["run", "--target", "t.mp4", "--output", "o.mp4", "--output-video-encoder", "mpeg1"],
-            "output_video_encoder: Input should be 'libx264', 'libx265', 'libvpx-vp9', 'h264_nvenc' or 'hevc_nvenc'",
+            "output_video_encoder: Input should be 'libx264', 'libx265', 'libvpx-vp9', 'h264_nvenc', 'hevc_nvenc' or "
+            "'prores_ks'",
         ),
         (
             ["run", "--target", "t.mp4", "--output", "o.mp4", "--segment-size", "0"],
