@@ -593,7 +593,7 @@ class BackgroundRemoverOptions(BaseModel):
         "alpha (0-255 each; in conf, as in FaceFusion, three values are opaque). An alpha below 255 makes the output "
         "transparent where the background was (its alpha is the model's matte, as FaceFusion writes it; the fill's "
         "alpha mixes the fill colour in): it needs a .mov output with output_video_encoder prores_ks (ProRes 4444) "
-        "or a .webm with libvpx-vp9 (VP9 with alpha).",
+        "or a .webm with libvpx-vp9 (VP9 with alpha); for an image target, a .png or .webp output.",
     )
     background_remover_despill_color: Rgba = Field(
         json_schema_extra=SECTION_SWAP,

@@ -178,10 +178,15 @@ class StillImageEncoder:
     def close(self) -> int:
         if self.frame is not None:
             image = rgb_array(self.frame)
-            if self.alpha is not None:
-                height, width = image.shape[:2]
+            height, width = image.shape[:2]
+            # The processors' alpha (a transparent background) and the target's own, the lower where both are.
+            alphas = [picture_alpha(self.frame)]
+            if self.alpha is not None:  # resized with the picture where a processor did
                 plane = av.VideoFrame.from_ndarray(self.alpha, format="gray").reformat(width=width, height=height)
-                image = np.dstack([image, plane.to_ndarray()])  # resized with the picture where a processor did
+                alphas.append(np.asarray(plane.to_ndarray(), np.uint8))
+            kept = [alpha for alpha in alphas if alpha is not None]
+            if kept:
+                image = np.dstack([image, np.minimum.reduce(kept)])
             data = encode_output_image(image, STILL_SEGMENT_EXTENSION, 100)
             with open(self.path, "wb") as handle:
                 handle.write(data)

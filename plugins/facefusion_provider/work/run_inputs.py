@@ -30,6 +30,7 @@ OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
 # The outputs that carry a transparent background through segments and merge, and their encoders: ProRes 4444 in
 # QuickTime, VP9 with alpha in WebM (``media.encode.ALPHA_ENCODINGS``).
 ALPHA_OUTPUTS = {".mov": "prores_ks", ".webm": "libvpx-vp9"}
+ALPHA_IMAGE_EXTENSIONS = (".png", ".webp")  # an image output with a transparent background: PNG or WebP, not JPEG
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,12 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames, t
             raise InvalidOptionError(
                 f"{fields.output}: {output_uri} is not an image file (extension {extension or '(none)'!r}); the "
                 f"target {target_uri} is an image, so the output is one too: allowed {', '.join(IMAGE_EXTENSIONS)}"
+            )
+        if options.transparent_background() and extension not in ALPHA_IMAGE_EXTENSIONS:
+            raise InvalidOptionError(
+                f"{fields.output}: {output_uri} is a {extension} file, which cannot carry a transparent background "
+                f"(background_remover_fill_color alpha {options.background_remover_fill_color[3]}); use "
+                f"{' or '.join(ALPHA_IMAGE_EXTENSIONS)}, or an opaque fill (alpha 255)"
             )
         return
     if extension in IMAGE_EXTENSIONS:

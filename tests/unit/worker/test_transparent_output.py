@@ -27,6 +27,7 @@ from facefusion_provider import storage, worker
 from facefusion_provider.engine.models import matte_facts
 from facefusion_provider.engine.processors.background_remover import foreground_mask, model_input
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
+from facefusion_provider.media.images import encode_output_image, read_picture
 from facefusion_provider.work.layout import WorkLayout, output_marker_uri
 from facefusion_provider.work.records import OutputMarker
 from facefusion_provider.worker import cli
@@ -186,3 +187,38 @@ def test_a_transparent_work_prepared_for_an_encoder_without_alpha_is_refused_at_
         worker.prepare(work_uri, [], str(target), **options)
     assert "use prores_ks or libvpx-vp9" in str(no.value) and not no.value.retryable
     assert not storage.exists(WorkLayout(work_uri).work_json)
+
+
+@pytest.mark.parametrize("extension", ["png", "webp"])
+def test_an_image_target_with_a_transparent_fill_gives_an_image_whose_alpha_is_the_matte(
+    extension: str, inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """FaceFusion's image workflow with its default fill (0 0 0 0): a PNG or WebP whose alpha is the matte."""
+    models, target = inputs
+    picture = tmp_path / "still.png"
+    picture.write_bytes(encode_output_image(rgb_frames(target)[0], ".png", 100))
+    output = tmp_path / f"cut-out.{extension}"
+    argv = ["run", "--target", str(picture), "--output", str(output), "--work-root", str(tmp_path / "work")]
+
+    assert cli.main([*argv, "--models-dir", str(models), *FLAGS]) == 0
+
+    image = read_picture(str(output), str(output))
+    assert image.shape[2] == 4, "the alpha is kept"
+    matte = stand_in_mattes(models, target)[0]
+    assert 0.2 < (matte < 128).mean() < 0.9
+    assert np.abs(image[:, :, 3].astype(int) - matte).max() <= (0 if extension == "png" else 2)
+
+
+def test_an_image_target_with_a_transparent_fill_refuses_a_jpeg_output_naming_the_field(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    models, target = inputs
+    picture = tmp_path / "still.png"
+    picture.write_bytes(encode_output_image(rgb_frames(target)[0], ".png", 100))
+    argv = ["run", "--target", str(picture), "--output", str(tmp_path / "cut-out.jpg"), "--work-root"]
+
+    assert cli.main([*argv, str(tmp_path / "work"), "--models-dir", str(models), *FLAGS]) == EXIT_INVALID_OPTION
+
+    errors = capsys.readouterr().err
+    assert "output: " in errors and "cannot carry a transparent background" in errors and ".png or .webp" in errors
+    assert not (tmp_path / "cut-out.jpg").exists() and not (tmp_path / "work").exists()
