@@ -317,7 +317,13 @@ def _segment_range(text: str) -> tuple[int, int]:
 
 
 def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", action="append", default=[], metavar="IMG", help="source face image (repeatable)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="source face image, or a voice (an audio file) for lip sync (repeatable)",
+    )
     parser.add_argument("--target", required=True, metavar="VIDEO", help="target video")
 
 

@@ -30,6 +30,7 @@ Processor = Literal[
     "face_editor",
     "age_modifier",
     "deep_swapper",
+    "lip_syncer",
 ]
 ExecutionProvider = Literal["tensorrt", "cuda", "cpu"]
 FaceDetectorModel = Literal["retinaface_mnet", "yoloface_8n", "retinaface_10g", "scrfd_2.5g", "yunet_2023_mar", "many"]
@@ -132,6 +133,10 @@ LivePortraitModel = Literal["live_portrait"]
 ExpressionRestorerArea = Literal["upper-face", "lower-face"]
 OutputVideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "h264_nvenc", "hevc_nvenc", "prores_ks"]
 AgeModifierModel = Literal["fran", "styleganex_age"]
+# FaceFusion's audio encoders that this build's FFmpeg (PyAV's) has: libvorbis is not among them.
+OutputAudioEncoder = Literal["flac", "aac", "libmp3lame", "libopus", "pcm_s16le", "pcm_s32le"]
+LipSyncerModel = Literal["wav2lip_96", "wav2lip_gan_96", "edtalk_256"]
+VoiceExtractorModel = Literal["kim_vocal_1", "kim_vocal_2", "uvr_mdxnet"]
 OutputVideoPreset = Literal[
     "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
 ]
@@ -261,7 +266,7 @@ class _FacesOptions(BaseModel):
 
     processors: list[Processor] = Field(
         default=["face_swapper"],
-        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, bring back the target's expression on the face, edit the face, make each face older or younger, put a DeepFaceLab model's person on it. None: the video is only re-encoded or trimmed.",
+        description="What is done to each frame, in order: swap the face, sharpen it, upscale the whole frame, colour it, replace its background, draw what was found on each face, bring back the target's expression on the face, edit the face, make each face older or younger, put a DeepFaceLab model's person on it, move the mouth to the voice (an audio file among the sources). None: the video is only re-encoded or trimmed.",
     )
     face_detector_model: FaceDetectorModel = Field(
         json_schema_extra=SECTION_FACES,
@@ -743,7 +748,8 @@ class AgeModifierOptions(BaseModel):
         json_schema_extra=SECTION_SWAP,
         default="fran",
         description="Only with the age modifier processor: the model that makes each face older or younger. A model "
-        "file you install.",
+        "file you install; fran also reads each face's age with the face classifier (fairface, a model file you "
+        "install).",
     )
     age_modifier_direction: int = Field(
         json_schema_extra=SECTION_SWAP,
@@ -782,6 +788,39 @@ class DeepSwapperOptions(BaseModel):
             f"not one of FaceFusion's deep swapper models (maker/name_size, e.g. {DEFAULT_DEEP_SWAPPER_MODEL}) nor "
             "custom/<name> naming your own <name>.dfm in the models folder's custom folder (letters, digits, _ . -)"
         )
+
+
+class LipSyncerOptions(BaseModel):
+    """The lip syncer's own options (``engine/processors/lip_syncer.py``): the voice is an audio file among the sources."""
+
+    lip_syncer_model: LipSyncerModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="wav2lip_gan_96",
+        description="Only with the lip syncer processor: the model that moves each face's mouth to the voice (an "
+        "audio file among the sources). A model file you install.",
+    )
+    lip_syncer_weight: float = Field(
+        json_schema_extra=SECTION_SWAP,
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        multiple_of=0.05,
+        strict=True,
+        allow_inf_nan=False,
+        description="Only with the lip syncer processor: how strongly the voice moves the mouth (0-1, in steps of "
+        "0.05): wav2lip scales the voice by twice this, edtalk takes it as its weight.",
+    )
+
+
+class _VoiceExtractorOptions(BaseModel):
+    """FaceFusion's voice extractor (options of no one processor; the lip syncer's voice goes through it)."""
+
+    voice_extractor_model: VoiceExtractorModel = Field(
+        json_schema_extra=SECTION_SWAP,
+        default="kim_vocal_2",
+        description="Only with the lip syncer processor: the model that separates the voice from music and noise "
+        "before the mouth follows it (once per work). A model file you install.",
+    )
 
 
 class _RunOptions(BaseModel):
@@ -905,6 +944,30 @@ def frame_options(options: Options, *, still_image: bool) -> Options:
     return options.model_copy(update={"output_video_scale": options.output_image_scale})
 
 
+class OutputAudioOptions(BaseModel):
+    """The output's sound (FaceFusion's output audio options of the same names): encoded once per work, where it is
+    the voice (lip sync) or these options change the target's."""
+
+    output_audio_encoder: OutputAudioEncoder | None = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=None,
+        description="The codec of the finished video's sound (empty: the target's sound copied as it is, or with lip "
+        "sync the voice as aac). Given, the sound is encoded once with it; the output's container must hold it.",
+    )
+    output_audio_quality: Percent = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=80,
+        description="Sound quality where the sound is encoded: 100 is the best the codec gives (aac, mp3, opus; "
+        "flac and PCM are lossless).",
+    )
+    output_audio_volume: Percent = Field(
+        json_schema_extra=SECTION_OUTPUT,
+        default=100,
+        description="Loudness of the finished video's sound in percent: 0 leaves the sound out, below 100 the "
+        "sound is encoded once, quieter.",
+    )
+
+
 # A processor's options: its own fields, one class each; ``engine.processors`` maps each name to its module.
 PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_swapper": FaceSwapperOptions,
@@ -917,6 +980,7 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
     "face_editor": FaceEditorOptions,
     "age_modifier": AgeModifierOptions,
     "deep_swapper": DeepSwapperOptions,
+    "lip_syncer": LipSyncerOptions,
 }
 
 
@@ -930,6 +994,9 @@ class Options(
     ExpressionRestorerOptions,
     DeepSwapperOptions,
     AgeModifierOptions,
+    OutputAudioOptions,
+    _VoiceExtractorOptions,
+    LipSyncerOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
     FrameColorizerOptions,
@@ -991,6 +1058,18 @@ class Options(
     def pixel_options(self) -> dict[str, Any]:
         """The options that change output pixels: they take part in the work id."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in NON_PIXEL_OPTIONS}
+
+
+def encodes_sound(options: Options) -> bool:
+    """Whether the output's sound is encoded once per work (the voice of lip sync, or the target's sound with another
+    encoder or volume) rather than the target's copied as it is; volume 0 leaves the sound out."""
+    changed = options.output_audio_encoder is not None or options.output_audio_volume < 100
+    return options.output_audio_volume > 0 and ("lip_syncer" in options.processors or changed)
+
+
+def sound_encoder(options: Options) -> OutputAudioEncoder:
+    """The encoder of an encoded sound: the one chosen, else aac."""
+    return options.output_audio_encoder or "aac"
 
 
 def parse_options(values: dict[str, Any], *, where: str = "options") -> Options:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 from standins import IR_VERSION, OPSET, _const, _save
+from standins_selection import classifier_standin
 
 from facefusion_provider.engine.models import DFM_FACE_INPUT, DFM_MORPH_INPUT, MODELS, model_spec
 
@@ -134,8 +135,10 @@ def mismatched_dfm(folder: Path, name: str) -> Path:
 
 
 def write_ageswap_standins(folder: Path) -> Path:
-    """``folder`` with fran, styleganex_age and FaceFusion's default deep swapper model (iperov/elon_musk_224)."""
+    """``folder`` with fran, the face classifier fran reads each face's age from (``standins_selection``'s, taking a
+    face in colour for 20-29), styleganex_age and FaceFusion's default deep swapper model (iperov/elon_musk_224)."""
     fran_standin(folder)
+    classifier_standin(folder)
     styleganex_standin(folder)
     dfm_standin(folder, "iperov/elon_musk_224")
     return folder

@@ -25,12 +25,19 @@ WARM = FaceClasses("female", "white", range(20, 29))
 COOL = FaceClasses("male", "black", range(50, 59))
 
 
-def classifier_standin(folder: Path, *, input_name: str = "input", outputs: int = 3) -> Path:
-    """``folder``/fairface.onnx: (N, 3, 224, 224) -> race_id, gender_id, age_id, each (N,) int64 (``outputs`` fewer:
-    a file that does not answer as fairface)."""
+def classifier_standin(
+    folder: Path,
+    *,
+    input_name: str = "input",
+    outputs: int = 3,
+    warm_ids: tuple[int, int, int] = WARM_IDS,
+    cool_ids: tuple[int, int, int] = COOL_IDS,
+) -> Path:
+    """``folder``/fairface.onnx: (N, 3, 224, 224) -> race_id, gender_id, age_id, each (N,) int64: ``warm_ids`` for a
+    warm crop, ``cool_ids`` for a cool one (``outputs`` fewer: a file that does not answer as fairface)."""
     spec = MODELS["fairface"]
     ((_, shape),) = spec.inputs
-    ids = np.asarray([WARM_IDS, COOL_IDS], np.int64)  # row 0: warm, row 1: cool
+    ids = np.asarray([warm_ids, cool_ids], np.int64)  # row 0: warm, row 1: cool
     nodes = [
         helper.make_node("ReduceMean", ["input"], ["means"], axes=[2, 3], keepdims=0),  # (N, 3)
         helper.make_node("MatMul", ["means", "red_minus_blue"], ["warmth"]),  # (N, 1)

@@ -138,6 +138,7 @@ def test_json_schema_drives_the_ui_form() -> None:
         "face_editor",
         "age_modifier",
         "deep_swapper",
+        "lip_syncer",
     ]
     assert properties["background_remover_fill_color"]["prefixItems"][3]["maximum"] == 255
     assert all(prop.get("description") for prop in properties.values())

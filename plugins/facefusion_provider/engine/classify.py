@@ -1,4 +1,5 @@
-"""FaceFusion's face classifier (fairface): each face's gender, race and age class, for the face selector's filters.
+"""FaceFusion's face classifier (fairface): each face's gender, race and age class, for the face selector's filters
+and the age modifier's fran (told each face's age).
 
 The face is aligned to FaceFusion's arcface_112_v2 template (``arcface_112`` here) at 224 x 224, RGB / 255
 normalised by ImageNet's mean and standard deviation, NCHW. The model answers class ids, by position: race, gender,
@@ -39,15 +40,20 @@ RACES_BY_ID: dict[int, str] = {1: "black", 2: "latino", 3: "asian", 4: "asian", 
 FEMALE_ID = 1
 
 
-def require_classifier(store: ModelStore, options: Options) -> None:
-    """The filters classify faces: without the classifier model they cannot run, so say so before any work."""
+FILTERS_NEED = "face_selector_gender, face_selector_race and face_selector_age_start/end need"
+
+
+def require_classifier(
+    store: ModelStore, options: Options, needed_by: str = FILTERS_NEED, remedy: str = "leave those options empty"
+) -> None:
+    """What ``needed_by`` names classifies faces (the filters; fran, told each face's age): without the classifier
+    model it cannot run, so say so, with ``remedy``, before any work."""
     try:
         session = store.session_for(CLASSIFIER_MODEL, options)
     except ModelMissingError as error:
         raise ModelMissingError(
-            f"face_selector_gender, face_selector_race and face_selector_age_start/end need {CLASSIFIER_MODEL}.onnx "
-            f"(FaceFusion's face classifier) in the model directory (--models-dir); provide it or leave those "
-            f"options empty. {error}"
+            f"{needed_by} {CLASSIFIER_MODEL}.onnx (FaceFusion's face classifier) in the model directory "
+            f"(--models-dir); provide it or {remedy}. {error}"
         ) from None
     outputs = session.get_outputs()
     if len(outputs) != 3:

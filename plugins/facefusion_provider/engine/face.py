@@ -35,7 +35,7 @@ class Face:
     landmark_dense: FloatArray | None = None  # (468, 2) face mesh or (68, 2) 2dfan4, when a landmarker ran
     embedding: FloatArray | None = None  # (512,) identity embedding, L2-normalised, when a recognizer ran
     extras: dict[str, object] = field(default_factory=dict)
-    classes: FaceClasses | None = None  # when the face classifier ran (a gender, race or age filter is set)
+    classes: FaceClasses | None = None  # when the face classifier ran (a gender, race or age filter; fran)
 
     @property
     def area(self) -> float:

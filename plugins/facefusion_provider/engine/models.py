@@ -26,6 +26,8 @@ ModelRole = Literal[
     "animate",
     "age",
     "deep_swap",
+    "lip_sync",
+    "voice",
 ]
 ModelFormat = Literal["onnx", "tflite"]
 ModelSource = Literal["package", "models_dir", "models_uri"]
@@ -138,6 +140,21 @@ class MatteFacts:
         return 4 if self.kind == "corridor_key" else 3
 
 
+LipSyncKind = Literal["wav2lip", "edtalk"]
+
+
+@dataclass(frozen=True)
+class LipSyncFacts:
+    """A lip syncer: input ``source`` (1, 1, 80, 16) the frame's mel window (``engine.voice``), ``target`` the face.
+    ``wav2lip``: the lower face's box (the 68 points' box in the ffhq_512 crop) at 96x96, BGR 0..1, its lower half
+    blanked and stacked before itself, (1, 6, 96, 96); the voice scaled by twice ``lip_syncer_weight``; pasted by the
+    lower-face area mask. ``edtalk``: the ffhq_512 crop at 256x256, BGR 0..1, (1, 3, 256, 256), with ``weight`` (1,)
+    ``lip_syncer_weight``; pasted by the box mask. Output: (1, 3, size, size) BGR 0..1."""
+
+    kind: LipSyncKind
+    size: int
+
+
 @dataclass(frozen=True)
 class LivePortraitFacts:
     """One network of a LivePortrait set (KwaiVGI's, as FaceFusion exports it), read by position:
@@ -211,6 +228,7 @@ class ModelSpec:
     live_portrait: LivePortraitFacts | None = None
     age: AgeFacts | None = None
     deep_swap: DeepSwapFacts | None = None
+    lip_sync: LipSyncFacts | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -232,6 +250,7 @@ def _user_model(
     matte: MatteFacts | None = None,
     live_portrait: LivePortraitFacts | None = None,
     age: AgeFacts | None = None,
+    lip_sync: LipSyncFacts | None = None,
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -250,6 +269,7 @@ def _user_model(
         matte=matte,
         live_portrait=live_portrait,
         age=age,
+        lip_sync=lip_sync,
     )
 
 
@@ -498,6 +518,38 @@ def deep_swapper_spec(name: str) -> ModelSpec:
     )
 
 
+# FaceFusion 3.8.1's lip syncers: facts, licence, vendor.
+LIP_SYNCERS: dict[str, tuple[LipSyncFacts, str, str]] = {
+    "wav2lip_96": (LipSyncFacts("wav2lip", 96), "Non-Commercial", "Rudrabha"),
+    "wav2lip_gan_96": (LipSyncFacts("wav2lip", 96), "Non-Commercial", "Rudrabha"),
+    "edtalk_256": (LipSyncFacts("edtalk", 256), "Apache-2.0", "tanshuai0219"),
+}
+
+
+# FaceFusion 3.8.1's voice extractors (MDX-Net): licence, vendor. Input ``input``: both channels' real and imaginary
+# STFT parts, (N, 4, 3072 bins, 256 frames); output the voice's, the same shape (``engine.voice_extract``).
+VOICE_EXTRACTORS: dict[str, tuple[str, str]] = {
+    "kim_vocal_1": ("Non-Commercial", "KimberleyJensen"),
+    "kim_vocal_2": ("Non-Commercial", "KimberleyJensen"),
+    "uvr_mdxnet": ("MIT", "Anjok07"),
+}
+VOICE_SHAPE: Shape = (None, 4, 3072, 256)
+
+
+def _lip_syncer(name: str, facts: LipSyncFacts, *, licence: str, vendor: str) -> ModelSpec:
+    channels = 6 if facts.kind == "wav2lip" else 3
+    weight: TensorSpec = (("weight", (1,)),) if facts.kind == "edtalk" else ()
+    return _user_model(
+        name,
+        "lip_sync",
+        inputs=(("source", (1, 1, 80, 16)), ("target", (1, channels, facts.size, facts.size)), *weight),
+        outputs=(("output", (1, 3, facts.size, facts.size)),),
+        licence=licence,
+        vendor=vendor,
+        lip_sync=facts,
+    )
+
+
 _SCRFD_OUTPUTS: TensorSpec = tuple(
     (f"{kind}_{stride}", (None, width))
     for kind, width in (("score", 1), ("bbox", 4), ("kps", 10))
@@ -696,6 +748,21 @@ MODELS: dict[str, ModelSpec] = {
             "styleganex_age", STYLEGANEX_AGE, licence="S-Lab License 1.0", vendor="williamyang1991 (StyleGANEX)"
         ),
         *(deep_swapper_spec(name) for name in DEEP_SWAPPER_MODELS),
+        *(
+            _lip_syncer(name, facts, licence=licence, vendor=vendor)
+            for name, (facts, licence, vendor) in LIP_SYNCERS.items()
+        ),
+        *(
+            _user_model(
+                name,
+                "voice",
+                inputs=(("input", VOICE_SHAPE),),
+                outputs=(("output", VOICE_SHAPE),),
+                licence=licence,
+                vendor=vendor,
+            )
+            for name, (licence, vendor) in VOICE_EXTRACTORS.items()
+        ),
     )
 }
 
@@ -740,6 +807,10 @@ def live_portrait_model(family: str, network: LivePortraitNetwork) -> str:
 
 def age_facts(name: str) -> AgeFacts:
     return _facts(name, "age modifier", lambda spec: spec.age)
+
+
+def lip_sync_facts(name: str) -> LipSyncFacts:
+    return _facts(name, "lip syncer", lambda spec: spec.lip_sync)
 
 
 def _facts(name: str, kind: str, facts_of: Callable[[ModelSpec], FactsT | None]) -> FactsT:

@@ -40,7 +40,7 @@ def swap_params() -> dict[str, Param]:
             {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}},
             None,
             "Required: pictures of the face to put into the video, one per line; several pictures of one person are "
-            "averaged.",
+            "averaged. For lip sync, also the voice: an audio file (.wav, .mp3, .m4a, .aac, .opus, .ogg, .flac).",
         ),
         "target_uri": ({"type": ["string", "null"]}, None, "Required: the video whose faces are replaced."),
         "output_uri": (
@@ -89,6 +89,8 @@ def param_schema(name: str, prop: dict[str, Any]) -> dict[str, Any]:
         schema["items"] = prop["prefixItems"][0]
     if "const" in schema:  # a choice of one (a single enum value): still a dropdown
         schema["enum"] = [schema.pop("const")]
+    if "enum" in schema and "default" in prop and prop["default"] is None:  # unset is a choice: null passes the enum
+        schema["enum"] = [*schema["enum"], None]
     items = schema.get("items", {})
     if schema.get("type") == "array" and "enum" in items:
         schema["examples"] = list(items["enum"])

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.output.movies import movie_file
-from facefusion_provider.output.sound import stored_sound
+from facefusion_provider.output.sound import check_sound, encoded_sound_uri, stored_sound
 from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import Segment, SegmentMarker, WorkSpec, segment_label
@@ -45,6 +45,8 @@ def join_refusal(spec: WorkSpec, output_uri: str) -> str | None:
         return f"a .{extension} output is remuxed"
     if (spec.frame_start, spec.frame_end) != (0, spec.probe.frame_count):
         return "a trimmed output is remuxed"
+    if spec.options.output_audio_volume == 0:
+        return "an output without sound is remuxed"
     return "a rotated output is remuxed" if spec.probe.rotation else None
 
 
@@ -57,19 +59,24 @@ def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
     output_uri: str,
 ) -> JoinPlan | None:
     """The output as ``output.mp4join`` plans it; None (with the reason logged) where it does not apply, and the merge
-    remuxes. The target's sound comes from the work's stored sound where it holds exactly those bytes."""
+    remuxes. The sound is the work's own where it has one (``output.sound.encoded_sound_uri``), else the target's, from
+    the work's stored sound where it holds exactly those bytes."""
     from facefusion_provider.media.mp4index import UnsupportedLayoutError
     from facefusion_provider.output.mp4join import join_movies
 
     began = time.perf_counter()
     reason = join_refusal(spec, output_uri)
+    own_sound = encoded_sound_uri(spec.identity)
+    sound_uri = own_sound or target_uri
+    if reason is None and own_sound is not None:
+        check_sound(spec.identity, storage.read_bytes(own_sound))  # a few MB: nothing is merged unverified
     if reason is None:
-        uris = [layout.segment_file(marker.file) for marker in markers] + [target_uri]
+        uris = [layout.segment_file(marker.file) for marker in markers] + [sound_uri]
         reads = [
             functools.partial(_segment_movie, spec, layout, marker, segment, sizes.get(marker.file))
             for marker, segment in zip(markers, spec.segments, strict=True)
         ]
-        reads.append(functools.partial(movie_file, target_uri))
+        reads.append(functools.partial(movie_file, sound_uri))  # its sound tracks, its movie header
         with Prefetch(reads, INDEX_READS_AT_ONCE) as reading:
             movies = list(reading.results())
         files = [movie for movie in movies if movie is not None]
@@ -90,7 +97,7 @@ def plan_join(  # noqa: PLR0917 - the merge's own state, passed on once
         return None
     ranges = list(joined.ranges)
     sound = [piece for piece in ranges if piece.source == len(markers)]
-    stored = stored_sound(layout, sum(piece.end - piece.start for piece in sound))
+    stored = None if own_sound else stored_sound(layout, sum(piece.end - piece.start for piece in sound))
     pieces: list[storage.Piece] = [joined.head]
     if stored is not None and ranges[: len(sound)] == sound:  # the sound leads the media data: one stored file
         pieces.append(stored)

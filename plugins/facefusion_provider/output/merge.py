@@ -18,10 +18,12 @@ import functools
 import hashlib
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
+from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.contract import worker_settings
@@ -36,6 +38,7 @@ from facefusion_provider.output.integrity import (
     digest_damage,
     retire_damaged,
 )
+from facefusion_provider.output.sound import check_sound, encoded_sound_uri
 from facefusion_provider.storage.prefetch import Prefetch
 from facefusion_provider.storage.scratch import scratch_folder
 from facefusion_provider.telemetry.metrics import worker_metrics
@@ -46,6 +49,7 @@ from facefusion_provider.work.run_inputs import CLI_FIELDS, check_output_format,
 
 if TYPE_CHECKING:
     from facefusion_provider.media.containers import MediaSource
+    from facefusion_provider.types import VideoProbe
 
 logger = logging.getLogger(__name__)
 
@@ -169,17 +173,17 @@ def _remux(
         # data uploads while it is written.
         with (
             Prefetch(fetches, merge_prefetch(), functools.partial(_discard_download, folder)) as prefetch,
-            storage.open_input(target_uri) as target,
-            _merge_original(spec, target_uri, target) as original,
+            _sound_source(spec, target_uri, folder) as (original, probe, name),
         ):
             merge_segments(
                 pending,
                 original,
-                spec.probe,
+                probe,
                 publisher.path,
-                name=target_uri,
+                name=name,
                 paths=prefetch.results(),
                 moov_last=publisher.moov_last,
+                own_timeline=encoded_sound_uri(spec.identity) is not None,
             )
         remuxed = time.perf_counter()
         published_file = publisher.finish()
@@ -220,6 +224,27 @@ def _write_image(
             publisher.publish()
     timings = {"encode_s": encoded - began, "publish_s": time.perf_counter() - encoded}
     return len(data), hashlib.sha256(data).hexdigest(), timings
+
+
+@contextlib.contextmanager
+def _sound_source(spec: WorkSpec, target_uri: str, folder: str) -> Iterator[tuple[MediaSource, VideoProbe, str]]:
+    """What the remux copies beside the segments' video, with the probe that lists its streams and its name: the work's
+    own encoded sound (fetched, checked) where it has one, no stream at all with ``output_audio_volume`` 0, else the
+    target's other streams."""
+    own = encoded_sound_uri(spec.identity)
+    if own is not None:
+        from facefusion_provider.media.audio import sound_streams
+
+        local = os.path.join(folder, posixpath.basename(urlparse(own).path))
+        storage.get_file(own, local)
+        with open(local, "rb") as handle:
+            check_sound(spec.identity, handle.read())
+        yield local, spec.probe.model_copy(update={"streams": sound_streams(local)}), own
+        return
+    with storage.open_input(target_uri) as target, _merge_original(spec, target_uri, target) as original:
+        silent = spec.options.output_audio_volume == 0
+        probe = spec.probe.model_copy(update={"streams": []}) if silent else spec.probe
+        yield original, probe, target_uri
 
 
 @contextlib.contextmanager

@@ -83,6 +83,7 @@ def merge_segments(
     name: str,
     paths: Iterable[str] | None = None,
     moov_last: bool = False,
+    own_timeline: bool = False,
 ) -> int:
     """Write ``output_path`` from ``segments`` (contiguous, in order) and the original's other streams; returns frames.
 
@@ -94,7 +95,8 @@ def merge_segments(
     The container follows the extension of ``output_path``. An MP4/MOV gets its moov in front (FFmpeg's faststart, a
     second pass over the file), or with ``moov_last`` after the media data, which is then final as soon as it is
     written (``media.faststart`` moves the moov in front later). Without trimming every timestamp is the original's;
-    a trimmed work starts where the original started.
+    a trimmed work starts where the original started. With ``own_timeline`` the original's streams start at the
+    output's first frame (a work's encoded sound, already cut to the output's length).
     """
     _check_contiguous(segments)
     files = _segment_files(segments, paths if paths is not None else _own_paths(segments))
@@ -112,6 +114,8 @@ def merge_segments(
             copied = _add_copied_streams(output, source, probe)
             output.metadata.update({k: v for k, v in source.metadata.items() if k not in MUXER_TAGS})
             window = _time_window(probe, frame_start, frame_end, video_time_base)
+            if own_timeline:
+                shift_seconds, window = -probe.pts[0] * video_time_base, (None, None)
             video_packets = _video_packets(
                 itertools.chain([first], files), probe, video_out, video_time_base, frame_start
             )
@@ -329,8 +333,9 @@ def _other_packets(
     videos = {stream.index: _CopiedVideo() for stream in streams if stream.type == "video"}
 
     def timed(packet: av.Packet[Any], dts: int) -> _Timed:
-        packet.stream, packet.dts = copied[packet.stream_index], dts
-        return _Timed(dts * bounds[packet.stream_index][3], 1 + packet.stream_index, packet)
+        index = packet.stream_index  # the source's: setting the output stream changes it
+        packet.stream, packet.dts = copied[index], dts
+        return _Timed(dts * bounds[index][3], 1 + index, packet)
 
     with media_errors(name, "copying the audio and other streams"):
         for packet in source.demux(streams):

@@ -4,7 +4,11 @@ frames: reaching them reads the whole target)."""
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from facefusion_provider import storage
+from facefusion_provider.exceptions import InvalidWorkError
 from facefusion_provider.output.movies import movie_file
 from facefusion_provider.work.layout import WorkLayout
 
@@ -32,3 +36,19 @@ def stored_sound(layout: WorkLayout, size: int) -> storage.ByteSlice | None:
     if not size or not found or found[0].size != size:
         return None
     return storage.ByteSlice(layout.sound_file, 0, size)
+
+
+def encoded_sound_uri(identity: dict[str, Any]) -> str | None:
+    """The work's own encoded sound (``worker.prepare``: the voice of lip sync, or the target's re-encoded), which the
+    output carries instead of the target's; None: the target's sound is copied as it is."""
+    sound = identity.get("sound")
+    return str(sound["uri"]) if isinstance(sound, dict) and "uri" in sound else None
+
+
+def check_sound(identity: dict[str, Any], data: bytes) -> None:
+    """The work's encoded sound holds the bytes prepare stored (its sha256 in the identity)."""
+    sound = identity["sound"]
+    if hashlib.sha256(data).hexdigest() != sound.get("sha256"):
+        raise InvalidWorkError(
+            f"{sound['uri']}: the work's sound is damaged (checksum differs); prepare the work again"
+        )

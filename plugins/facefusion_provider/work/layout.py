@@ -78,6 +78,16 @@ class WorkLayout:
         return storage.join(self.work_uri, "sound.bin")
 
     @property
+    def voice_file(self) -> str:
+        """The voice's mel spectrogram (lip sync), computed once by prepare from the run's audio source."""
+        return storage.join(self.work_uri, "voice_mel.npy")
+
+    def encoded_sound(self, extension: str) -> str:
+        """The output's sound encoded once by prepare (the voice of lip sync, or the target's with another encoder or
+        volume): ``sound.m4a`` or ``sound.mka``."""
+        return storage.join(self.work_uri, f"sound{extension}")
+
+    @property
     def refusals_dir(self) -> str:
         return storage.join(self.work_uri, "refusals")
 

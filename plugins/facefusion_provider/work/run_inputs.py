@@ -16,8 +16,22 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError
-from facefusion_provider.options import MAX_SOURCES, RENAMED_OPTIONS, Options, parse_options, renamed_option_message
+from facefusion_provider.options import (
+    MAX_SOURCES,
+    RENAMED_OPTIONS,
+    Options,
+    encodes_sound,
+    parse_options,
+    renamed_option_message,
+    sound_encoder,
+)
 from facefusion_provider.types import IMAGE_EXTENSIONS
+
+# Sources by extension: these are voices (FaceFusion's ``-s`` takes audio beside face images), anything else an image.
+AUDIO_EXTENSIONS = frozenset({".wav", ".mp3", ".aac", ".m4a", ".opus", ".ogg", ".oga", ".flac"})
+# Processors that read a voice among the sources, and those that read a face image among them.
+VOICE_PROCESSORS = frozenset({"lip_syncer"})
+FACE_SOURCE_PROCESSORS = frozenset({"face_swapper"})
 
 # Output containers the merge can write, and the encoders each one can hold.
 OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
@@ -31,6 +45,16 @@ OUTPUT_CONTAINERS: dict[str, frozenset[str]] = {
 # QuickTime, VP9 with alpha in WebM (``media.encode.ALPHA_ENCODINGS``).
 ALPHA_OUTPUTS = {".mov": "prores_ks", ".webm": "libvpx-vp9"}
 ALPHA_IMAGE_EXTENSIONS = (".png", ".webp")  # an image output with a transparent background: PNG or WebP, not JPEG
+
+
+# The sound encoders each output container holds (FaceFusion's list; an .m4v holds aac alone, as FaceFusion makes it).
+OUTPUT_AUDIO_CONTAINERS: dict[str, frozenset[str]] = {
+    ".mp4": frozenset({"aac", "libmp3lame", "libopus", "flac"}),
+    ".m4v": frozenset({"aac"}),
+    ".mov": frozenset({"aac", "libmp3lame", "pcm_s16le", "pcm_s32le"}),
+    ".mkv": frozenset({"flac", "aac", "libmp3lame", "libopus", "pcm_s16le", "pcm_s32le"}),
+    ".webm": frozenset({"libopus"}),
+}
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,13 @@ def check_output_format(output_uri: str, options: Options, fields: FieldNames, t
         )
     if options.transparent_background():
         check_alpha_output(output_uri, extension, options, fields)
+    sounds = OUTPUT_AUDIO_CONTAINERS[extension]
+    if encodes_sound(options) and sound_encoder(options) not in sounds:
+        chosen = "" if options.output_audio_encoder else " (the voice's default)"
+        raise InvalidOptionError(
+            f"{fields.options}.output_audio_encoder: {sound_encoder(options)}{chosen} cannot be stored in a "
+            f"{extension} file; allowed there: {', '.join(sorted(sounds))}"
+        )
 
 
 def check_alpha_output(output_uri: str, extension: str, options: Options, fields: FieldNames) -> None:
@@ -183,9 +214,31 @@ def check_alpha_output(output_uri: str, extension: str, options: Options, fields
         )
 
 
+def is_audio_source(uri: str) -> bool:
+    """Whether a source is a voice (by its extension, as the user names it), not a face image."""
+    return posixpath.splitext(urlparse(uri).path)[1].lower() in AUDIO_EXTENSIONS
+
+
+def image_sources(source_uris: Sequence[str]) -> list[str]:
+    return [uri for uri in source_uris if not is_audio_source(uri)]
+
+
+def voice_source(source_uris: Sequence[str]) -> str | None:
+    """The voice a run speaks: its first audio source, as FaceFusion takes it; None without one."""
+    return next((uri for uri in source_uris if is_audio_source(uri)), None)
+
+
 def check_sources(source_uris: Sequence[str], options: Options, fields: FieldNames) -> None:
-    if "face_swapper" in options.processors and not source_uris:
-        raise InvalidOptionError(f"{fields.sources}: face_swapper needs at least one source image")
+    """A processor that reads a face image has one among the sources, one that reads a voice has an audio file."""
+    for name in FACE_SOURCE_PROCESSORS & set(options.processors):
+        if not image_sources(source_uris):
+            raise InvalidOptionError(f"{fields.sources}: {name} needs at least one source image")
+    for name in VOICE_PROCESSORS & set(options.processors):
+        if voice_source(source_uris) is None:
+            raise InvalidOptionError(
+                f"{fields.sources}: {name} needs a voice among the sources: an audio file "
+                f"({', '.join(sorted(AUDIO_EXTENSIONS))})"
+            )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from facefusion_provider import storage
@@ -91,9 +92,16 @@ class AnalysedProcessor:
         self.counts.reused_frames += len(frames) - len(missing)
         if tracking:
             self._remember(frames, numbers)
-        results = self.engine.apply_batch_pending(frames, [found or [] for found in faces])
+        results = self.engine.apply_batch_pending(frames, [found or [] for found in faces], times=self._times(numbers))
         self._report(len(frames))
         return results
+
+    def _times(self, numbers: list[int]) -> list[Fraction]:
+        """Each frame's own time from the first frame worked (the trim start), exact: what the voice window reads, the
+        same whichever span works the frame and on a variable frame rate too."""
+        pts, first = self.spec.probe.pts, self.spec.probe.pts[self.spec.frame_start]
+        time_base = Fraction(self.spec.probe.time_base)
+        return [(pts[number] - first) * time_base for number in numbers]
 
     def _following(self, frames: list[Frame], numbers: list[int]) -> list[list[Face]]:
         """Faces of frames ``numbers`` (consecutive, in order) followed by their meshes between detections: a

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import posixpath
@@ -13,13 +14,20 @@ from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InvalidOptionError, InvalidWorkError
-from facefusion_provider.options import Options, frame_options
+from facefusion_provider.options import Options, encodes_sound, frame_options, sound_encoder
 from facefusion_provider.types import VideoProbe
 from facefusion_provider.work.access import checked_uris, load_work, local_copies, resolve_options, work_layout
 from facefusion_provider.work.ids import analysis_id, work_id
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import Segment, WorkSpec
-from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, check_sources, is_image_uri
+from facefusion_provider.work.run_inputs import (
+    CLI_FIELDS,
+    VOICE_PROCESSORS,
+    RunUris,
+    check_sources,
+    is_image_uri,
+    voice_source,
+)
 from facefusion_provider.work.span_plan import plan_segments
 
 logger = logging.getLogger(__name__)
@@ -75,7 +83,11 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         frame_end=frame_end,
         segments=segments,
         analysis_id=_analysis_id(target_id, options),
-        identity=_identity(uris, options, probe, models_dir) if options.processors else {},
+        identity={
+            **(_identity(uris, options, probe, models_dir) if options.processors else {}),
+            **_voice(layout, uris, options, probe, models_dir),
+            **_sound(layout, uris, options, probe, (frame_start, frame_end)),
+        },
     )
     if not storage.write_bytes_exclusive(layout.work_json, spec.model_dump_json(indent=2).encode()):
         logger.info("work %s: another run prepared it meanwhile; using its work.json", expected)
@@ -168,6 +180,79 @@ def _analysis_id(target_id: str, options: Options) -> str | None:
 
     needs = analysis_needs(options)
     return analysis_id(target_id, options, needs.landmarks) if needs.faces else None
+
+
+def _voice(
+    layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None
+) -> dict[str, Any]:
+    """For a chain that reads a voice: the first audio source's voice (separated by ``voice_extractor_model``) as a
+    mel spectrogram, computed once and stored with the work (every span reads that file); a source that does not
+    decode is refused naming its field and file."""
+    if not VOICE_PROCESSORS & set(options.processors):
+        return {}
+    from facefusion_provider.engine.processors.lip_syncer import voice_identity, voice_mel_of
+    from facefusion_provider.engine.store import store_from_environment
+    from facefusion_provider.engine.voice import pack_mel
+    from facefusion_provider.media.audio import read_voice_samples
+
+    uri = voice_source(uris.source_uris)
+    assert uri is not None  # check_sources refused a chain that reads a voice without one
+    field = f"{CLI_FIELDS.sources}[{uris.source_uris.index(uri)}]"
+    with local_copies([uri]) as (path,):
+        samples = read_voice_samples(path, f"{field} ({uri})")
+    # prepare runs off the GPU pool unless [facefusion] gpu_commands names it: the CPU is a fallback for the extractor
+    providers = [*options.execution_providers, *(["cpu"] if "cpu" not in options.execution_providers else [])]
+    extracting = options.model_copy(update={"execution_providers": providers})
+    data = pack_mel(voice_mel_of(samples, extracting, store_from_environment(models_dir)))
+    if not storage.write_bytes_exclusive(layout.voice_file, data):  # another preparer's: the one every span reads
+        data = storage.read_bytes(layout.voice_file)
+    return voice_identity(layout.voice_file, data, Fraction(probe.frame_rate))
+
+
+def _sound(
+    layout: WorkLayout, uris: RunUris, options: Options, probe: VideoProbe, frames: tuple[int, int]
+) -> dict[str, Any]:
+    """The output's sound, encoded once and stored with the work where it is not the target's copied as it is: the
+    voice (lip sync) or the target's sound, from the first frame worked for the video's duration (FaceFusion's ``-t``:
+    a longer sound is cut, a shorter one stays shorter), starting at the output's first frame. Nothing where there is
+    no sound."""
+    if not encodes_sound(options):
+        return {}
+    from facefusion_provider.media.audio import encode_sound, sound_extension
+    from facefusion_provider.storage.scratch import scratch_folder
+
+    first, end = frames
+    time_base = Fraction(probe.time_base)
+    begins = probe.pts[first] * time_base
+    ends = (
+        probe.pts[end] * time_base
+        if end < probe.frame_count
+        else probe.pts[0] * time_base + Fraction(probe.duration_seconds)
+    )
+    voiced = bool(VOICE_PROCESSORS & set(options.processors))
+    uri = voice_source(uris.source_uris) if voiced else uris.target_uri
+    assert uri is not None  # check_sources refused a chain that reads a voice without one
+    encoder, extension = sound_encoder(options), sound_extension(sound_encoder(options))
+    with local_copies([uri]) as (path,), scratch_folder("sound-") as folder:
+        encoded = os.path.join(folder, f"sound{extension}")
+        samples = encode_sound(
+            path,
+            uri,
+            encoded,
+            encoder=encoder,
+            quality=options.output_audio_quality,
+            volume=options.output_audio_volume,
+            start=0.0 if voiced else float(begins),
+            duration=float(ends - begins),
+        )
+        if not samples:
+            return {}
+        with open(encoded, "rb") as handle:
+            data = handle.read()
+    stored = layout.encoded_sound(extension)
+    if not storage.write_bytes_exclusive(stored, data):  # another preparer's: the one every merge reads
+        data = storage.read_bytes(stored)
+    return {"sound": {"uri": stored, "sha256": hashlib.sha256(data).hexdigest(), "encoder": encoder}}
 
 
 def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:

@@ -3,6 +3,7 @@ input named by its field before any worker starts, nothing written at the output
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -289,9 +290,6 @@ def test_every_option_is_its_own_typed_field() -> None:
     assert "section" not in blend.schema  # an everyday option: in the open first section
     mode = params["face_selector_mode"]
     assert mode.schema["enum"] == ["one", "many", "reference"]
-    gender = params["face_selector_gender"]  # a choice that may stay empty: empty is one of its values
-    assert (gender.schema["enum"], gender.value) == (["female", "male", None], None)
-    assert gender.schema["description_md"].endswith("face_selector_gender · choices: female, male")
     encoder = params["output_video_encoder"]
     assert encoder.schema["section"] == "Output video" and "libx264" in encoder.schema["enum"]
     segment = params["segment_size"]
@@ -307,10 +305,8 @@ def test_every_option_is_its_own_typed_field() -> None:
         "face_editor",
         "age_modifier",
         "deep_swapper",
+        "lip_syncer",
     ]  # a multi-select
-    deep = params["deep_swapper_model"]  # 157 proposals, and free text for custom/<name>
-    assert deep.schema["type"] == ["string", "null"] and len(deep.schema["examples"]) == 157
-    assert deep.value == "iperov/elon_musk_224" and "enum" not in deep.schema
     direction = params["age_modifier_direction"]
     assert direction.schema["allOf"] == [{"minimum": -100, "maximum": 100}] and direction.value == 0
     assert params["processors"].schema["type"] == ["array", "null"]  # none selected is a choice, not "required"
@@ -327,3 +323,39 @@ def test_every_option_is_its_own_typed_field() -> None:
         "gpen_bfr_2048",
     ]
     assert all(param.schema.get("title") for param in params.values())
+
+
+RACES = ["white", "black", "latino", "asian", "indian", "arabic"]
+
+
+def test_the_trigger_form_offers_the_selection_filters_with_an_empty_choice(inputs: dict[str, Any]) -> None:
+    """Gender and race: their values and empty (any face: a choice that may stay empty has empty among its values),
+    empty by default, each value and empty accepted; the age bounds whole numbers 0 to 100 or empty."""
+    params = swap_params()
+    for name, values in (("face_selector_gender", ["female", "male"]), ("face_selector_race", RACES)):
+        field = params[name]
+        assert (field.schema["enum"], field.schema["type"], field.value) == ([*values, None], ["string", "null"], None)
+        assert field.schema["section"] == "Faces: detection and selection"
+        assert field.schema["description_md"].endswith(f"{name} · choices: {', '.join(values)}")
+        for value in [*values, None]:
+            assert _params({**inputs, name: value})[name] == value
+    with pytest.raises(ParamValidationError, match="face_selector_race"):
+        _params({**inputs, "face_selector_race": "auto"})  # FaceFusion's auto (from the source face) is not offered
+    for name in ("face_selector_age_start", "face_selector_age_end"):
+        field = params[name]
+        assert (field.schema["type"], field.schema["allOf"], field.value) == (
+            ["integer", "null"],
+            [{"minimum": 0, "maximum": 100}],
+            None,
+        )
+
+
+def test_the_trigger_form_proposes_the_deep_swapper_models_and_takes_a_custom_name(inputs: dict[str, Any]) -> None:
+    """FaceFusion's 157 named models proposed, free text allowed (no enum) for a user's own custom/<name>."""
+    field = swap_params()["deep_swapper_model"]
+    proposed = field.schema["examples"]
+    assert (field.schema["type"], field.value) == (["string", "null"], "iperov/elon_musk_224")
+    assert len(proposed) == len(set(proposed)) == 157 and "enum" not in field.schema
+    assert {"iperov/elon_musk_224", "druuzil/henry_cavill_448"} <= set(proposed)
+    assert all(re.fullmatch(r"[a-z_]+/[a-z0-9_]+_[0-9]{3}", name) for name in proposed)  # maker/name_size
+    assert _params({**inputs, "deep_swapper_model": "custom/my_face"})["deep_swapper_model"] == "custom/my_face"

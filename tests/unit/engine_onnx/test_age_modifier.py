@@ -1,7 +1,8 @@
 """The age modifier on stand-ins with the real files' interfaces (``standins_ageswap.py``): per model the crops
 (template x size, styleganex's wider crop from the five points drawn towards the nose), the tensors fed (shapes,
 normalisation, how ``age_modifier_direction`` is given), and a change in the frame that follows the direction: fran's
-face brighter when older, darker when younger; styleganex's stripes as strong as the direction, none at 0."""
+face brighter when older, darker when younger; styleganex's stripes as strong as the direction, none at 0. fran is told
+each face's age from the face classifier (a stand-in whose age class the test chooses), as FaceFusion's formula says."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import numpy as np
 import pytest
 from mask_standins import COVERING_RGB, occluder_standin
 from standins_ageswap import STYLEGANEX_STRIPES, fran_standin, styleganex_standin
+from standins_selection import classifier_standin
 
+from facefusion_provider.engine.face import FaceClasses
 from facefusion_provider.engine.processors import age_modifier
 from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.engine.processors.registry import PROCESSORS, analysis_needs
@@ -44,8 +47,28 @@ def aged(frame: np.ndarray, models_dir: Path, store_for: StoreFactory, **chosen:
     return result
 
 
-@pytest.mark.parametrize(("direction", "expected"), [(50, (0.3, 0.8)), (-50, (0.3, 0.0)), (0, (0.3, 0.3))])
-def test_fran_takes_the_face_at_1024_on_ffhq_512_and_the_ages_as_its_direction(
+def classifier_answering_age(models_dir: Path, age_id: int, other_age_id: int | None = None) -> None:
+    """A face classifier that places every face (every warm one, with ``other_age_id``) in age class ``age_id``, and
+    every cool one in ``other_age_id``."""
+    cool = age_id if other_age_id is None else other_age_id
+    classifier_standin(models_dir, warm_ids=(0, 1, age_id), cool_ids=(0, 1, cool))
+
+
+# (age class id the classifier answers, direction, fran's direction input): FaceFusion's [age, age + direction] / 100
+# within 0..1, the age the mean of the class's range with its end excluded (range(20, 29): 24; range(70, 100): 84.5).
+FRAN_DIRECTIONS = [
+    (3, 50, (0.24, 0.74)),
+    (3, -50, (0.24, 0.0)),
+    (3, 0, (0.24, 0.24)),
+    (0, 30, (0.005, 0.305)),
+    (6, -20, (0.54, 0.34)),
+    (8, 50, (0.845, 1.0)),
+]
+
+
+@pytest.mark.parametrize(("age_id", "direction", "expected"), FRAN_DIRECTIONS)
+def test_fran_takes_the_face_at_1024_on_ffhq_512_and_the_classified_ages_as_its_direction(
+    age_id: int,
     direction: int,
     expected: tuple[float, float],
     textured_frame: np.ndarray,
@@ -54,6 +77,7 @@ def test_fran_takes_the_face_at_1024_on_ffhq_512_and_the_ages_as_its_direction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fran_standin(models_dir)
+    classifier_answering_age(models_dir, age_id)
     recorder = Recorder(monkeypatch, age_modifier)
 
     result = aged(textured_frame, models_dir, store_for, age_modifier_direction=direction)
@@ -68,7 +92,7 @@ def test_fran_takes_the_face_at_1024_on_ffhq_512_and_the_ages_as_its_direction(
     assert feeds["target"].shape == (1, 3, 1024, 1024) and feeds["target"].dtype == np.float32
     np.testing.assert_allclose(feeds["target"][0], crop.transpose(2, 0, 1) / 255.0, atol=1e-6)
     assert feeds["direction"].shape == (2,) and feeds["direction"].dtype == np.float32
-    np.testing.assert_allclose(feeds["direction"], expected, atol=1e-6)  # the face taken as 30, wanted 30 + direction
+    np.testing.assert_allclose(feeds["direction"], expected, atol=1e-6)
     change = result.astype(int) - textured_frame
     wanted = (expected[1] - expected[0]) * 255  # the stand-in adds the age change, clipped at 0 and 255
     before = textured_frame[INTERIOR].astype(float)
@@ -125,10 +149,64 @@ def test_styleganex_moves_the_occlusion_mask_from_the_face_crop_to_the_wider_cro
     np.testing.assert_allclose(apply(moved, apply(face_matrix, frame_points)), apply(wide_matrix, frame_points))
 
 
+def fran_step(models_dir: Path, store_for: StoreFactory, stats: FaceStats, direction: int) -> Any:
+    options = Options(processors=["age_modifier"], age_modifier_direction=direction)
+    return PROCESSORS["age_modifier"].load(options, {}, store_for(models_dir), stats)
+
+
+def test_fran_reads_the_age_class_the_analysis_holds_without_classifying_again(
+    textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fran_standin(models_dir)
+    classifier_answering_age(models_dir, 3)  # would say 20-29
+    recorder, stats = Recorder(monkeypatch, age_modifier), FaceStats()
+    stored = FACE.with_(classes=FaceClasses("male", "white", range(60, 69)))
+
+    fran_step(models_dir, store_for, stats, 10)([textured_frame], [[stored]], None)
+
+    np.testing.assert_allclose(recorder.feeds[0]["direction"], (0.64, 0.74), atol=1e-6)
+    assert stats.classified == 0
+
+
+def test_fran_classifies_each_unclassified_face_once_in_the_targets_own_frame(
+    textured_frame: np.ndarray, models_dir: Path, store_for: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a swapper the face fran sees is not the target's: its age is read from the target's frame, as FaceFusion
+    classifies the target's faces (here the target warm, 20-29; the frame handed on cool, 50-59)."""
+    fran_standin(models_dir)
+    classifier_answering_age(models_dir, 3, other_age_id=6)
+    recorder, stats = Recorder(monkeypatch, age_modifier), FaceStats()
+    warm = textured_frame.copy()
+    warm[:, :, 0], warm[:, :, 2] = 220, 30
+    cool = np.ascontiguousarray(warm[:, :, ::-1])
+    second = face_at((250.0, 120.0), 60.0)
+
+    fran_step(models_dir, store_for, stats, 10).with_targets([warm], [cool], [[FACE, second]], None)
+
+    np.testing.assert_allclose([feeds["direction"] for feeds in recorder.feeds], [(0.24, 0.34)] * 2, atol=1e-6)
+    assert stats.classified == 2
+    fran_step(models_dir, store_for, stats, 10).with_targets([cool], [cool], [[FACE]], None)
+    np.testing.assert_allclose(recorder.feeds[-1]["direction"], (0.54, 0.64), atol=1e-6)
+
+
+def test_fran_needs_the_face_classifier_and_styleganex_does_not(models_dir: Path, store_for: StoreFactory) -> None:
+    fran_standin(models_dir)
+    styleganex_standin(models_dir)
+    fran = Options(processors=["age_modifier"])
+    with pytest.raises(ModelMissingError, match=r"age_modifier_model fran reads each face's age with fairface\.onnx"):
+        PROCESSORS["age_modifier"].prepare([], fran, store_for(models_dir))
+    styleganex = Options(processors=["age_modifier"], age_modifier_model="styleganex_age")
+    assert PROCESSORS["age_modifier"].prepare([], styleganex, store_for(models_dir)) == {}
+    assert not analysis_needs(styleganex).classes and analysis_needs(fran).classes
+    classifier_standin(models_dir, outputs=2)
+    with pytest.raises(ModelIncompatibleError, match=r"fairface\.onnx.*three outputs"):
+        PROCESSORS["age_modifier"].prepare([], fran, store_for(models_dir))
+
+
 def test_the_age_modifier_reads_faces_keeps_the_size_and_names_its_models() -> None:
     processor = PROCESSORS["age_modifier"]
     options = Options(processors=["age_modifier"], face_mask_types=["box", "occlusion"])
-    assert processor.model_names(options) == ("fran", "xseg_1")
+    assert processor.model_names(options) == ("fran", "fairface", "xseg_1")
     assert analysis_needs(options).faces and processor.output_size(options, 1280, 720) == (1280, 720)
     two_d = Options(processors=["age_modifier"], face_landmarker_model="2dfan4")
     assert analysis_needs(two_d).landmarks == "2dfan4"  # FaceFusion's 5/68
@@ -153,6 +231,7 @@ def test_a_missing_or_mismatched_age_model_is_refused_in_prepare(models_dir: Pat
 
 def test_a_frame_without_faces_is_returned_as_it_is(models_dir: Path, store_for: StoreFactory) -> None:
     fran_standin(models_dir)
+    classifier_standin(models_dir)
     step = PROCESSORS["age_modifier"].load(Options(processors=["age_modifier"]), {}, store_for(models_dir), FaceStats())
     frame = np.zeros((32, 32, 3), np.uint8)
     assert step([frame], [[]], None)[0] is frame
@@ -165,6 +244,7 @@ def test_what_covers_the_face_keeps_its_pixels_with_the_occlusion_mask(
     """A blue patch on the face (the occluder stand-in's covering colour) stays as it was with the occlusion mask, and
     is changed without it: the occluder's mask reaches the right place, through styleganex's wider crop too."""
     fran_standin(models_dir)
+    classifier_standin(models_dir)
     styleganex_standin(models_dir)
     occluder_standin(models_dir / "xseg_1.onnx")
     frame = textured_frame.copy()

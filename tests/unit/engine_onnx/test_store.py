@@ -30,6 +30,8 @@ from facefusion_provider.options import (
     BackgroundRemoverModel,
     FrameColorizerModel,
     FrameEnhancerModel,
+    LipSyncerModel,
+    VoiceExtractorModel,
 )
 
 from .builders import StoreFactory, inswapper_model, mean_colour_model
@@ -88,6 +90,8 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         *(f"live_portrait_{network}" for network in get_args(LivePortraitNetwork)),
         *get_args(AgeModifierModel),
         *DEEP_SWAPPER_MODELS,
+        *get_args(LipSyncerModel),
+        *get_args(VoiceExtractorModel),
     }
     assert len(get_args(FrameEnhancerModel)) == 19  # FaceFusion 3.8.1's frame enhancers, every one
     assert (len(get_args(FrameColorizerModel)), len(get_args(BackgroundRemoverModel))) == (5, 15)  # and these
@@ -109,6 +113,8 @@ def test_catalog_names_every_model_with_role_file_and_licence() -> None:
         "animate",
         "age",
         "deep_swap",
+        "lip_sync",
+        "voice",
     }
     assert all(spec.licence and spec.sources for spec in MODELS.values())
 

@@ -58,6 +58,8 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "run_lease": work.run_lease("facefusion_swap.manual-1.abc"),
         "sound_file": work.sound_file,
         "deleting": work.deleting,
+        "voice": work.voice_file,
+        "encoded sound": work.encoded_sound(".m4a"),
         "refusal": work.refusal("gpu-node-1-42"),
         "worker": root.worker("gpu-node-1-42"),
         "signal": root.signal,
@@ -81,6 +83,8 @@ def test_every_path_the_layout_produces_is_in_the_protocol_table() -> None:
         "claim",
         "run_lease",
         "sound_file",
+        "voice_file",
+        "encoded_sound",
     }
     known |= {
         "deleting",

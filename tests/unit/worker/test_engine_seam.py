@@ -45,8 +45,10 @@ class BlackSquare:
     def analyse_followed(self, frames: list[np.ndarray], followed: Any) -> tuple[list[list[Any]], Any]:
         return self.analyse_batch(frames), None
 
-    def apply_batch_pending(self, frames: list[np.ndarray], faces: list[list[Any]]) -> list[np.ndarray]:
-        self.calls += 1
+    def apply_batch_pending(
+        self, frames: list[np.ndarray], faces: list[list[Any]], times: list[Any] | None = None
+    ) -> list[np.ndarray]:
+        self.calls += 1  # ``times``: each frame's seconds from the first frame worked (the lip syncer reads them)
         painted = []
         for frame in frames:
             copy = frame.copy()

@@ -1,7 +1,8 @@
 """The face selector's filters through ``facefusion-worker`` on a clip with two people (the offline classic swapper,
 a stand-in face classifier that takes the grey person at the right for a man, the astronaut at the left for a woman):
 only the chosen person is swapped; a second source over the same clip reads the stored analysis and classifies no
-face; a span started mid-video gives the frames of a run from frame 0."""
+face; a span started mid-video gives the frames of a run from frame 0. fran (the age modifier) reads each face's age
+from the same classifier: classified once, stored with the analysis, read by the next run."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from committed import work_uri_for
 from pair import pair_clip
 from people import person_file
 from readback import frame_digests, rgb_frames
+from standins_ageswap import fran_standin
 from standins_selection import classifier_standin
 
 from facefusion_provider.worker import cli
@@ -55,11 +57,18 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Clip:
     target = str(pair_clip(folder / "pair.mp4", FRAMES))
     sources = {name: str(person_file(folder / f"{name}.png", name)) for name in ("astronaut", "grace")}
     classifier_standin(folder / "models")
+    fran_standin(folder / "models")
     return Clip(target, sources, str(folder / "models"), rgb_frames(target))
 
 
 def _flags(options: dict[str, Any]) -> list[str]:
-    return [argument for name, value in options.items() for argument in (f"--{name.replace('_', '-')}", str(value))]
+    flags = []
+    for name, value in options.items():
+        flags += [
+            f"--{name.replace('_', '-')}",
+            *(str(item) for item in (value if isinstance(value, list) else [value])),
+        ]
+    return flags
 
 
 def _worker(capsys: pytest.CaptureFixture[str], clip: Clip, *argv: str) -> dict[str, Any]:
@@ -139,3 +148,19 @@ def test_a_span_started_mid_video_chooses_the_faces_a_run_from_frame_0_chooses(
     assert [d.md5 for d in frame_digests(str(middle))] == [d.md5 for d in frame_digests(str(whole))]
     assert min(_change(whole, clip, RIGHT_FACE)) > SWAPPED, "one mode, left to right, men only: the man at the right"
     assert max(_change(whole, clip, LEFT_FACE)) < UNCHANGED
+
+
+def test_fran_classifies_each_face_once_and_a_second_source_reads_the_ages_stored(
+    clip: Clip, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No filter: the classifier runs for fran alone, on the faces selected, once each; the next run reads them."""
+    aged = {"segment_size": SEGMENT, "face_selector_mode": "many", "processors": ["age_modifier"]}
+    aged |= {"age_modifier_direction": 20, "output_video_quality": 95}
+    root, whole = tmp_path / "work", f"0:{FRAMES // SEGMENT}"
+    first = _in_parts(capsys, clip, root, clip.sources["astronaut"], tmp_path / "a.mp4", whole, **aged)
+    assert (first["analysed_frames"], first["classified_faces"]) == (FRAMES, 2 * FRAMES)
+    second = _in_parts(capsys, clip, root, clip.sources["grace"], tmp_path / "g.mp4", whole, **aged)
+    assert (second["analysed_frames"], second["analysis_reused_frames"]) == (0, FRAMES)
+    assert second["classified_faces"] == 0
+    for output in (tmp_path / "a.mp4", tmp_path / "g.mp4"):
+        assert min(_change(output, clip, LEFT_FACE)) > SWAPPED and min(_change(output, clip, RIGHT_FACE)) > SWAPPED

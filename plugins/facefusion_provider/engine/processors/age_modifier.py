@@ -2,9 +2,11 @@
 styleganex_age, and pasted back through the box mask (no padding) and, when chosen, the occlusion mask, as FaceFusion
 3.8.1 does.
 
-fran sees the face at 1024 on ffhq_512 and answers it at that size. styleganex_age sees the face at 256 and a wider
-crop with background (styleganex_384 at 384, the five points first drawn towards the nose) and answers the wider crop,
-which is brought to 1024, colour-matched to the crop it was given, and pasted back over the wider crop's place.
+fran sees the face at 1024 on ffhq_512 and answers it at that size; it is told the face's age, the middle of the age
+class the face classifier (fairface) places it in, as FaceFusion's ``numpy.mean`` of that range. styleganex_age sees
+the face at 256 and a wider crop with background (styleganex_384 at 384, the five points first drawn towards the nose)
+and answers the wider crop, which is brought to 1024, colour-matched to the crop it was given, and pasted back over the
+wider crop's place.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 import onnxruntime as ort
 
 from facefusion_provider.engine.align import Matrix, invert_affine, warp_face
-from facefusion_provider.engine.face import Face, FloatArray, Frame
+from facefusion_provider.engine.classify import CLASSIFIER_MODEL, require_classifier
+from facefusion_provider.engine.face import Face, FaceClasses, FloatArray, Frame
 from facefusion_provider.engine.face_masks import occlusion_mask
 from facefusion_provider.engine.frame_color import match_frame_color
 from facefusion_provider.engine.models import AGE_MODIFIER_OUTPUT_SCALE, AgeFacts, age_facts
@@ -27,19 +30,18 @@ from facefusion_provider.engine.processors.base import (
     AnalysisNeeds,
     FaceStats,
     FrameStep,
+    Landmarks,
     ProcessedFrame,
     Processor,
     change_faces_in_place,
+    classify_unclassified,
     timed,
 )
-from facefusion_provider.engine.runtime import run_session
+from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import AgeModifierOptions, Options
 
 NO_PADDING = (0, 0, 0, 0)  # FaceFusion's age modifier ignores face_mask_padding
-# fran is told the face's age and the age wanted. FaceFusion reads the first from its age classifier (fairface), which
-# this project has not: every face is taken to be this age.
-ASSUMED_AGE = 30.0
 EXTENDED_POINTS_SCALE = 0.875  # styleganex's wider crop: the five points drawn this far towards the nose first
 STYLEGANEX_DIRECTION = (2.5, -2.5)  # direction -100 (younger) and 100 (older) as styleganex takes them
 
@@ -50,23 +52,38 @@ class AgeModifier(Processor):
     model_option = "age_modifier_model"
 
     def model_names(self, options: Options) -> tuple[str, ...]:
+        classifier = (CLASSIFIER_MODEL,) if reads_ages(options) else ()
         occluder = (options.face_occluder_model,) if "occlusion" in options.face_mask_types else ()
-        return (options.age_modifier_model, *occluder)
+        return (options.age_modifier_model, *classifier, *occluder)
 
     def analysis(self, options: Options) -> AnalysisNeeds:
-        """Aligned by the five points: 2dfan4's when it is the landmarker (FaceFusion's 5/68), else the detector's."""
-        return AnalysisNeeds(faces=True, landmarks="2dfan4" if options.face_landmarker_model == "2dfan4" else "none")
+        """Aligned by the five points: 2dfan4's when it is the landmarker (FaceFusion's 5/68), else the detector's;
+        fran reads each face's classes (its age)."""
+        landmarks: Landmarks = "2dfan4" if options.face_landmarker_model == "2dfan4" else "none"
+        return AnalysisNeeds(faces=True, landmarks=landmarks, classes=reads_ages(options))
 
     def prepare(self, source_paths: list[str], options: Options, store: ModelStore) -> dict[str, Any]:
         """Nothing from the sources; its models opened now, so a missing or mismatched file fails in prepare."""
-        for name in self.model_names(options):
-            store.session_for(name, options)
+        self.check_models(options, store)
         return {}
 
     def load(self, options: Options, identity: dict[str, Any], store: ModelStore, stats: FaceStats) -> FrameStep:
+        self.check_models(options, store)
+        return ModifyAges(store.session_for(options.age_modifier_model, options), options, store, stats)
+
+    def check_models(self, options: Options, store: ModelStore) -> None:
+        """Each model opened (a missing or mismatched file refused naming it); fran's classifier first, saying why."""
+        if reads_ages(options):
+            needed_by = f"age_modifier_model {options.age_modifier_model} reads each face's age with"
+            require_classifier(store, options, needed_by, "choose age_modifier_model styleganex_age")
         for name in self.model_names(options):
             store.session_for(name, options)
-        return ModifyAges(store.session_for(options.age_modifier_model, options), options, store, stats)
+
+
+def reads_ages(options: Options) -> bool:
+    """Whether the model is told each face's age (fran: the model without styleganex's wider crop), read from the face
+    classifier as FaceFusion does."""
+    return age_facts(options.age_modifier_model).extended_size is None
 
 
 def prepare_crop(crop: Frame, facts: AgeFacts) -> FloatArray:
@@ -81,7 +98,13 @@ def prepare_crop(crop: Frame, facts: AgeFacts) -> FloatArray:
     )
 
 
-def fran_direction(direction: int, age: float = ASSUMED_AGE) -> FloatArray:
+def face_age(classes: FaceClasses) -> float:
+    """The age fran is told: the mean of the ages in the face's age class (FaceFusion's ``numpy.mean`` of the range,
+    its end excluded: 20-29 gives 24)."""
+    return float(np.mean(classes.age))
+
+
+def fran_direction(direction: int, age: float) -> FloatArray:
     """fran's ``direction``: the face's age and the age wanted, / 100, each within 0..1."""
     return np.asarray(np.clip(np.array([age, age + direction], np.float32) / 100.0, 0.0, 1.0), np.float32)
 
@@ -129,8 +152,23 @@ class ModifyAges:
     stats: FaceStats
 
     def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> list[ProcessedFrame]:
+        """First in a chain, or alone: the frames are the target's own."""
+        return self.with_targets(frames, frames, faces, pool)
+
+    def with_targets(
+        self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
+    ) -> list[ProcessedFrame]:
+        """fran's faces classified where the analysis did not (one stored by a chain without fran), in the target's
+        own frames as FaceFusion classifies them, not in a swapped face."""
+        if reads_ages(self.options):
+            pairs = list(zip(targets, faces, strict=True))
+            faces = list(each(pool, self.classified, pairs))
         with timed(self.stats, "age"):
             return change_faces_in_place(frames, faces, pool, self.modify, self.stats)
+
+    def classified(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
+        target, faces = pair
+        return classify_unclassified(target, faces, self.store, self.options, self.stats)
 
     def modify(self, frame: Frame, face: Face) -> None:
         facts = age_facts(self.options.age_modifier_model)
@@ -145,11 +183,13 @@ class ModifyAges:
         return np.minimum(mask, occlusion_mask(crop, self.store, self.options))
 
     def fran(self, frame: Frame, face: Face, facts: AgeFacts) -> None:
+        classes = face.classes
+        assert classes is not None, "with_targets classifies fran's faces"
         crop, matrix = warp_face(frame, face.landmark_5, facts.template, facts.size)
         mask = self.occluded(create_box_mask(facts.size, self.options.face_mask_blur, NO_PADDING), crop)
         feeds = {
             "target": prepare_crop(crop, facts),
-            "direction": fran_direction(self.options.age_modifier_direction),
+            "direction": fran_direction(self.options.age_modifier_direction, face_age(classes)),
         }
         (output, *_) = run_session(self.session, feeds)
         paste_back(frame, fran_output(output[0], facts), mask, matrix, in_place=True)

@@ -15,10 +15,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from facefusion_provider.engine.classify import with_classes
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.paste import PendingFrame
 from facefusion_provider.engine.runtime import each
@@ -34,15 +36,17 @@ ProcessedFrame = Frame | PendingFrame  # a frame, or one whose faces are still t
 
 @dataclass(frozen=True)
 class AnalysisNeeds:
-    """What a processor reads of each frame's analysis: the selected faces, and which dense landmarks on them."""
+    """What a processor reads of each frame's analysis: the selected faces, which dense landmarks on them, and whether
+    their classes (the face classifier's gender, race and age: fran reads the age)."""
 
     faces: bool = False
     landmarks: Landmarks = "none"
+    classes: bool = False
 
     def __or__(self, other: AnalysisNeeds) -> AnalysisNeeds:
         """What two processors in one chain need: the analysis runs once for both."""
         landmarks = max(self.landmarks, other.landmarks, key=LANDMARK_ORDER.index)
-        return AnalysisNeeds(self.faces or other.faces, landmarks)
+        return AnalysisNeeds(self.faces or other.faces, landmarks, self.classes or other.classes)
 
 
 NO_ANALYSIS = AnalysisNeeds()
@@ -54,7 +58,7 @@ class FaceStats:
 
     detected: int = 0
     swapped: int = 0
-    classified: int = 0  # faces the face classifier ran on (only with a gender, race or age filter)
+    classified: int = 0  # faces the face classifier ran on (a gender, race or age filter set, or fran's ages)
     seconds: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -102,6 +106,19 @@ def change_faces_in_place(
     return list(each(pool, one, list(zip(frames, faces, strict=True))))
 
 
+def classify_unclassified(
+    frame: Frame, faces: list[Face], store: ModelStore, options: Options, stats: FaceStats
+) -> list[Face]:
+    """``faces`` with their classes, the classifier run only on those without (counted in ``stats``)."""
+    unclassified = sum(face.classes is None for face in faces)
+    if not unclassified:
+        return faces
+    with timed(stats, "classify"):
+        classified = with_classes(frame, faces, store, options)
+    stats.add(classified=unclassified)
+    return classified
+
+
 class FrameStep(Protocol):
     """A loaded processor's call: ``frames`` (RGB, never changed) with their selected ``faces`` (empty lists when it
     needs none) in, the processed frames out, in order; ``pool`` runs frames side by side where given."""
@@ -120,6 +137,20 @@ class TargetFramesStep(FrameStep, Protocol):
     def with_targets(
         self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
     ) -> Sequence[ProcessedFrame]: ...
+
+
+class TimedFrameStep(ABC):
+    """A loaded processor's call that also reads each frame's time: ``times`` are seconds from the first frame worked
+    (the trim start), exact, one per frame (the lip syncer's voice window is chosen by them, never by a frame's place
+    in its batch or span)."""
+
+    @abstractmethod
+    def at_times(
+        self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None, times: Sequence[Fraction]
+    ) -> Sequence[ProcessedFrame]: ...
+
+    def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> Sequence[ProcessedFrame]:
+        raise ValueError(f"{type(self).__name__} reads each frame's time: the chain passes ``times``")
 
 
 class Processor(ABC):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import cv2
@@ -41,6 +42,8 @@ from facefusion_provider.engine.processors.base import (
     FrameStep,
     ProcessedFrame,
     TargetFramesStep,
+    TimedFrameStep,
+    classify_unclassified,
     timed,
 )
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
@@ -56,6 +59,7 @@ from facefusion_provider.engine.select import (
 from facefusion_provider.engine.store import ModelStore, store_from_environment
 from facefusion_provider.exceptions import InvalidWorkError, NoFaceError
 from facefusion_provider.options import Options
+from facefusion_provider.work.run_inputs import image_sources
 
 IDENTITY_VERSION = 1
 FaceTracking = Callable[[list[list[Face]]], list[list[Face]]]  # consecutive frames' detections -> faces to process
@@ -82,8 +86,9 @@ def prepare_identity(
         "version": IDENTITY_VERSION,
         "sources": [os.path.basename(path) for path in source_paths],
     }
+    images = image_sources(source_paths)  # a voice among the sources is the worker's to store (``stored_voice``)
     for processor in chain_of(options):
-        identity.update(processor.prepare(source_paths, options, store))
+        identity.update(processor.prepare(images, options, store))
     if options.face_selector_mode == "reference":
         identity["reference_embedding"] = _reference_embedding(reference_frame, options, store).tolist()
     return identity
@@ -155,25 +160,27 @@ class FrameProcessor:
         """Whether the face mesh follows the faces between detections (``registry.follows_faces``)."""
         return follows_faces(self.options)
 
-    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+    def process_batch(self, frames: list[Frame], times: Sequence[Fraction] | None = None) -> list[Frame]:
         with self._pool() as pool:
-            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool)
+            return self.apply_batch(frames, self.analyse_batch(frames, pool), pool, times)
 
     def analyse_batch(
         self, frames: list[Frame], given: Executor | None = None, track: FaceTracking | None = None
     ) -> list[list[Face]]:
-        """The faces each frame's processors work on, with the dense landmarks they read (none when no processor
-        reads faces). With ``track`` (the face tracker), every frame's detections go through it in order and it
-        selects the faces."""
+        """The faces each frame's processors work on, with the dense landmarks and the classes they read (none when
+        no processor reads faces). With ``track`` (the face tracker), every frame's detections go through it in order
+        and it selects the faces."""
         if not self.needs.faces:
             return [[] for _ in frames]
         with self._pool(given) as pool:
             selected = each(pool, self.select, frames) if track is None else track(each(pool, self.detect, frames))
             with timed(self.stats, "landmarks"):
                 if self.needs.landmarks == "mesh":  # one thread: the face mesh's LiteRT interpreter is not thread-safe
-                    return [self.mesh(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
-                if self.needs.landmarks == "2dfan4":
-                    return each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+                    selected = [self.mesh(frame, faces) for frame, faces in zip(frames, selected, strict=True)]
+                elif self.needs.landmarks == "2dfan4":
+                    selected = each(pool, self.landmarks, list(zip(frames, selected, strict=True)))
+            if self.needs.classes:  # on the five points the processors align by, as FaceFusion classifies
+                selected = each(pool, self.classify_selected, list(zip(frames, selected, strict=True)))
             return selected
 
     def analyse_followed(
@@ -212,12 +219,23 @@ class FrameProcessor:
         self.stats.add(detected=len(followed))  # found in this frame, by the mesh: the count stays faces per frame
         return followed
 
-    def apply_batch(self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None) -> list[Frame]:
-        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored)."""
-        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given)]
+    def apply_batch(
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
+    ) -> list[Frame]:
+        """``frames`` with ``options.processors`` applied to ``faces`` (from ``analyse_batch``, perhaps stored);
+        ``times``: each frame's seconds from the first frame worked, for the steps that read them."""
+        return [as_rgb(result) for result in self.apply_batch_pending(frames, faces, given, times)]
 
     def apply_batch_pending(
-        self, frames: list[Frame], faces: list[list[Face]], given: Executor | None = None
+        self,
+        frames: list[Frame],
+        faces: list[list[Face]],
+        given: Executor | None = None,
+        times: Sequence[Fraction] | None = None,
     ) -> list[ProcessedFrame]:
         """``apply_batch``, but the swapper's faces are left to write (``PendingFrame``) until a later processor
         needs the frame's pixels: when it comes last, the worker writes them straight into the encoder's frame.
@@ -230,6 +248,10 @@ class FrameProcessor:
                 images = each(pool, as_rgb, results)  # a previous swapper's crops pasted, side by side
                 if isinstance(step, TargetFramesStep):
                     stepped = list(step.with_targets(frames, images, faces, pool))
+                elif isinstance(step, TimedFrameStep):
+                    if times is None or len(times) != len(frames):
+                        raise ValueError("the chain reads each frame's time: give one per frame")
+                    stepped = list(step.at_times(images, faces, pool, times))
                 else:
                     stepped = list(step(images, faces, pool))
                 results, alphas = _split_alphas(stepped, alphas)
@@ -271,6 +293,12 @@ class FrameProcessor:
             classified = with_classes(frame, faces, self.store, self.options)
         self.stats.add(classified=len(faces))
         return classified
+
+    def classify_selected(self, pair: tuple[Frame, list[Face]]) -> list[Face]:
+        """The selected faces with their classes (a processor reads them: fran the age), those a filter classified
+        kept; stored with the analysis, so later runs over the target classify none."""
+        frame, faces = pair
+        return classify_unclassified(frame, faces, self.store, self.options, self.stats)
 
     def mesh(self, frame: Frame, faces: list[Face]) -> list[Face]:
         return [mesh_landmarks(frame, face, self.options, self.store) for face in faces]

@@ -14,6 +14,7 @@ from facefusion_provider.engine.processors import (
     face_swapper,
     frame_colorizer,
     frame_enhancer,
+    lip_syncer,
 )
 from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
 from facefusion_provider.exceptions import InvalidOptionError
@@ -33,6 +34,7 @@ PROCESSORS: dict[str, Processor] = {
         face_editor.PROCESSOR,
         age_modifier.PROCESSOR,
         deep_swapper.PROCESSOR,
+        lip_syncer.PROCESSOR,
     )
 }
 
