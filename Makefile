@@ -10,9 +10,12 @@ EXTRAS := --extra airflow --extra worker --extra samples --extra dev
 
 venv: $(VENV)/.synced
 
+# Bytecode compiled once here: every worker, Airflow task and test process would otherwise compile what it imports
+# (0.5 s of CPU per worker start where the environment says PYTHONDONTWRITEBYTECODE).
 $(VENV)/.synced: pyproject.toml uv.lock
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
-	$(UV) sync --frozen --python $(PYTHON) $(EXTRAS)
+	UV_COMPILE_BYTECODE=1 $(UV) sync --frozen --python $(PYTHON) $(EXTRAS)
+	$(BIN)/python -m compileall -q plugins dags tests/support bench >/dev/null
 	@touch $@
 
 demo: venv

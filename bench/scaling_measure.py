@@ -339,7 +339,8 @@ def swap_cpu_parts(decoded: av.VideoFrame, scratch: Path) -> tuple[dict[str, flo
     import cv2
 
     from facefusion_provider.engine.align import warp_face
-    from facefusion_provider.engine.paste import color_weight, create_crop_mask, match_color_statistics, paste_back
+    from facefusion_provider.engine.crop_masks import color_weight, create_crop_mask
+    from facefusion_provider.engine.paste import match_color_statistics, paste_back
     from facefusion_provider.engine.processors.chain import FrameProcessor
     from facefusion_provider.engine.store import ModelStore
     from facefusion_provider.engine.swap_models import (

@@ -11,7 +11,8 @@ import pytest
 
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.processors import registry
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, FaceStats, FrameStep, Processor
+from facefusion_provider.engine.processors.base import FaceStats, FrameStep, Processor
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS, AnalysisNeeds
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import FaceEnhancerOptions, Options
 

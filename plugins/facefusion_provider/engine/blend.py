@@ -33,20 +33,32 @@ def blend_bands(
     height, width = alpha.shape
     step = 1 << levels
     padded = (-height % step, -width % step)
+    # One pass each, in place where a band is no longer needed: this runs on every face of every frame.
     change = np.asarray(overlay, np.float32) - np.asarray(base, np.float32)
-    bands = [cv2.copyMakeBorder(change, 0, padded[0], 0, padded[1], cv2.BORDER_REPLICATE)]
-    masks = [
-        cv2.copyMakeBorder(np.asarray(alpha, np.float32), 0, padded[0], 0, padded[1], cv2.BORDER_CONSTANT, value=0)
+    bands: list[FloatArray] = [_float(cv2.copyMakeBorder(change, 0, padded[0], 0, padded[1], cv2.BORDER_REPLICATE))]
+    masks: list[FloatArray] = [
+        _float(
+            cv2.copyMakeBorder(np.asarray(alpha, np.float32), 0, padded[0], 0, padded[1], cv2.BORDER_CONSTANT, value=0)
+        )
     ]
     for _ in range(levels):
-        bands.append(cv2.pyrDown(bands[-1]))
-        masks.append(cv2.pyrDown(masks[-1]))
+        bands.append(_float(cv2.pyrDown(bands[-1])))
+        masks.append(_float(cv2.pyrDown(masks[-1])))
+    for level in range(levels):  # each band less the next one up: its own frequencies (in place, finest first)
+        size = (bands[level].shape[1], bands[level].shape[0])
+        bands[level] -= _float(cv2.pyrUp(bands[level + 1], dstsize=size))
     blended = bands[-1] * masks[-1][:, :, np.newaxis]
     for level in range(levels - 1, -1, -1):
         size = (bands[level].shape[1], bands[level].shape[0])
-        detail = bands[level] - cv2.pyrUp(bands[level + 1], dstsize=size)
-        blended = cv2.pyrUp(blended, dstsize=size) + detail * masks[level][:, :, np.newaxis]
+        bands[level] *= masks[level][:, :, np.newaxis]
+        blended = _float(cv2.pyrUp(blended, dstsize=size))
+        blended += bands[level]
     result = np.asarray(blended[:height, :width], np.float32)
     # The coarse bands' masks reach a little past alpha's edge; nothing may change where the mask says nothing does.
     result[alpha <= 0] = 0.0
     return result
+
+
+def _float(image: npt.NDArray[np.generic]) -> FloatArray:
+    """OpenCV's float32 result as what it is (no copy)."""
+    return np.asarray(image, np.float32)

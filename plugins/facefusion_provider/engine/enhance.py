@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from facefusion_provider.engine.align import warp_face
+from facefusion_provider.engine.crop_masks import create_box_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.models import enhance_facts
-from facefusion_provider.engine.paste import create_box_mask, paste_back
+from facefusion_provider.engine.paste import paste_back
 from facefusion_provider.engine.runtime import input_shapes, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options

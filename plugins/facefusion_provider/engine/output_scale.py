@@ -9,16 +9,9 @@ import cv2
 import numpy as np
 
 from facefusion_provider.engine.face import Face, Frame
+from facefusion_provider.engine.frame_size import scaled_size
 from facefusion_provider.engine.processors.base import FaceStats, ProcessedFrame, timed
 from facefusion_provider.engine.runtime import each
-
-
-def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
-    """``width`` x ``height`` times ``scale``, each side truncated then rounded to an even number (FaceFusion's
-    ``scale_resolution``: 4:2:0 needs even sides); unchanged at scale 1."""
-    if scale == 1.0:
-        return width, height
-    return max(2, round(int(width * scale) / 2) * 2), max(2, round(int(height * scale) / 2) * 2)
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,11 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from facefusion_provider.engine.align import Matrix, warp_face
+from facefusion_provider.engine.crop_masks import color_weight, create_crop_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import with_model_masks
 from facefusion_provider.engine.models import INSWAPPER, SwapFacts, swap_facts
-from facefusion_provider.engine.paste import (
-    Paste,
-    PendingFrame,
-    as_rgb,
-    color_weight,
-    create_crop_mask,
-    match_color_statistics,
-    to_uint8,
-)
+from facefusion_provider.engine.paste import Paste, PendingFrame, as_rgb, match_color_statistics, to_uint8
 from facefusion_provider.engine.recognize import normalize_embedding, raw_embedding
 from facefusion_provider.engine.runtime import batch_is_dynamic, each, run_session
 from facefusion_provider.engine.store import ModelStore

@@ -38,6 +38,7 @@ from facefusion_provider.work.layout import (
     WorkLayout,
     merge_claim_name,
     output_done,
+    root_of,
     work_root_of,
 )
 from facefusion_provider.work.records import RunLease, WorkSpec
@@ -338,6 +339,8 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
         logger.warning("work %s: not prepared here (%s); its run's prepare task will", layout.work_id, error)
         return
     logger.info("work %s: prepared for %s before its prepare task", layout.work_id, lease.holder.describe())
+    # The workers that saw the run unprepared went back to the signal: they join now, not when the next run comes.
+    leases.announce(root_of(layout))
     if (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count) and spec.probe.streams:
         sound = threading.Thread(target=_store_sound, args=(layout, uris.target_uri), name="facefusion-sound")
         sound.start()  # beside the frames, off the run's critical path: the merge then reads one file

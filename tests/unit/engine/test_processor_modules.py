@@ -12,8 +12,9 @@ from fake_processors import Darkener, Inverter, register
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.models import MODELS
 from facefusion_provider.engine.processors import chain
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
+from facefusion_provider.engine.processors.base import Processor
 from facefusion_provider.engine.processors.chain import build_frame_processor, prepare_identity
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS, AnalysisNeeds
 from facefusion_provider.engine.processors.registry import PROCESSORS, analysis_needs, follows_faces
 from facefusion_provider.options import PROCESSOR_OPTIONS, Options, options_json_schema
 from facefusion_provider.options import Processor as ProcessorName

@@ -13,8 +13,9 @@ from standins import background_remover_standin, colorizer_standin
 
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.processors.background_remover import PROCESSOR, RemoveBackgrounds
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, FaceStats
+from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.engine.processors.chain import build_frame_processor
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS
 from facefusion_provider.engine.processors.registry import analysis_needs
 from facefusion_provider.exceptions import ModelIncompatibleError
 from facefusion_provider.options import Options, parse_options

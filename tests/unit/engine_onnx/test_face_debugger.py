@@ -13,7 +13,7 @@ from standins import fan_68_5_map, fan_68_5_standin
 
 from facefusion_provider.engine.align import estimate_matrix, invert_affine, transform_points
 from facefusion_provider.engine.face import Face, Frame, detector_5, pack_faces, unpack_faces
-from facefusion_provider.engine.processors.base import AnalysisNeeds, FaceStats
+from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.engine.processors.face_debugger import (
     BOX_TOP,
     CYAN,
@@ -24,6 +24,7 @@ from facefusion_provider.engine.processors.face_debugger import (
     DebugFaces,
     line_scale,
 )
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.processors.registry import analysis_needs
 from facefusion_provider.options import Options
 

@@ -12,9 +12,10 @@ import pytest
 from standins import COLORIZER_AB, DEOLDIFY_TINT, colorizer_standin
 
 from facefusion_provider.engine.face import Frame
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, FaceStats
+from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.engine.processors.chain import build_frame_processor
 from facefusion_provider.engine.processors.frame_colorizer import PROCESSOR, ColorizeFrames
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS
 from facefusion_provider.engine.processors.registry import analysis_needs, output_size
 from facefusion_provider.exceptions import ModelIncompatibleError
 from facefusion_provider.options import Options

@@ -14,9 +14,10 @@ from standins import frame_enhancer_standin
 from facefusion_provider.engine.face import Frame
 from facefusion_provider.engine.frame_tiles import cut_tiles
 from facefusion_provider.engine.models import frame_enhance_facts
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, FaceStats
+from facefusion_provider.engine.processors.base import FaceStats
 from facefusion_provider.engine.processors.chain import build_frame_processor
 from facefusion_provider.engine.processors.frame_enhancer import PROCESSOR, EnhanceFrames
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS
 from facefusion_provider.engine.processors.registry import analysis_needs, check_chain, output_size
 from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatibleError
 from facefusion_provider.options import Options

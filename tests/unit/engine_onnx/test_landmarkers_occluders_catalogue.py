@@ -13,7 +13,7 @@ from standins_catalogue import constant_standin
 from facefusion_provider.engine.face import Face
 from facefusion_provider.engine.face_masks import mask_models, occlusion_mask
 from facefusion_provider.engine.landmarks import detect_landmarks
-from facefusion_provider.engine.processors.base import AnalysisNeeds
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.processors.registry import analysis_needs
 from facefusion_provider.options import Options
 

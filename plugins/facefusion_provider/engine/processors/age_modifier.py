@@ -21,22 +21,22 @@ import onnxruntime as ort
 
 from facefusion_provider.engine.align import Matrix, invert_affine, warp_face
 from facefusion_provider.engine.classify import CLASSIFIER_MODEL, require_classifier
+from facefusion_provider.engine.crop_masks import create_box_mask
 from facefusion_provider.engine.face import Face, FaceClasses, FloatArray, Frame
 from facefusion_provider.engine.face_masks import occlusion_mask
 from facefusion_provider.engine.frame_color import match_frame_color
 from facefusion_provider.engine.models import AGE_MODIFIER_OUTPUT_SCALE, AgeFacts, age_facts
-from facefusion_provider.engine.paste import create_box_mask, paste_back
+from facefusion_provider.engine.paste import paste_back
 from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
-    Landmarks,
     ProcessedFrame,
     Processor,
     change_faces_in_place,
     classify_unclassified,
     timed,
 )
+from facefusion_provider.engine.processors.needs import AnalysisNeeds, Landmarks
 from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import AgeModifierOptions, Options

@@ -16,40 +16,19 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from facefusion_provider.engine.classify import with_classes
 from facefusion_provider.engine.face import Face, Frame
 from facefusion_provider.engine.paste import PendingFrame
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS, AnalysisNeeds
 from facefusion_provider.engine.runtime import each
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import Options
 
-# The dense landmarks a target's analysis holds, least to most: none, a 68-point landmarker's 68 ("2dfan4": 2dfan4's,
-# peppa_wutz's or many's, the face_landmarker_model chosen), the face mesh's 468 (steered by that landmarker's).
-Landmarks = Literal["none", "2dfan4", "mesh"]
-LANDMARK_ORDER: tuple[Landmarks, ...] = ("none", "2dfan4", "mesh")
 ProcessedFrame = Frame | PendingFrame  # a frame, or one whose faces are still to be written (the swapper's)
-
-
-@dataclass(frozen=True)
-class AnalysisNeeds:
-    """What a processor reads of each frame's analysis: the selected faces, which dense landmarks on them, and whether
-    their classes (the face classifier's gender, race and age: fran reads the age)."""
-
-    faces: bool = False
-    landmarks: Landmarks = "none"
-    classes: bool = False
-
-    def __or__(self, other: AnalysisNeeds) -> AnalysisNeeds:
-        """What two processors in one chain need: the analysis runs once for both."""
-        landmarks = max(self.landmarks, other.landmarks, key=LANDMARK_ORDER.index)
-        return AnalysisNeeds(self.faces or other.faces, landmarks, self.classes or other.classes)
-
-
-NO_ANALYSIS = AnalysisNeeds()
 
 
 @dataclass

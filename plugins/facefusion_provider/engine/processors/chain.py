@@ -36,8 +36,6 @@ from facefusion_provider.engine.landmarks import (
 from facefusion_provider.engine.output_scale import ScaleFrames
 from facefusion_provider.engine.paste import as_rgb
 from facefusion_provider.engine.processors.base import (
-    NO_ANALYSIS,
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -46,6 +44,7 @@ from facefusion_provider.engine.processors.base import (
     classify_unclassified,
     timed,
 )
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS, AnalysisNeeds
 from facefusion_provider.engine.processors.registry import analysis_needs, chain_of, check_chain, follows_faces
 from facefusion_provider.engine.recognize import embed_face, normalize_embedding
 from facefusion_provider.engine.runtime import each, log_providers, on_gpu

@@ -20,14 +20,14 @@ import onnxruntime as ort
 
 from facefusion_provider.engine import runtime
 from facefusion_provider.engine.align import WarpTemplate, transform_points, warp_face
+from facefusion_provider.engine.crop_masks import create_area_mask, create_box_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import load_mask_models, occlusion_mask, region_mask
 from facefusion_provider.engine.frame_color import conditional_match_frame_color
 from facefusion_provider.engine.landmarks import mesh_found
 from facefusion_provider.engine.models import DFM_FACE_INPUT, DFM_MORPH_INPUT, model_spec
-from facefusion_provider.engine.paste import create_area_mask, create_box_mask, paste_back
+from facefusion_provider.engine.paste import paste_back
 from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -35,6 +35,7 @@ from facefusion_provider.engine.processors.base import (
     change_faces_in_place,
     timed,
 )
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import input_shapes, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.exceptions import ModelIncompatibleError

@@ -18,19 +18,14 @@ from typing import Any
 import numpy as np
 
 from facefusion_provider.engine.align import WarpTemplate, warp_face
+from facefusion_provider.engine.crop_masks import create_box_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import occlusion_mask
 from facefusion_provider.engine.live_portrait import CROP_SIZE, LivePortrait, crop_input, limit_expression
 from facefusion_provider.engine.models import LivePortraitNetwork, live_portrait_model
-from facefusion_provider.engine.paste import create_box_mask, paste_back
-from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
-    FaceStats,
-    FrameStep,
-    ProcessedFrame,
-    Processor,
-    timed,
-)
+from facefusion_provider.engine.paste import paste_back
+from facefusion_provider.engine.processors.base import FaceStats, FrameStep, ProcessedFrame, Processor, timed
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import each
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import ExpressionRestorerOptions, Options

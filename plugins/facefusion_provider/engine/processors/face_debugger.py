@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from facefusion_provider.engine.align import estimate_matrix, invert_affine, transform_points, warp_face
+from facefusion_provider.engine.crop_masks import create_area_mask, create_box_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame, detector_5
 from facefusion_provider.engine.face_masks import load_mask_models, mask_models, with_model_masks
 from facefusion_provider.engine.landmarks import (
@@ -25,15 +26,8 @@ from facefusion_provider.engine.landmarks import (
     landmark_68_models,
     mesh_found,
 )
-from facefusion_provider.engine.paste import create_area_mask, create_box_mask
-from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
-    FaceStats,
-    FrameStep,
-    ProcessedFrame,
-    Processor,
-    timed,
-)
+from facefusion_provider.engine.processors.base import FaceStats, FrameStep, ProcessedFrame, Processor, timed
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.engine.track import FILLED_KEY

@@ -9,14 +9,8 @@ from typing import Any
 
 from facefusion_provider.engine.enhance import enhance_face
 from facefusion_provider.engine.face import Face, Frame
-from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
-    FaceStats,
-    FrameStep,
-    ProcessedFrame,
-    Processor,
-    timed,
-)
+from facefusion_provider.engine.processors.base import FaceStats, FrameStep, ProcessedFrame, Processor, timed
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import each
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.options import FaceEnhancerOptions, Options

@@ -17,14 +17,8 @@ from facefusion_provider.engine.face_masks import load_mask_models, mask_models
 from facefusion_provider.engine.landmarks import landmark_68_models, mesh_found, mesh_landmarks
 from facefusion_provider.engine.models import swap_facts
 from facefusion_provider.engine.paste import Patch, PendingFrame
-from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
-    FaceStats,
-    FrameStep,
-    ProcessedFrame,
-    Processor,
-    timed,
-)
+from facefusion_provider.engine.processors.base import FaceStats, FrameStep, ProcessedFrame, Processor, timed
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.recognize import RECOGNIZER_MODEL, normalize_embedding, raw_embedding
 from facefusion_provider.engine.sources import SourceFace, source_faces
 from facefusion_provider.engine.store import ModelStore

@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from facefusion_provider import storage
 from facefusion_provider.engine.align import invert_affine, transform_points, warp_face
+from facefusion_provider.engine.crop_masks import create_box_mask
 from facefusion_provider.engine.face import Face, FloatArray, Frame
 from facefusion_provider.engine.face_masks import (
     MESH_468,
@@ -37,9 +38,8 @@ from facefusion_provider.engine.face_masks import (
     topology_of,
 )
 from facefusion_provider.engine.models import LipSyncFacts, lip_sync_facts, model_spec
-from facefusion_provider.engine.paste import create_box_mask, paste_back
+from facefusion_provider.engine.paste import paste_back
 from facefusion_provider.engine.processors.base import (
-    AnalysisNeeds,
     FaceStats,
     FrameStep,
     ProcessedFrame,
@@ -47,6 +47,7 @@ from facefusion_provider.engine.processors.base import (
     TimedFrameStep,
     timed,
 )
+from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import each, run_session
 from facefusion_provider.engine.store import ModelStore
 from facefusion_provider.engine.voice import Mel, frame_window, model_window, unpack_mel, voice_mel

@@ -1,42 +1,48 @@
-"""The processors by name, and what a chain of them (``options.processors``, in the user's order) needs."""
+"""The processors by name, and what a chain of them (``options.processors``, in the user's order) needs.
+
+A processor's module is imported when a chain first names it (as FaceFusion loads its processor modules by name): a
+worker that only re-encodes, and a prepare or merge that only asks what a chain needs, load none of their libraries
+(onnxruntime and OpenCV: 37 MB and 0.1 s of a passthrough worker's start).
+"""
 
 from __future__ import annotations
 
-from facefusion_provider.engine.output_scale import scaled_size
-from facefusion_provider.engine.processors import (
-    age_modifier,
-    background_remover,
-    deep_swapper,
-    expression_restorer,
-    face_debugger,
-    face_editor,
-    face_enhancer,
-    face_swapper,
-    frame_colorizer,
-    frame_enhancer,
-    lip_syncer,
-)
-from facefusion_provider.engine.processors.base import NO_ANALYSIS, AnalysisNeeds, Processor
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, get_args
+
+from facefusion_provider.engine.frame_size import scaled_size
+from facefusion_provider.engine.processors.needs import NO_ANALYSIS, AnalysisNeeds
 from facefusion_provider.exceptions import InvalidOptionError
 from facefusion_provider.options import Options
+from facefusion_provider.options import Processor as ProcessorName
 
-# Adding a processor: its module here, its options class in ``options.PROCESSOR_OPTIONS``, its name in ``Processor``.
-PROCESSORS: dict[str, Processor] = {
-    processor.name: processor
-    for processor in (
-        face_swapper.PROCESSOR,
-        face_enhancer.PROCESSOR,
-        frame_enhancer.PROCESSOR,
-        frame_colorizer.PROCESSOR,
-        background_remover.PROCESSOR,
-        face_debugger.PROCESSOR,
-        expression_restorer.PROCESSOR,
-        face_editor.PROCESSOR,
-        age_modifier.PROCESSOR,
-        deep_swapper.PROCESSOR,
-        lip_syncer.PROCESSOR,
-    )
-}
+if TYPE_CHECKING:
+    from facefusion_provider.engine.processors.base import Processor
+
+PROCESSOR_NAMES: tuple[str, ...] = get_args(ProcessorName)
+
+
+class _Processors(Mapping[str, "Processor"]):
+    """Every processor by name, its module ``engine/processors/<name>.py`` imported on first use.
+
+    Adding a processor: that module (its ``PROCESSOR``), its options class in ``options.PROCESSOR_OPTIONS``, its name
+    in ``options.Processor``."""
+
+    def __getitem__(self, name: str) -> Processor:
+        if name not in PROCESSOR_NAMES:
+            raise KeyError(name)
+        found: Processor = importlib.import_module(f"{__package__}.{name}").PROCESSOR
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PROCESSOR_NAMES)
+
+    def __len__(self) -> int:
+        return len(PROCESSOR_NAMES)
+
+
+PROCESSORS: Mapping[str, Processor] = _Processors()
 
 
 def processor(name: str) -> Processor:
