@@ -40,7 +40,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scaling_measure import S3_STORE, Measured
 
@@ -892,14 +892,23 @@ def simulate(
     skew: tuple[float, float, float] | None = None,
     reuse_analysis: bool = False,
     started_with_runs: bool = False,
+    worker_prepare_s: float = 0.0,
 ) -> tuple[Result, Hops, SegmentModel]:
     """``runs`` runs of ``frames`` (default: the stated video) triggered together on ``gpus``, each in one wave of
     ``wave`` spans (default one per GPU), worked by ``workers``. Standing workers are up, models loaded, before the
-    runs; ``started_with_runs``: they start with them (a pod's start and model load first)."""
+    runs; ``started_with_runs``: they start with them (a pod's start and model load first). ``worker_prepare_s``:
+    prepare work beyond the stated identity (a voice's extraction) that a standing worker does for each run before its
+    frames, charged to that run's work, spread over its segments (a standing worker takes a run whole)."""
     standing = workers == STANDING
     plan, hops, model = run_plan(
         measured, stated, size, wave or gpus, frames=frames, skew=skew, reuse_analysis=reuse_analysis, standing=standing
     )
+    if standing and worker_prepare_s:
+        plan = replace(
+            plan,
+            work_s=_spread(plan.work_s, worker_prepare_s),
+            warm_work_s=None if plan.warm_work_s is None else _spread(plan.warm_work_s, worker_prepare_s),
+        )
     pool = Pool(
         gpus=gpus,
         task_s=hops.span_task_s,
@@ -915,6 +924,10 @@ def simulate(
         retry_delay_s=stated.retry_delay_s,
     )
     return Simulation([plan] * runs, pool, kills).run(), hops, model
+
+
+def _spread(works: tuple[float, ...], extra_s: float) -> tuple[float, ...]:
+    return tuple(work + extra_s / len(works) for work in works)
 
 
 def single_process_s(measured: Measured, stated: Stated, size: int) -> float:

@@ -1,8 +1,9 @@
 """``validate``: the run's conf becomes normalised URIs, checked options, the work id and this run's lease on it.
 
 The DAG's ``Params`` come from the same options model, so the CLI, the REST API and the UI form validate alike; what
-a JSON schema cannot say (URI rules, allow-lists, missing inputs, an output that cannot be written, trim order) fails
-here, naming the field, before any worker runs. Nothing is ever written at the output.
+a JSON schema cannot say (URI rules, allow-lists, missing inputs, a voice whose first bytes are not its format, an
+output that cannot be written, trim order) fails here, naming the field, before any worker runs. Nothing is ever
+written at the output.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from facefusion_provider.operators.commands import record_failure
 from facefusion_provider.operators.params import titled_reason
 from facefusion_provider.options import Options
 from facefusion_provider.settings import load_settings
+from facefusion_provider.work.audio_signatures import check_voice_bytes
 from facefusion_provider.work.ids import run_key, work_id
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import RunHolder, RunLease
@@ -33,6 +35,8 @@ from facefusion_provider.work.run_inputs import (
     NESTED_OPTIONS_KEY,
     check_conf,
     check_output_outside_work,
+    is_audio_source,
+    uri_extension,
 )
 
 
@@ -42,6 +46,7 @@ class StorageChecks:
 
     content_id: Callable[[str], str]
     check_writable: Callable[[str], None]
+    read_range: Callable[[str, int, int], bytes]  # bytes [start, end) of an input: a voice's first bytes
 
 
 def validate_conf(
@@ -59,6 +64,9 @@ def validate_conf(
     check_output_outside_work(checked.output_uri, work_root, "output_uri")
     target_id = _content_id(checks, checked.target_uri, "target_uri")
     source_ids = [_content_id(checks, uri, f"source_uris[{i}]") for i, uri in enumerate(checked.source_uris)]
+    for i, uri in enumerate(checked.source_uris):
+        if is_audio_source(uri):
+            check_voice_bytes(uri, uri_extension(uri), f"source_uris[{i}]", checks.read_range)
     checks.check_writable(checked.output_uri)
     work = work_id(target_id, source_ids, checked.options)
     return {
@@ -154,6 +162,7 @@ class ValidateSwapConfOperator(BaseOperator):
                 checks=StorageChecks(
                     content_id=hook.content_id,
                     check_writable=lambda uri: hook.check_writable(uri, field="output_uri"),
+                    read_range=hook.read_range,
                 ),
                 allowed_inputs=settings.allowed_input_prefixes,
                 allowed_outputs=settings.allowed_output_prefixes,

@@ -26,9 +26,10 @@ from facefusion_provider.options import (
     sound_encoder,
 )
 from facefusion_provider.types import IMAGE_EXTENSIONS
+from facefusion_provider.work.audio_signatures import AUDIO_FORMATS
 
 # Sources by extension: these are voices (FaceFusion's ``-s`` takes audio beside face images), anything else an image.
-AUDIO_EXTENSIONS = frozenset({".wav", ".mp3", ".aac", ".m4a", ".opus", ".ogg", ".oga", ".flac"})
+AUDIO_EXTENSIONS = frozenset(AUDIO_FORMATS)
 # Processors that read a voice among the sources, and those that read a face image among them.
 VOICE_PROCESSORS = frozenset({"lip_syncer"})
 FACE_SOURCE_PROCESSORS = frozenset({"face_swapper"})
@@ -216,7 +217,7 @@ def check_alpha_output(output_uri: str, extension: str, options: Options, fields
 
 def is_audio_source(uri: str) -> bool:
     """Whether a source is a voice (by its extension, as the user names it), not a face image."""
-    return posixpath.splitext(urlparse(uri).path)[1].lower() in AUDIO_EXTENSIONS
+    return uri_extension(uri) in AUDIO_EXTENSIONS
 
 
 def image_sources(source_uris: Sequence[str]) -> list[str]:

@@ -169,7 +169,7 @@ def _prepared_work(s3_endpoint: str) -> PreparedWork:
         conf,  # Airflow lays the conf over the params: the flat options are in both
         conf,
         work_root=WORK_ROOT,
-        checks=StorageChecks(content_id=hook.content_id, check_writable=lambda uri: None),
+        checks=StorageChecks(content_id=hook.content_id, check_writable=lambda uri: None, read_range=hook.read_range),
     )
     work_uri, output_uri, target_uri = ticket["work_uri"], ticket["output_uri"], ticket["target_uri"]
     FaceFusionWorkerOperator(

@@ -200,7 +200,9 @@ def test_validate_refuses_the_same_confs_naming_the_same_field(case: str) -> Non
     conf, detail = REFUSED_AT_THE_TRIGGER[case]
     params = ParamsDict(swap_params())
     params.update(conf)
-    checks = StorageChecks(content_id=lambda uri: "sha256:0", check_writable=lambda uri: None)
+    checks = StorageChecks(
+        content_id=lambda uri: "sha256:0", check_writable=lambda uri: None, read_range=lambda uri, start, end: b""
+    )
     with pytest.raises(NonRetryableError) as raised:
         validate_conf(params.validate(), conf, work_root="/work", checks=checks)
     assert titled_reason(str(raised.value)).startswith(detail)

@@ -24,7 +24,9 @@ from facefusion_provider.work.ids import work_id
 from facefusion_provider.work.layout import WorkLayout
 
 CHECKS = StorageChecks(
-    content_id=storage.content_id, check_writable=lambda uri: storage.check_writable(uri, field="output_uri")
+    content_id=storage.content_id,
+    check_writable=lambda uri: storage.check_writable(uri, field="output_uri"),
+    read_range=storage.read_range,
 )
 
 
