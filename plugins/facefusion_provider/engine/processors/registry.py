@@ -8,7 +8,7 @@ worker that only re-encodes, and a prepare or merge that only asks what a chain 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, get_args
 
 from facefusion_provider.engine.frame_size import scaled_size
@@ -23,17 +23,28 @@ if TYPE_CHECKING:
 PROCESSOR_NAMES: tuple[str, ...] = get_args(ProcessorName)
 
 
-class _Processors(Mapping[str, "Processor"]):
-    """Every processor by name, its module ``engine/processors/<name>.py`` imported on first use.
+class _Processors(MutableMapping[str, "Processor"]):
+    """Every processor by name, its module ``engine/processors/<name>.py`` imported on first use and kept (a test may
+    stand another object in for one).
 
     Adding a processor: that module (its ``PROCESSOR``), its options class in ``options.PROCESSOR_OPTIONS``, its name
     in ``options.Processor``."""
 
+    def __init__(self) -> None:
+        self._loaded: dict[str, Processor] = {}
+
     def __getitem__(self, name: str) -> Processor:
-        if name not in PROCESSOR_NAMES:
-            raise KeyError(name)
-        found: Processor = importlib.import_module(f"{__package__}.{name}").PROCESSOR
-        return found
+        if name not in self._loaded:
+            if name not in PROCESSOR_NAMES:
+                raise KeyError(name)
+            self._loaded[name] = importlib.import_module(f"{__package__}.{name}").PROCESSOR
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, processor: Processor) -> None:
+        self._loaded[name] = processor
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(PROCESSOR_NAMES)
@@ -42,7 +53,7 @@ class _Processors(Mapping[str, "Processor"]):
         return len(PROCESSOR_NAMES)
 
 
-PROCESSORS: Mapping[str, Processor] = _Processors()
+PROCESSORS: MutableMapping[str, Processor] = _Processors()
 
 
 def processor(name: str) -> Processor:
