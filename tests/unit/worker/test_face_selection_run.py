@@ -144,7 +144,7 @@ def test_a_span_started_mid_video_chooses_the_faces_a_run_from_frame_0_chooses(
     middle = tmp_path / "middle.mp4"
     segments = FRAMES // SHORT_SEGMENT
     span = _in_parts(capsys, clip, tmp_path / "parts", source, middle, f"1:{segments}", **TRACKED_MAN)
-    assert (span["committed"], span["stolen"]) == (segments, 1)  # segments 1 to 3 after a seek, then 0
+    assert (span["committed"], span["helped_in_run"]) == (segments, 1)  # segments 1 to 3 after a seek, then 0
     assert [d.md5 for d in frame_digests(str(middle))] == [d.md5 for d in frame_digests(str(whole))]
     assert min(_change(whole, clip, RIGHT_FACE)) > SWAPPED, "one mode, left to right, men only: the man at the right"
     assert max(_change(whole, clip, LEFT_FACE)) < UNCHANGED
