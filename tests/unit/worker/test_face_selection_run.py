@@ -80,7 +80,7 @@ def _worker(capsys: pytest.CaptureFixture[str], clip: Clip, *argv: str) -> dict[
 def _in_parts(
     capsys: pytest.CaptureFixture[str], clip: Clip, root: Path, source: str, output: Path, segments: str, **options: Any
 ) -> dict[str, Any]:
-    """prepare, one swap-span over ``segments`` (then the rest, stolen), merge: the result of the swap-span."""
+    """prepare, one swap-span over ``segments`` (then the rest, helping), merge: the result of the swap-span."""
     work = work_uri_for(str(root), [source], clip.target, **options)
     at = ["--work-uri", work, "--target", clip.target]
     _worker(capsys, clip, "prepare", *at, "--source", source, *_flags(options))
