@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ import onnxruntime as ort
 
 from facefusion_provider import contract
 from facefusion_provider.exceptions import InvalidOptionError, ModelCorruptError
+from facefusion_provider.storage.scratch import cache_folder
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +73,7 @@ def log_providers(execution_providers: Sequence[str]) -> str:
 def provider_options(provider: str) -> dict[str, Any]:
     """Per-provider settings: TensorRT builds fp16 engines and caches them on disk (building one takes minutes)."""
     if provider == "TensorrtExecutionProvider":
-        cache = contract.worker_settings().trt_cache or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-            "facefusion-provider",
-            "tensorrt",
-        )
+        cache = contract.worker_settings().trt_cache or cache_folder("tensorrt")
         return {
             "trt_fp16_enable": True,
             "trt_engine_cache_enable": True,

@@ -38,6 +38,7 @@ from facefusion_provider.exceptions import (
     ModelMissingError,
 )
 from facefusion_provider.options import Options
+from facefusion_provider.storage.scratch import cache_folder
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +117,7 @@ def _inputs_text(inputs: dict[str, list[object]]) -> str:
 
 
 def default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "facefusion-provider", "models")
+    return cache_folder("models")
 
 
 class ModelStore:

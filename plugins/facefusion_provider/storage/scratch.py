@@ -22,6 +22,7 @@ from facefusion_provider.storage.uris import is_within
 logger = logging.getLogger(__name__)
 
 PARENT_NAME = "facefusion-worker"
+CACHE_FOLDER = "facefusion-provider"  # this machine's cache for the provider: work roots, models, TensorRT engines
 LOCK_NAME = ".lock"
 LOCKING_NAME = ".lock-taking"  # the lock file before it is locked; a remover never looks at it
 
@@ -80,3 +81,10 @@ def remove_abandoned(parent: str) -> list[str]:
     if removed:
         logger.info("removed %d temporary folder(s) left by killed workers: %s", len(removed), ", ".join(removed))
     return removed
+
+
+def cache_folder(*parts: str) -> str:
+    """A folder of the provider's cache on this machine (``$XDG_CACHE_HOME``, else ``~/.cache``, then
+    ``facefusion-provider``), not made: the one reading of that standard variable."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, CACHE_FOLDER, *parts)

@@ -7,20 +7,17 @@ import contextlib
 import os
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from facefusion_provider import storage
 from facefusion_provider.exceptions import InputMissingError, InvalidWorkError
 from facefusion_provider.options import Options, parse_options
-from facefusion_provider.storage.scratch import scratch_folder
+from facefusion_provider.storage.scratch import cache_folder, scratch_folder
 from facefusion_provider.work import leases
 from facefusion_provider.work.layout import WorkLayout
 from facefusion_provider.work.records import WORK_FORMAT_VERSION, WorkSpec
 from facefusion_provider.work.run_inputs import CLI_FIELDS, RunUris, run_uris
-
-WORK_ROOT_FOLDER = "facefusion-provider"
 
 
 def resolve_options(options: Options | None, values: dict[str, Any]) -> Options:
@@ -98,5 +95,4 @@ def local_copies(uris: Sequence[str]) -> Iterator[list[str]]:
 
 
 def default_work_root() -> str:
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return os.path.join(cache, WORK_ROOT_FOLDER)
+    return cache_folder()
