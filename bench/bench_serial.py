@@ -1,0 +1,272 @@
+"""A run's serial seconds, step by step, on ``airflow dags test``: trigger to the first frame, the last frame to the
+output. Optionally an older commit's code against this tree's, alternating in one invocation.
+
+Each run is the demo (``tests/support/demo.py``: 300 frames of carphone at 352x288 with sound, the astronaut's face,
+the default swap) through ``airflow dags test facefusion_swap`` on a fresh work root, with ``[facefusion]
+worker_command`` set to ``bench/serial_probe.py``: every worker process records its start, its CLI's import, a few
+named steps, its first and last frame at the encoder, its CPU (user + sys) and its exit. The task instances' start and
+end come from the run's metadata database. Python runs with its bytecode cached (as in the worker image, which
+compiles it at build time; this machine sets ``PYTHONDONTWRITEBYTECODE``), after one discarded run per tree. ``--baseline COMMIT`` takes that commit's ``plugins/`` and ``dags/`` (``git
+archive``) and runs them with the same virtual environment, alternating with this tree's, ``--repeats`` times each.
+
+    python bench/bench_serial.py --baseline 83465c3 --repeats 3   # writes bench/results/serial-seconds.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(BENCH_DIR))
+
+from demo import DEMO_SEGMENT_SIZE, make_demo_inputs  # noqa: E402
+from demo_airflow import airflow, airflow_env, init_home, run_succeeded, swap_conf  # noqa: E402
+from serial_probe import LOG_VARIABLE  # noqa: E402
+from worker_runs import machine, write_report  # noqa: E402
+
+DAG_ID = "facefusion_swap"
+PROBE = BENCH_DIR / "serial_probe.py"
+
+
+def code_of(commit: str, folder: Path) -> Path:
+    """``plugins/`` and ``dags/`` of ``commit``, extracted under ``folder`` (once)."""
+    if not (folder / "plugins").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", commit, "plugins", "dags"], check=True, stdout=subprocess.PIPE
+        )
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
+def task_instances(database: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The latest run's start and end and its task instances' (wall clock, seconds since the epoch)."""
+
+    def at(text: str | None) -> float:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() if text else 0.0
+
+    with sqlite3.connect(database) as connection:
+        run_id, started, ended = connection.execute(
+            "select run_id, start_date, end_date from dag_run where dag_id = ? order by id desc limit 1", (DAG_ID,)
+        ).fetchone()
+        rows = connection.execute(
+            "select task_id, map_index, start_date, end_date, state from task_instance "
+            "where dag_id = ? and run_id = ? order by start_date",
+            (DAG_ID, run_id),
+        ).fetchall()
+    tasks = [
+        {"task": task, "index": index, "start": at(start), "end": at(end), "state": state}
+        for task, index, start, end, state in rows
+    ]
+    return {"start": at(started), "end": at(ended)}, tasks
+
+
+def one_run(
+    code: Path, label: str, folder: Path, inputs: tuple[str, str], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One ``dags test`` of ``code`` (its plugins and dags) on a fresh work root; its timeline."""
+    run = folder / f"{label}-{time.time_ns()}"
+    run.mkdir(parents=True)
+    probe_log = run / "probe.jsonl"
+    env = airflow_env(
+        folder / f"airflow-{label}",
+        dags_folder=code / "dags",
+        settings={"work_root": (run / "work").as_uri(), "worker_command": shlex.join([sys.executable, str(PROBE)])},
+    )
+    env["PYTHONPATH"] = os.pathsep.join([str(code / "plugins"), str(BENCH_DIR)])
+    # Bytecode as the worker image has it (UV_COMPILE_BYTECODE): compiled once, in a cache of this benchmark's own.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    env[LOG_VARIABLE] = str(probe_log)
+    if not (Path(env["AIRFLOW_HOME"]) / "airflow.db").exists():
+        init_home(env)
+    source, target = inputs
+    conf = swap_conf([source], target, str(run / "output.mp4"), options)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.time()
+    result = airflow(["dags", "test", DAG_ID, "-c", json.dumps(conf)], env, timeout=1800)
+    wall = time.time() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    (run / "dags_test.log").write_text(result.stdout + result.stderr)
+    if not run_succeeded(result):
+        raise RuntimeError(f"{label}: the run failed; see {run / 'dags_test.log'}")
+    dag_run, tasks = task_instances(Path(env["AIRFLOW_HOME"]) / "airflow.db")
+    workers = [json.loads(line) for line in probe_log.read_text().splitlines()]
+    return {
+        "label": label,
+        "command_wall_s": round(wall, 3),
+        "command_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3),
+        "load_1min": round(os.getloadavg()[0], 2),
+        "dag_run": dag_run,
+        "tasks": tasks,
+        "workers": workers,
+        "steps": steps(dag_run, tasks, workers),
+    }
+
+
+def worker_of(workers: Sequence[dict[str, Any]], command: str, first: bool = True) -> dict[str, Any] | None:
+    mine = [worker for worker in workers if worker["argv"] and worker["argv"][0] == command]
+    return (mine[0] if first else mine[-1]) if mine else None
+
+
+def steps(
+    dag_run: Mapping[str, float], tasks: Sequence[dict[str, Any]], workers: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The serial steps, wall seconds (``cpu:`` keys: the worker process's CPU, user + sys)."""
+    task = {(row["task"], row["index"]): row for row in tasks}
+    validate, prepare, plan = task[("validate", -1)], task[("prepare", -1)], task[("plan", -1)]
+    span = min((row for row in tasks if row["task"] == "swap_span"), key=lambda row: row["start"])  # dags test's order
+    merge, cleanup = task[("merge", -1)], task[("cleanup", -1)]
+    out: dict[str, Any] = {}
+
+    def add(name: str, value: float) -> None:
+        out[name] = round(value, 3)
+
+    add("validate task", validate["end"] - validate["start"])
+    add("trigger to validate (run start to its first task)", validate["start"] - dag_run["start"])
+    add("prepare task", prepare["end"] - prepare["start"])
+    prepare_worker = worker_of(workers, "prepare")
+    if prepare_worker:
+        worker_parts(add, "prepare", prepare, prepare_worker)
+    add("plan task", plan["end"] - plan["start"])
+    add("gaps between the tasks, prepare to the first span", span["start"] - prepare["end"] - out["plan task"])
+    spanning = worker_of([worker for worker in workers if "first_frame_at" in worker], "swap-span")
+    if spanning:
+        worker_parts(add, "first span", span, spanning, until="first_frame_at")
+        load = spanning.get("summary", {}).get("timings", {}).get("load_s", 0.0)
+        add("first span: of its imports to the first frame, the processors' load", load)
+        add("trigger to first frame", spanning["first_frame_at"] - dag_run["start"])
+    last_frame = max(worker.get("last_frame_at", 0.0) for worker in workers)
+    add("last frame to the merge task (the span's commit, the other spans' tasks)", merge["start"] - last_frame)
+    add("merge task", merge["end"] - merge["start"])
+    merge_worker = worker_of(workers, "merge")
+    if merge_worker:
+        worker_parts(add, "merge", merge, merge_worker)
+        timings = merge_worker.get("summary", {}).get("timings", {})
+        for key, value in timings.items():
+            if isinstance(value, int | float) and key.endswith("_s"):
+                add(f"merge: worker's own {key}", value)
+    add("last frame to output (merge task end)", merge["end"] - last_frame)
+    add("cleanup task (after the output)", cleanup["end"] - merge["end"])
+    add(
+        "serial: trigger to first frame + last frame to output",
+        out.get("trigger to first frame", 0.0) + out["last frame to output (merge task end)"],
+    )
+    return out
+
+
+def worker_parts(
+    add: Any, name: str, task: Mapping[str, float], worker: Mapping[str, Any], until: str = "exited_at"
+) -> None:
+    add(f"{name}: task start to worker process start (Airflow, launch)", worker["started_at"] - task["start"])
+    add(f"{name}: interpreter start", worker["probe_at"] - worker["started_at"])
+    add(f"{name}: CLI imports", worker["imported_at"] - worker["probe_at"])
+    add(f"cpu: {name}: CLI imports", worker["import_cpu_s"])
+    for step, value in sorted(worker.get("steps", {}).items()):
+        add(f"{name}: {step}", value["wall_s"])
+        add(f"cpu: {name}: {step}", value["cpu_s"])
+    if until == "exited_at":
+        add(f"{name}: worker process (start to exit)", worker["exited_at"] - worker["started_at"])
+        add(f"cpu: {name}: worker process", worker["cpu_s"])
+        add(f"{name}: worker exit to task end (Airflow)", task["end"] - worker["exited_at"])
+    else:
+        add(f"{name}: worker process start to first frame", worker[until] - worker["started_at"])
+        add(f"{name}: imports to first frame", worker[until] - worker["imported_at"])
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Each step's values by label, in run order."""
+    table: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        for step, value in run["steps"].items():
+            table.setdefault(step, {}).setdefault(run["label"], []).append(value)
+        for key in ("command_wall_s", "command_cpu_s"):
+            table.setdefault(f"whole `dags test` command ({key})", {}).setdefault(run["label"], []).append(run[key])
+    return table
+
+
+def span_of(values: Sequence[float]) -> str:
+    return f"{min(values):.2f}" if len(values) == 1 else f"{min(values):.2f}-{max(values):.2f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    labels = report["labels"]
+    lines = [
+        "# Serial seconds per run, step by step (`airflow dags test`)",
+        "",
+        f"Command: `{report['command']}` ({report['machine']}).",
+        "",
+        "The demo (300 frames of 352x288 carphone with sound, the astronaut's face, the default swap, segments of "
+        f"{DEMO_SEGMENT_SIZE}) through `airflow dags test facefusion_swap`, a fresh work root per run; every worker "
+        "process is `bench/serial_probe.py` (the worker in its process, timed from the process's start). Task "
+        "instances' start and end from the run's database; min-max over the runs, "
+        + (f"{labels[0]} and {labels[1]} alternating in one invocation" if len(labels) > 1 else "one tree")
+        + ", after a discarded warm-up run of each (bytecode cached, as the worker image has it). Wall seconds unless the step says `cpu:` (the worker process's user + sys). `dags test` runs the "
+        "mapped spans one after another: the first span's worker works every segment, the other spans' tasks find "
+        "theirs committed (on a cluster they run at once).",
+        "",
+        "| step | " + " | ".join(labels) + " |",
+        "| --- |" + " --- |" * len(labels),
+    ]
+    for step, by_label in report["summary"].items():
+        lines.append(
+            f"| {step} | "
+            + " | ".join(span_of(by_label[label]) if label in by_label else "-" for label in labels)
+            + " |"
+        )
+    if report.get("notes"):
+        lines += ["", *report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", help="a commit whose code runs alternating with this tree's")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--options", default="{}", help="options JSON beside the demo's segment size")
+    parser.add_argument("--work", type=Path, default=REPO / "out" / "bench_serial")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    parser.add_argument("--name", default="serial-seconds")
+    args = parser.parse_args()
+    shutil.rmtree(args.work / "runs", ignore_errors=True)
+    inputs = make_demo_inputs(str(args.work / "inputs"))
+    options = {"segment_size": DEMO_SEGMENT_SIZE, **json.loads(args.options)}
+    trees = {"after": REPO}
+    if args.baseline:
+        trees = {"before": code_of(args.baseline, args.work / f"code-{args.baseline}"), "after": REPO}
+    for label, code in trees.items():  # the bytecode written, the files in the page cache; not reported
+        one_run(code, label, args.work / "runs", inputs, options)
+    runs = []
+    for repeat in range(args.repeats):
+        order = list(trees.items()) if repeat % 2 == 0 else list(reversed(trees.items()))
+        for label, code in order:
+            runs.append(one_run(code, label, args.work / "runs", inputs, options))
+            print(json.dumps({"label": label, **runs[-1]["steps"]}), flush=True)
+    report = {
+        "command": shlex.join(["python", "bench/bench_serial.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "baseline": args.baseline,
+        "labels": list(trees),
+        "summary": summarise(runs),
+        "runs": runs,
+    }
+    write_report(args.out, args.name, report, markdown)
+
+
+if __name__ == "__main__":
+    main()
