@@ -38,6 +38,7 @@ from facefusion_provider.work.layout import (
     WorkLayout,
     merge_claim_name,
     output_done,
+    root_of,
     work_root_of,
 )
 from facefusion_provider.work.records import RunLease, WorkSpec
@@ -134,6 +135,7 @@ class HelpMemory:
     free_runs: dict[str, FreeRun] = field(default_factory=dict)
     background: list[threading.Thread] = field(default_factory=list)  # sound being stored for works it prepared
     refuses_as: str = ""  # a standing worker's name: it says in each work it gives up on why (``give_up``)
+    prepared_elsewhere: bool = False  # it saw a run's work being prepared by another worker: the signal will change
 
     def give_up(self, layout: WorkLayout, error: FaceFusionError) -> None:
         """Work no more on ``layout`` while it stays live; a standing worker says why in the work, where the spans
@@ -330,7 +332,8 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
         return
     claims = SegmentClaims(layout, owner=owner)
     if not claims.take_name(PREPARE_CLAIM, WorkState(frozenset(), latest_claims(layout))):
-        return  # another worker prepares it
+        memory.prepared_elsewhere = True  # another worker prepares it, and announces it when it is written
+        return
     try:
         uris = checked_uris(lease.source_uris, lease.target_uri, None)
         options = Options.model_validate(lease.options)
@@ -339,6 +342,8 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
         logger.warning("work %s: not prepared here (%s); its run's prepare task will", layout.work_id, error)
         return
     logger.info("work %s: prepared for %s before its prepare task", layout.work_id, lease.holder.describe())
+    # The workers that saw the run unprepared went back to the signal: they join now, not when the next run comes.
+    leases.announce(root_of(layout))
     if (spec.frame_start, spec.frame_end) == (0, spec.probe.frame_count) and spec.probe.streams:
         sound = threading.Thread(target=_store_sound, args=(layout, uris.target_uri), name="facefusion-sound")
         sound.start()  # beside the frames, off the run's critical path: the merge then reads one file
