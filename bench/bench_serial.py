@@ -15,6 +15,7 @@ archive``) and runs them with the same virtual environment, alternating with thi
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -189,6 +190,83 @@ def worker_parts(
         add(f"{name}: imports to first frame", worker[until] - worker["imported_at"])
 
 
+# --- the scaling model's serial inputs, measured in each tree's own process --------------------------------------------
+
+CLIP_FRAMES = 600  # 20 s of 1080p at 30 fps: three keyframe intervals, so prepare's seek checks decode as on an hour
+MODEL_SEGMENT = 512  # the scaling model's segment size
+
+
+def model_inputs_here(folder: Path, source: str, clip: str, repeats: int) -> dict[str, Any]:
+    """In this process (the tree on ``PYTHONPATH``): prepare's work on the 1080p clip as a standing worker does it
+    (imports done: the first call is not counted), wall and CPU seconds, and its two parts alone in CPU seconds (the
+    target's probe and checks, the sources' identity); and the index join's CPU (``scaling_measure.join_costs``)."""
+    from committed import work_uri_for
+    from scaling_measure import join_costs
+
+    from facefusion_provider import worker
+    from facefusion_provider.options import Options
+    from facefusion_provider.work.access import checked_uris
+
+    preparing = importlib.import_module(
+        "facefusion_provider.worker.prepare"
+    )  # the module (the package names its function)
+
+    options = Options(segment_size=MODEL_SEGMENT)
+    uris = checked_uris([source], clip, None)
+    samples = []
+    for number in range(repeats + 1):
+        root = folder / f"prepare-{os.getpid()}-{number}"
+        work_uri = work_uri_for(root.as_uri(), [source], clip, segment_size=MODEL_SEGMENT)
+        wall, cpu = time.perf_counter(), time.process_time()
+        worker.prepare(work_uri, [source], clip, segment_size=MODEL_SEGMENT)
+        sample = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+        shutil.rmtree(root)
+        cpu = time.process_time()
+        probed = preparing._probe_video_target(uris.target_uri, options)
+        sample["target_checks_cpu_s"] = time.process_time() - cpu
+        cpu = time.process_time()
+        preparing._identity(uris, options, probed[0], None)
+        sample["identity_cpu_s"] = time.process_time() - cpu
+        samples.append(sample)
+    join_folder = folder / f"join-{os.getpid()}"
+    join_folder.mkdir(parents=True)
+    join = join_costs(join_folder)
+    shutil.rmtree(join_folder)
+    return {"prepare": samples[1:], "join": {"per_segment_s": join.per_segment_s, "per_frame_s": join.per_frame_s}}
+
+
+def model_inputs(trees: Mapping[str, Path], folder: Path, source: str, repeats: int) -> dict[str, list[dict[str, Any]]]:
+    """``model_inputs_here`` in a process of each tree, alternating, ``repeats`` times each."""
+    from scaling_measure import write_clip_1080p
+
+    clip = folder / "clip-1080p.mp4"
+    if not clip.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_clip_1080p(clip, CLIP_FRAMES)
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for repeat in range(repeats):
+        order = list(trees.items())[:: 1 if repeat % 2 == 0 else -1]
+        for label, code in order:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code / "plugins"), str(BENCH_DIR)])}
+            command = [sys.executable, str(Path(__file__)), "--inputs-here", str(folder), source, str(clip)]
+            done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+            found[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(json.dumps({"label": label, **found[label][-1]}), flush=True)
+    return found
+
+
+def summarise_inputs(found: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
+    table: dict[str, dict[str, list[float]]] = {}
+    for label, results in found.items():
+        for result in results:
+            for key in ("wall_s", "cpu_s", "target_checks_cpu_s", "identity_cpu_s"):
+                values = [sample[key] for sample in result["prepare"]]
+                table.setdefault(f"prepare's work, 1080p: {key}", {}).setdefault(label, []).append(min(values))
+            for key, value in result["join"].items():
+                table.setdefault(f"index join CPU {key}", {}).setdefault(label, []).append(value)
+    return table
+
+
 def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """Each step's values by label, in run order."""
     table: dict[str, dict[str, list[float]]] = {}
@@ -202,6 +280,12 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]
 
 def span_of(values: Sequence[float]) -> str:
     return f"{min(values):.2f}" if len(values) == 1 else f"{min(values):.2f}-{max(values):.2f}"
+
+
+def _range(values: Sequence[float], step: str) -> str:
+    if "per_frame" in step or "per_segment" in step:
+        return f"{min(values) * 1e6:.2f}-{max(values) * 1e6:.2f} us"
+    return span_of(values)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -229,6 +313,23 @@ def markdown(report: dict[str, Any]) -> str:
             + " | ".join(span_of(by_label[label]) if label in by_label else "-" for label in labels)
             + " |"
         )
+    if report.get("model_inputs_summary"):
+        lines += [
+            "",
+            "## The scaling model's serial inputs",
+            "",
+            f"Each tree in its own process, alternating: prepare's work on {CLIP_FRAMES} frames of 1080p carphone "
+            f"(keyframe every 250, segments of {MODEL_SEGMENT}, the astronaut's face, the default swap on this CPU), as "
+            "a standing worker prepares from a run's lease (imports done: each process's first prepare not counted; "
+            "the fastest of 3 per process); the index join's CPU from the markers' moovs "
+            "(`scaling_measure.join_costs`, medians of 5). Min-max over the processes.",
+            "",
+            "| input | " + " | ".join(labels) + " |",
+            "| --- |" + " --- |" * len(labels),
+        ]
+        for step, by_label in report["model_inputs_summary"].items():
+            cells = [_range(by_label[label], step) if label in by_label else "-" for label in labels]
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
     if report.get("notes"):
         lines += ["", *report["notes"]]
     return "\n".join(lines) + "\n"
@@ -242,7 +343,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=REPO / "out" / "bench_serial")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     parser.add_argument("--name", default="serial-seconds")
+    parser.add_argument("--model-inputs", type=int, default=0, help="also the model's serial inputs, this many times")
+    parser.add_argument("--inputs-here", nargs=3, metavar=("FOLDER", "SOURCE", "CLIP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inputs_here:  # a child of --model-inputs, in one tree's code
+        folder, source, clip = args.inputs_here
+        print(json.dumps(model_inputs_here(Path(folder), source, clip, 3)))
+        return
     shutil.rmtree(args.work / "runs", ignore_errors=True)
     inputs = make_demo_inputs(str(args.work / "inputs"))
     options = {"segment_size": DEMO_SEGMENT_SIZE, **json.loads(args.options)}
@@ -253,16 +360,21 @@ def main() -> None:
         one_run(code, label, args.work / "runs", inputs, options)
     runs = []
     for repeat in range(args.repeats):
-        order = list(trees.items()) if repeat % 2 == 0 else list(reversed(trees.items()))
+        order = list(trees.items())[:: 1 if repeat % 2 == 0 else -1]
         for label, code in order:
             runs.append(one_run(code, label, args.work / "runs", inputs, options))
             print(json.dumps({"label": label, **runs[-1]["steps"]}), flush=True)
+    inputs_found = (
+        model_inputs(trees, args.work / "model-inputs", inputs[0], args.model_inputs) if args.model_inputs else {}
+    )
     report = {
         "command": shlex.join(["python", "bench/bench_serial.py", *sys.argv[1:]]),
         "machine": machine(),
         "baseline": args.baseline,
         "labels": list(trees),
         "summary": summarise(runs),
+        "model_inputs": inputs_found,
+        "model_inputs_summary": summarise_inputs(inputs_found),
         "runs": runs,
     }
     write_report(args.out, args.name, report, markdown)
