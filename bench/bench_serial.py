@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import resource
 import shlex
@@ -267,6 +268,96 @@ def summarise_inputs(found: Mapping[str, list[dict[str, Any]]]) -> dict[str, dic
     return table
 
 
+# --- the standing workers' path: a run announced unprepared, on real `serve` processes ---------------------------
+
+STANDING_SEGMENTS = 96  # of 8 frames, each frame an injected 0.01 s: 7.7 s of frames, free runs past PIECE_SEGMENTS
+STANDING_FRAME_DELAY = 0.01
+STANDING_WORKERS = 2  # of four started on this machine, two exited at once (code 0)
+
+
+def standing_run(code: Path, folder: Path, *, warm: bool) -> dict[str, Any]:
+    """``STANDING_WORKERS`` idle, warm standing workers of ``code``; a run announced by its lease alone (as
+    ``validate`` writes it): one prepares the work from the lease, the others join. Seconds after the lease:
+    work.json, the first and the last worker's first claim, the output; and the segments each worker claimed.
+    ``warm``: they worked a prepared run first and idled; else the run is their first (started together, as KEDA
+    starts them: they look in one phase, and the preparer's first prepare imports the engine)."""
+    import bench_calibration as calibration
+    from committed import hold_run_lease, work_uri_for
+    from synth import VideoSpec, pattern_frames, write_video
+
+    from facefusion_provider import worker
+    from facefusion_provider.contract import CLAIM_LEASE_SECONDS_VARIABLE, FAULTS_VARIABLE
+    from facefusion_provider.work.layout import RootLayout, WorkLayout, output_marker_uri, parse_claim_name
+    from facefusion_provider.work.records import Claim
+
+    folder.mkdir(parents=True)
+    root, spec, options = str(folder / "work"), VideoSpec(), calibration.OPTIONS
+    runs = []
+    for number, segments in enumerate((16, STANDING_SEGMENTS) if warm else (STANDING_SEGMENTS,)):
+        target = str(folder / f"target-{number}.mp4")
+        write_video(target, spec, pattern_frames(segments * calibration.SEGMENT_FRAMES, spec.width, spec.height))
+        runs.append((target, WorkLayout(work_uri_for(root, [], target, **options)), str(folder / f"out-{number}.mp4")))
+    if warm:
+        worker.prepare(runs[0][1].work_uri, [], runs[0][0], **options)  # the warm-up run: both workers join it
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(code / "plugins"), str(BENCH_DIR)]),
+        FAULTS_VARIABLE: json.dumps([{"command": "swap-span", "indexes": [0], "frame_delay": STANDING_FRAME_DELAY}]),
+        CLAIM_LEASE_SECONDS_VARIABLE: "600",
+    }
+    command = [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", root, "--idle-exit", "60"]
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    try:
+        leases_dir = calibration.local(RootLayout.of(root).workers_dir)
+        calibration.wait_until(lambda: bool(calibration.worker_leases(leases_dir)), processes, 120, "a lease")
+        time.sleep(8.0)  # the others up too (imports on a loaded machine), all idle at the signal
+        for number, (target, layout, output) in enumerate(runs):
+            hold_run_lease(layout, f"run-{number}", target, output_uri=output, options=options)
+            announced = time.time()
+            marker = calibration.local(output_marker_uri(output))
+            calibration.wait_until(marker.exists, processes, 180, "the output")
+            time.sleep(4.0 if number < len(runs) - 1 else 0.0)  # idle: both back to their steady look
+        alive = sum(process.poll() is None for process in processes)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    target, layout, output = runs[-1]
+    first_claims: dict[str, float] = {}
+    committed_by: dict[str, int] = {}
+    for path in calibration.local(layout.claims_dir).glob("*.json"):
+        parsed = parse_claim_name(path.name)
+        if parsed is not None and parsed[0].isdigit():
+            owner = Claim.model_validate_json(path.read_bytes()).owner
+            first_claims[owner] = min(first_claims.get(owner, math.inf), calibration.mtime(path) - announced)
+            committed_by[owner] = committed_by.get(owner, 0) + 1
+    claims = sorted(first_claims.values())
+    return {
+        "work_json_s": round(calibration.mtime(calibration.local(layout.work_json)) - announced, 3),
+        "first_claim_s": round(claims[0], 3),
+        "last_worker_first_claim_s": round(claims[-1], 3),
+        "workers_joined": len(claims),
+        "workers_alive": alive,
+        "output_s": round(calibration.mtime(calibration.local(output_marker_uri(output))) - announced, 3),
+        "segments_by_worker": sorted(committed_by.values(), reverse=True),
+    }
+
+
+def standing_runs(trees: Mapping[str, Path], folder: Path, repeats: int) -> dict[str, list[dict[str, Any]]]:
+    """``standing_run`` warm and cold for each tree, alternating, ``repeats`` times each."""
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for repeat in range(repeats):
+        for warm in (True, False):
+            for label, code in list(trees.items())[:: 1 if repeat % 2 == 0 else -1]:
+                found[label].append(
+                    {"warm": warm, **standing_run(code, folder / f"{label}-{repeat}-{warm}", warm=warm)}
+                )
+                print(json.dumps({"label": label, "standing": found[label][-1]}), flush=True)
+    return found
+
+
 def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """Each step's values by label, in run order."""
     table: dict[str, dict[str, list[float]]] = {}
@@ -307,6 +398,12 @@ def markdown(report: dict[str, Any]) -> str:
         "| step | " + " | ".join(labels) + " |",
         "| --- |" + " --- |" * len(labels),
     ]
+    if not report["summary"]:  # no dags test runs (--repeats 0): the other sections alone
+        lines = [
+            f"# Serial seconds per run ({', '.join(labels)})",
+            "",
+            f"Command: `{report['command']}` ({report['machine']}).",
+        ]
     for step, by_label in report["summary"].items():
         lines.append(
             f"| {step} | "
@@ -330,6 +427,33 @@ def markdown(report: dict[str, Any]) -> str:
         for step, by_label in report["model_inputs_summary"].items():
             cells = [_range(by_label[label], step) if label in by_label else "-" for label in labels]
             lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    if report.get("standing"):
+        lines += [
+            "",
+            "## The standing workers' path (`serve` processes)",
+            "",
+            f"{STANDING_WORKERS} standing workers of each tree, idle; warm: they worked a prepared 16-segment run "
+            "first, then idled 4 s; cold: started together, the run is their first. A run of "
+            f"{STANDING_SEGMENTS} segments of 8 frames (`processors=[]`, {STANDING_FRAME_DELAY} s injected per frame) "
+            "announced by its lease alone, as `validate` writes it. Seconds after the lease, min-max over the repeats, "
+            "alternating; `last_worker_first_claim_s` is the later worker's first claim (the first's where only one "
+            "worker claimed any segment).",
+            "",
+            "| after the lease | " + " | ".join(labels) + " |",
+            "| --- |" + " --- |" * len(labels),
+        ]
+        for warm in (True, False):
+            state = "warm" if warm else "cold"
+            runs = {
+                label: [run for run in report["standing"].get(label, []) if run["warm"] == warm] for label in labels
+            }
+            for key in ("work_json_s", "first_claim_s", "last_worker_first_claim_s", "output_s"):
+                cells = [span_of([run[key] for run in runs[label]]) if runs[label] else "-" for label in labels]
+                lines.append(f"| {state}: {key} | " + " | ".join(cells) + " |")
+            split = [
+                ", ".join("/".join(map(str, run["segments_by_worker"])) for run in runs[label]) for label in labels
+            ]
+            lines.append(f"| {state}: segments each worker claimed | " + " | ".join(split) + " |")
     if report.get("notes"):
         lines += ["", *report["notes"]]
     return "\n".join(lines) + "\n"
@@ -344,6 +468,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     parser.add_argument("--name", default="serial-seconds")
     parser.add_argument("--model-inputs", type=int, default=0, help="also the model's serial inputs, this many times")
+    parser.add_argument("--standing", type=int, default=0, help="also the standing workers' path, this many times")
     parser.add_argument("--inputs-here", nargs=3, metavar=("FOLDER", "SOURCE", "CLIP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inputs_here:  # a child of --model-inputs, in one tree's code
@@ -356,7 +481,7 @@ def main() -> None:
     trees = {"after": REPO}
     if args.baseline:
         trees = {"before": code_of(args.baseline, args.work / f"code-{args.baseline}"), "after": REPO}
-    for label, code in trees.items():  # the bytecode written, the files in the page cache; not reported
+    for label, code in trees.items() if args.repeats else ():  # bytecode written, files in the page cache; not reported
         one_run(code, label, args.work / "runs", inputs, options)
     runs = []
     for repeat in range(args.repeats):
@@ -367,6 +492,7 @@ def main() -> None:
     inputs_found = (
         model_inputs(trees, args.work / "model-inputs", inputs[0], args.model_inputs) if args.model_inputs else {}
     )
+    standing = standing_runs(trees, args.work / "standing", args.standing) if args.standing else {}
     report = {
         "command": shlex.join(["python", "bench/bench_serial.py", *sys.argv[1:]]),
         "machine": machine(),
@@ -375,6 +501,7 @@ def main() -> None:
         "summary": summarise(runs),
         "model_inputs": inputs_found,
         "model_inputs_summary": summarise_inputs(inputs_found),
+        "standing": standing,
         "runs": runs,
     }
     write_report(args.out, args.name, report, markdown)
