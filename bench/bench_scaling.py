@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from dataclasses import asdict, fields, replace
@@ -405,7 +406,10 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
         f"{sum(worker['swap_cpu_parts_ms'].values()):.1f} ms per face ({parts} ms). Frames side by side, one thread "
         f"per core: each of a pod's frame threads counts {worker['side_by_side_efficiency']:.2f}.",
         f"- Serial steps: a worker process that finds its span done {run['worker_start_s']:.2f} s (its CPU); prepare's "
-        f"probe {1e6 * run['probe_s_per_frame']:.1f} us and {run['probe_bytes_per_frame']:.0f} bytes per frame.",
+        f"probe {1e6 * run['probe_s_per_frame']:.1f} us and {run['probe_bytes_per_frame']:.0f} bytes per frame; its "
+        f"target checks {run.get('target_checks_s', 0.0):.2f} s (1080p: the encoder opened, seek-decodes near a "
+        "keyframe; two more seeks as below for an hour's middle and last segment starts), beside the sources' "
+        "identity (`identity_s`; measured by `bench/bench_serial.py --model-inputs`).",
         f"- A seek to a segment start (keyframe every {seek['keyint']} frames): {1000 * seek['seek_s']:.0f} ms wall, "
         f"{1000 * seek['seek_cpu_s']:.0f} ms CPU (the model's figure), {seek['preroll_frames']:.0f} frames decoded "
         "before it on average; a segment's stored faces read in "
@@ -618,7 +622,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
     ]
     for row in modelled["scenarios"]:
         lines.append(
-            f"| {row['scenario']} | {row['serial_s']:.0f} | {percent(row['efficiency_8_gpus'])} | "
+            f"| {row['scenario']} | {row['serial_s']:.1f} | {percent(row['efficiency_8_gpus'])} | "
             f"{percent(row['efficiency_32_gpus'])} |"
         )
     lines += [
@@ -656,7 +660,7 @@ def verdict_lines(modelled: dict[str, Any]) -> list[str]:
         f"{hops['span task (Airflow)'] + hops['span pod before its first frame']:.0f} s of task, pod start and model "
         "load is the rest). The time no GPU count shortens is "
         f"{by_mode[SPAN_PODS]['serial_s']:.0f} s per run with span pods (a task, and mostly a pod, per hop) and "
-        f"{by_mode[STANDING]['serial_s']:.0f} s with standing workers (validate, a poll, prepare's work, a poll; then "
+        f"{by_mode[STANDING]['serial_s']:.1f} s with standing workers (validate, a poll, prepare's work, a close look; then "
         f"from the last commit the merge, {hops['standing: last commit to output']:.1f} s), against Amdahl budgets of "
         f"{budget[8]:.0f} s for 95 % on 8 GPUs and {budget[32]:.0f} s for 85 % on 32 with "
         f"{modelled['one_gpu_frame_work_s'] / 60:.0f} GPU-minutes of frames.",
@@ -664,7 +668,7 @@ def verdict_lines(modelled: dict[str, Any]) -> list[str]:
     for gpus, goal in GOALS.items():
         reached = [row for row in modelled["scenarios"] if row[f"efficiency_{gpus}_gpus"] >= goal]
         best = reached[0] if reached else max(modelled["scenarios"], key=lambda row: row[f"efficiency_{gpus}_gpus"])
-        figure = f"{percent(best[f'efficiency_{gpus}_gpus'])}, {best['serial_s']:.0f} s serial"
+        figure = f"{percent(best[f'efficiency_{gpus}_gpus'])}, {best['serial_s']:.1f} s serial"
         if reached:
             lines.append(f"{percent(goal)} on {gpus} GPUs holds in scenario {best['scenario'][:1]} ({figure}).")
         else:
@@ -754,6 +758,21 @@ def with_cuts(worker: WorkerCosts, cpu_stages: dict[str, Any]) -> WorkerCosts:
     return replace(worker, swap_cpu_parts_ms=parts, encoder_rgb_s_per_frame=worker.encoder_rgb_s_per_frame * write_back)
 
 
+def with_serial_inputs(measured: Measured, found: list[dict[str, Any]]) -> Measured:
+    """``measured`` with prepare's target checks (CPU, the fastest sample of each process, their median) and the index
+    join's CPU (the median of the processes' medians) as bench_serial.py measured them."""
+    checks = statistics.median(min(sample["target_checks_cpu_s"] for sample in one["prepare"]) for one in found)
+    return replace(
+        measured,
+        run=replace(measured.run, target_checks_s=round(checks, 4)),
+        join=replace(
+            measured.join,
+            per_segment_s=statistics.median(one["join"]["per_segment_s"] for one in found),
+            per_frame_s=statistics.median(one["join"]["per_frame_s"] for one in found),
+        ),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     defaults = Stated()
@@ -765,6 +784,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-stages",
         type=Path,
         help="scale the measured worker costs by the after/before ratios of a bench_cpu_stages.py run (issue 24's cuts)",
+    )
+    parser.add_argument(
+        "--serial",
+        type=Path,
+        help="take prepare's target checks and the index join's CPU from a bench_serial.py --model-inputs run "
+        "(its `after` tree)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -778,12 +803,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-scaling-") as scratch:
             measured = measure(Path(scratch))
+    serial_by = None
+    if args.serial:
+        serial = json.loads(args.serial.read_text())
+        measured, serial_by = with_serial_inputs(measured, serial["model_inputs"]["after"]), serial["command"]
     if args.cpu_stages:
         unscaled = measured.as_dict()
         measured = replace(measured, worker=with_cuts(measured.worker, json.loads(args.cpu_stages.read_text())))
     result: dict[str, Any] = {
         "command": "python bench/bench_scaling.py" + ("" if not argv else " " + " ".join(argv)),
         "cpu_stages": json.loads(args.cpu_stages.read_text())["command"] if args.cpu_stages else scaled_by,
+        "serial_inputs": serial_by,
         "machine": machine(),
         "measured": measured.as_dict(),
         "measured_before_cuts": unscaled,

@@ -74,6 +74,9 @@ class RunCosts:
     worker_start_s: float  # CPU of a swap-span process that finds its span committed and exits (imports, a scan)
     probe_s_per_frame: float
     probe_bytes_per_frame: float
+    # CPU of prepare's probe and checks of a 1080p target (its encoder opened, seek-decodes at segment starts near a
+    # keyframe), from bench_serial.py; the seeks' own pre-roll is the model's (``SeekCosts.seek_cpu_s``)
+    target_checks_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to cla
 FIRST_LOOK_S = 0.25  # worker/serve.py FIRST_LOOK_SECONDS: an idle standing worker's first look at the change signal
 LONGEST_LOOK_S = 1.5  # worker/serve.py LONGEST_LOOK_SECONDS: ... doubling up to this (bench/bench_calibration.py)
 STANDING_POLL_S = LONGEST_LOOK_S  # how often a standing worker idle for a while looks for new runs
+PREPARE_MID_SEEKS = 2  # prepare seek-decodes the middle and last segment starts (the first is the video's start)
 PIECE_SEGMENTS = 32  # worker/scheduler.py: a helper joins a started run only for a free run this long
 LOOKS_AT_ONCE = 8  # worker/scheduler.py: runs a helper looks at side by side
 Key = tuple[int, int]  # (run, segment)
@@ -733,8 +734,9 @@ class Hops:
     span_pod_s: float  # each span pod before its first frame: pod start, worker start, model load, first listing
     merge_s: float
     cleanup_s: float
-    # Standing workers: one prepares the work from the run's lease, one poll after validate; the others join one poll
-    # after that; the worker that commits the last segment merges (the stored sound, no Airflow task, no pod).
+    # Standing workers: one prepares the work from the run's lease, one poll after validate, and announces it; the
+    # others join at their next close look; the worker that commits the last segment merges (the stored sound, no
+    # Airflow task, no pod).
     standing_ready_s: float = 0.0
     standing_merge_s: float = 0.0
 
@@ -743,7 +745,9 @@ class Hops:
         run = measured.run
         pod = stated.pod_start_s + run.worker_start_s
         probe = frames * (run.probe_s_per_frame + run.probe_bytes_per_frame / 1e6 / stated.s3_mb_per_s)
-        prepare_work = stated.identity_s + probe + 3 * stated.s3_request_s  # the probe, the identity, work.json
+        checks = run.target_checks_s + PREPARE_MID_SEEKS * measured.seek.seek_cpu_s
+        # The sources' identity beside the target's probe and checks (worker/prepare.py), then work.json written.
+        prepare_work = max(stated.identity_s, checks + probe) + 3 * stated.s3_request_s
         return cls(
             validate_s=stated.airflow_task_s,
             prepare_s=stated.airflow_task_s + pod + prepare_work,
@@ -752,7 +756,9 @@ class Hops:
             span_pod_s=pod + stated.model_load_s + segments.scan_s + 3 * stated.s3_request_s,
             merge_s=stated.airflow_task_s + pod + index_merge_s(measured, stated, frames, segments.segments),
             cleanup_s=stated.airflow_task_s,
-            standing_ready_s=stated.airflow_task_s + STANDING_POLL_S / 2 + prepare_work + STANDING_POLL_S / 2,
+            # The lease seen at an idle worker's steady look; the work.json announced to the others, which look
+            # every FIRST_LOOK_S while another worker prepares (worker/serve.py).
+            standing_ready_s=stated.airflow_task_s + STANDING_POLL_S / 2 + prepare_work + FIRST_LOOK_S / 2,
             standing_merge_s=index_merge_s(measured, stated, frames, segments.segments, stored_sound=True),
         )
 

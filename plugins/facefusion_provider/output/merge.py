@@ -21,6 +21,7 @@ import os
 import posixpath
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import IO, TYPE_CHECKING, cast
 from urllib.parse import urlparse
@@ -110,7 +111,7 @@ def merge_work(
 
 def _merge_checked(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_uri: str) -> MergeResult:
     """One merge over segments that pass their checks; ``SegmentsDamaged`` for those that do not."""
-    from facefusion_provider.output.publish import finish_merge  # numpy (0.2-0.3 s): not when the CLI starts
+    from facefusion_provider.output import publish  # numpy (0.2-0.3 s): not when the CLI starts
 
     began = time.perf_counter()
     markers, sizes = _committed(spec, layout)
@@ -118,36 +119,42 @@ def _merge_checked(spec: WorkSpec, layout: WorkLayout, target_uri: str, output_u
     damage = damaged_segments(layout, markers, sizes, hash_remote=not still and join_refusal(spec, output_uri) is None)
     if damage:
         raise SegmentsDamaged(damage)
-    markers_read = time.perf_counter()
-    plan = None if still else plan_join(spec, layout, markers, sizes, target_uri, output_uri)
-    if still:
-        size, digest, timings = _write_image(spec, layout, markers[0], output_uri)
-        how, method = "as an image", "image"
-    elif plan is None:
-        size, digest, timings = _remux(spec, layout, markers, target_uri, output_uri)
-        how, method = "by remuxing", "remux"
-    else:
-        composed = storage.compose(output_uri, plan.pieces)  # S3 copies the large ranges itself
-        size, digest, method = composed.size, None, "index"
-        how = f"from their indexes ({composed.copied_bytes / 1e6:.1f} MB of it copied by the store)"
-        timings = {
-            "index_s": plan.index_s,  # every segment's and the target's moov read, the output's moov built and checked
-            "publish_s": time.perf_counter() - markers_read - plan.index_s,
-            "copied_mb": composed.copied_bytes / 1e6,  # bytes the store copied without this process
-            "moved_mb": composed.moved_bytes / 1e6,  # bytes read and written here (the head, the audio, small segments)
-        }
-    return finish_merge(
-        spec,
-        layout,
-        output_uri,
-        size=size,
-        sha256=digest,
-        method=method,
-        timings={"markers_s": markers_read - began, **timings},  # the markers read, every segment checked
-        began=began,
-        segment_count=len(markers),
-        how=how,
-    )
+    # The preview needs only the segments' thumbnails: made beside the join, not after the output is published.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="preview") as previews:
+        preview = previews.submit(publish.preview_sheet, spec, layout)
+        markers_read = time.perf_counter()
+        plan = None if still else plan_join(spec, layout, markers, sizes, target_uri, output_uri)
+        if still:
+            size, digest, timings = _write_image(spec, layout, markers[0], output_uri)
+            how, method = "as an image", "image"
+        elif plan is None:
+            size, digest, timings = _remux(spec, layout, markers, target_uri, output_uri)
+            how, method = "by remuxing", "remux"
+        else:
+            composed = storage.compose(output_uri, plan.pieces)  # S3 copies the large ranges itself
+            size, digest, method = composed.size, None, "index"
+            how = f"from their indexes ({composed.copied_bytes / 1e6:.1f} MB of it copied by the store)"
+            # index_s: every segment's and the target's moov read, the output's moov built and checked; copied_mb:
+            # bytes the store copied without this process; moved_mb: read and written here (head, audio, small ones)
+            timings = {
+                "index_s": plan.index_s,
+                "publish_s": time.perf_counter() - markers_read - plan.index_s,
+                "copied_mb": composed.copied_bytes / 1e6,
+                "moved_mb": composed.moved_bytes / 1e6,
+            }
+        return publish.finish_merge(
+            spec,
+            layout,
+            output_uri,
+            size=size,
+            sha256=digest,
+            method=method,
+            timings={"markers_s": markers_read - began, **timings},  # the markers read, every segment checked
+            began=began,
+            segment_count=len(markers),
+            how=how,
+            preview=preview,
+        )
 
 
 def _remux(

@@ -177,10 +177,21 @@ def _media_time(track: TrackIndex) -> int:
 
 
 def _ticks(frame_pts: Sequence[int], time_base: Fraction, timescale: int) -> Int64Array:
-    scaled = [pts * time_base * timescale for pts in frame_pts]
-    if any(value.denominator != 1 for value in scaled):
+    """The frame times in ticks of ``1/timescale`` s, exactly: in 64-bit integers (an hour's frames in milliseconds,
+    not a Fraction each) where the products fit them, else in Python's."""
+    scale = time_base * timescale
+    pts = np.asarray(frame_pts, dtype=np.int64)
+    if pts.size and int(np.abs(pts).max()) > np.iinfo(np.int64).max // scale.numerator:
+        exact = [value * scale for value in frame_pts]
+        whole = all(value.denominator == 1 for value in exact)
+        ticks = np.array([int(value) for value in exact] if whole else [], dtype=np.int64)
+    else:
+        scaled = pts * scale.numerator
+        whole = bool(np.all(scaled % scale.denominator == 0))
+        ticks = scaled // scale.denominator
+    if not whole:
         raise UnsupportedLayoutError(f"the target's frame times are not whole ticks of 1/{timescale} s")
-    return np.array([int(value) for value in scaled], dtype=np.int64)
+    return ticks
 
 
 def _joined_video(

@@ -334,12 +334,14 @@ def finish_merge(
     began: float,
     segment_count: int,
     how: str,
+    preview: Future[bytes],
 ) -> MergeResult:
-    """The one tail of every merge, once the output is in place: its preview, then its marker (last: it says the output
-    is done), the merge's timings in the marker and in one log line."""
+    """The one tail of every merge, once the output is in place: its preview (``preview``: made beside the join from
+    the segments' thumbnails, ``preview_sheet``), then its marker (last: it says the output is done), the merge's
+    timings in the marker and in one log line."""
     preview_uri = preview_uri_of(output_uri)
     published = time.perf_counter()
-    storage.write_bytes_atomic(preview_uri, _preview(spec, layout))
+    storage.write_bytes_atomic(preview_uri, preview.result())
     finished = time.perf_counter()
     rounded = {
         key: round(value, 3)
@@ -378,7 +380,7 @@ def _run_of(layout: WorkLayout, output_uri: str) -> RunHolder | None:
     return max(named, key=lambda lease: lease.created_at).holder if named else None
 
 
-def _preview(spec: WorkSpec, layout: WorkLayout) -> bytes:
+def preview_sheet(spec: WorkSpec, layout: WorkLayout) -> bytes:
     """The contact sheet from the thumbnail pairs that the segments stored for the preview frames they hold."""
     from facefusion_provider.media.preview import contact_sheet, preview_frames
 

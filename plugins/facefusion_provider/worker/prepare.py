@@ -8,6 +8,7 @@ import logging
 import os
 import posixpath
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 from urllib.parse import urlparse
@@ -68,10 +69,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
     if storage.exists(layout.work_json):
         logger.info("work %s: work.json exists, reusing it", expected)
         return load_work(layout)
-    if is_image_uri(uris.target_uri):
-        probe, frame_start, frame_end, segments = _probe_image_target(uris.target_uri, options)
-    else:
-        probe, frame_start, frame_end, segments = _probe_video_target(uris.target_uri, options)
+    (probe, frame_start, frame_end, segments), identity = _target_and_identity(uris, options, models_dir)
     spec = WorkSpec(
         work_id=expected,
         target_content_id=target_id,
@@ -84,7 +82,7 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         segments=segments,
         analysis_id=_analysis_id(target_id, options),
         identity={
-            **(_identity(uris, options, probe, models_dir) if options.processors else {}),
+            **identity,
             **_voice(layout, uris, options, probe, models_dir),
             **_sound(layout, uris, options, probe, (frame_start, frame_end)),
         },
@@ -94,6 +92,24 @@ def prepare_work(layout: WorkLayout, uris: RunUris, options: Options, models_dir
         return load_work(layout)
     logger.info("work %s: %d frames in %d segments", expected, frame_end - frame_start, len(spec.segments))
     return spec
+
+
+def _target_and_identity(
+    uris: RunUris, options: Options, models_dir: str | None
+) -> tuple[tuple[VideoProbe, int, int, list[Segment]], dict[str, Any]]:
+    """The target probed and checked, and the sources' identity: side by side where the identity needs nothing of the
+    target (every mode but ``reference``), so prepare takes the longer of the two, not their sum. A target's error
+    still comes first: the identity is awaited before it is raised, and its own error is dropped."""
+    probe_target = _probe_image_target if is_image_uri(uris.target_uri) else _probe_video_target
+    if not options.processors:
+        return probe_target(uris.target_uri, options), {}
+    if options.face_selector_mode == "reference":  # the reference face is found in the target's frame
+        probed = probe_target(uris.target_uri, options)
+        return probed, _identity(uris, options, probed[0], models_dir)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="identity") as identity_thread:
+        identity = identity_thread.submit(_identity, uris, options, None, models_dir)
+        probed = probe_target(uris.target_uri, options)
+        return probed, identity.result()
 
 
 def _probe_video_target(target_uri: str, options: Options) -> tuple[VideoProbe, int, int, list[Segment]]:
@@ -255,13 +271,15 @@ def _sound(
     return {"sound": {"uri": stored, "sha256": hashlib.sha256(data).hexdigest(), "encoder": encoder}}
 
 
-def _identity(uris: RunUris, options: Options, probe: VideoProbe, models_dir: str | None) -> dict[str, Any]:
+def _identity(uris: RunUris, options: Options, probe: VideoProbe | None, models_dir: str | None) -> dict[str, Any]:
+    """The sources' identity (``prepare_identity``); ``probe``: the target's, read in ``reference`` mode only."""
     from facefusion_provider.engine.processors.chain import prepare_identity
     from facefusion_provider.media.decode import decode_frame
     from facefusion_provider.media.images import rgb_array
 
     reference = None
     if options.face_selector_mode == "reference":
+        assert probe is not None, "reference mode reads the target's frame"
         number = options.reference_frame_number
         if number >= probe.frame_count:
             raise InvalidOptionError(

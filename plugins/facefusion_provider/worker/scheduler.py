@@ -134,6 +134,7 @@ class HelpMemory:
     free_runs: dict[str, FreeRun] = field(default_factory=dict)
     background: list[threading.Thread] = field(default_factory=list)  # sound being stored for works it prepared
     refuses_as: str = ""  # a standing worker's name: it says in each work it gives up on why (``give_up``)
+    prepared_elsewhere: bool = False  # it saw a run's work being prepared by another worker: the signal will change
 
     def give_up(self, layout: WorkLayout, error: FaceFusionError) -> None:
         """Work no more on ``layout`` while it stays live; a standing worker says why in the work, where the spans
@@ -330,7 +331,8 @@ def prepare_waiting_work(other: LiveWork, models_dir: str | None, memory: HelpMe
         return
     claims = SegmentClaims(layout, owner=owner)
     if not claims.take_name(PREPARE_CLAIM, WorkState(frozenset(), latest_claims(layout))):
-        return  # another worker prepares it
+        memory.prepared_elsewhere = True  # another worker prepares it, and announces it when it is written
+        return
     try:
         uris = checked_uris(lease.source_uris, lease.target_uri, None)
         options = Options.model_validate(lease.options)

@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 FIRST_LOOK_SECONDS = 0.25  # an idle worker's first look at the change signal; then twice as long each time
 LONGEST_LOOK_SECONDS = 1.5  # ... up to this: one HEAD every 1.5 s, about $0.69 a month on S3 Standard
 SIGNAL_FREE_RESCAN_SECONDS = 60.0  # with live runs, look again this often anyway: a claim's holder may have died
+AWAIT_PREPARE_SECONDS = 30.0  # another worker prepares a run: look every FIRST_LOOK_SECONDS for this long at most
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,12 @@ def serve(work_root: str, models_dir: str | None = None, *, idle_exit: float | N
             if liveness.clock.monotonic() >= until:
                 break
             rescan = SIGNAL_FREE_RESCAN_SECONDS if memory.free_runs else math.inf  # live runs seen: claims may lapse
+            # A run being prepared by another worker is announced when its work.json is written: join it at once.
+            awaiting, memory.prepared_elsewhere = memory.prepared_elsewhere, False
+            longest = FIRST_LOOK_SECONDS if awaiting else LONGEST_LOOK_SECONDS
+            rescan = min(rescan, AWAIT_PREPARE_SECONDS) if awaiting else rescan
             seen, counted = _wait_for_change(
-                root, seen, until=min(until, liveness.clock.monotonic() + rescan), stop=stop
+                root, seen, until=min(until, liveness.clock.monotonic() + rescan), stop=stop, longest=longest
             )
             looks += counted
         memory.finish()
@@ -95,10 +100,10 @@ def _signal_version(root: RootLayout) -> str | None:
 
 
 def _wait_for_change(
-    root: RootLayout, seen: str | None, *, until: float, stop: threading.Event
+    root: RootLayout, seen: str | None, *, until: float, stop: threading.Event, longest: float = LONGEST_LOOK_SECONDS
 ) -> tuple[str | None, int]:
-    """Read the change signal, backing off from ``FIRST_LOOK_SECONDS`` to ``LONGEST_LOOK_SECONDS``, until it changes,
-    ``until`` (monotonic) passes or ``stop`` is set; the version last seen and how many reads it took."""
+    """Read the change signal, backing off from ``FIRST_LOOK_SECONDS`` to ``longest``, until it changes, ``until``
+    (monotonic) passes or ``stop`` is set; the version last seen and how many reads it took."""
     delay, looks = FIRST_LOOK_SECONDS, 0
     clock = liveness.clock
     while clock.monotonic() < until and not clock.wait(stop, min(delay, max(until - clock.monotonic(), 0.0))):
@@ -106,7 +111,7 @@ def _wait_for_change(
         version = _signal_version(root)
         if version != seen:
             return version, looks
-        delay = min(delay * 2, LONGEST_LOOK_SECONDS)
+        delay = min(delay * 2, longest)
     return seen, looks
 
 

@@ -852,7 +852,7 @@ class World:
         patch.setattr(decode, "check_seek_decode", lambda *args, **kwargs: None)
         patch.setattr(encode, "judged_here", lambda *args, **kwargs: False)
         patch.setattr(output_merge, "plan_join", stub_plan_join)
-        patch.setattr(publish, "_preview", lambda spec, layout: b"preview")
+        patch.setattr(publish, "preview_sheet", lambda spec, layout: b"preview")
         patch.setattr(span_committed, "asyncio", _InlineAsyncio)
         patch.setattr(FaceFusionStorageHook, "s3_credentials", lambda hook: None)
         for owner, name, label in (

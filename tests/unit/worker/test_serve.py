@@ -25,9 +25,10 @@ from facefusion_provider import storage, worker
 from facefusion_provider.contract import ALLOWED_INPUT_PREFIXES_VARIABLE
 from facefusion_provider.sensors.standing_workers import SpanCommittedSensor
 from facefusion_provider.triggers import span_committed as span_trigger
-from facefusion_provider.work.claims import latest_claims, scan_work
-from facefusion_provider.work.layout import RootLayout, WorkLayout
+from facefusion_provider.work.claims import SegmentClaims, WorkState, latest_claims, scan_work
+from facefusion_provider.work.layout import PREPARE_CLAIM, RootLayout, WorkLayout
 from facefusion_provider.work.leases import live_standing_workers
+from facefusion_provider.worker.scheduler import HelpMemory, live_works, prepare_waiting_work
 
 from .conftest import MakeVideo
 
@@ -163,3 +164,40 @@ def test_a_run_every_standing_worker_refuses_fails_at_once_naming_why(
         standing.send_signal(signal.SIGTERM)
         standing.communicate(timeout=60)
     assert storage.list_files(layout.refusals_dir) == []  # withdrawn as it stopped
+
+
+def test_a_standing_worker_that_prepares_a_run_from_its_lease_announces_it(
+    make_video: MakeVideo, work_root: str, tmp_path: Path
+) -> None:
+    """The other idle workers saw the run unprepared and went back to the change signal: the worker that prepares it
+    rewrites the signal, so they join now rather than when some other run is announced."""
+    target = make_video(frames=2 * SEGMENT)
+    layout = WorkLayout(work_uri_for(work_root, [], target, **OPTIONS))
+    hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri(), options=OPTIONS)
+    signal_uri = RootLayout.of(work_root).signal
+    announced = storage.stat(signal_uri)
+    (run,) = live_works(work_root, besides="")
+
+    prepare_waiting_work(run, None, HelpMemory(), owner="standing/one")
+
+    prepared = storage.stat(signal_uri)
+    assert storage.exists(layout.work_json)
+    assert announced is not None and prepared is not None and prepared.version != announced.version
+
+
+def test_a_standing_worker_that_finds_another_preparing_a_run_waits_for_its_announcement_closely(
+    make_video: MakeVideo, work_root: str, tmp_path: Path
+) -> None:
+    """Another worker holds the run's prepare claim: this one prepares nothing and remembers that the signal will
+    change when the work is written (``serve`` then looks every 0.25 s instead of backing off to 1.5 s)."""
+    target = make_video(frames=2 * SEGMENT)
+    layout = WorkLayout(work_uri_for(work_root, [], target, **OPTIONS))
+    hold_run_lease(layout, "run-1", target, output_uri=(tmp_path / "out.mp4").as_uri(), options=OPTIONS)
+    assert SegmentClaims(layout, owner="standing/other").take_name(PREPARE_CLAIM, WorkState(frozenset(), {}))
+    (run,) = live_works(work_root, besides="")
+    memory = HelpMemory()
+
+    prepare_waiting_work(run, None, memory, owner="standing/one")
+
+    assert memory.prepared_elsewhere
+    assert not storage.exists(layout.work_json)
