@@ -1,4 +1,4 @@
-"""How a swap run scales over GPUs with spans, segments, claims and tail balancing: one hour of 1080p on 1-64 GPUs,
+"""How a swap run scales over GPUs with spans, segments, claims and helping with the tails: one hour of 1080p on 1-64 GPUs,
 a killed pod, a skewed video, and a batch of ingested videos sharing the pool.
 
 The worker's costs are measured here with its own code (``scaling_measure``: CPU per frame, a segment's commit, a
@@ -73,7 +73,7 @@ def grid(measured: Measured, stated: Stated) -> list[dict[str, Any]]:
                 "makespan_s": round(result.makespan_s, 1),
                 "efficiency": round(one_gpu / (gpus * result.makespan_s), 4),
                 "gpu_busy_spans": round(result.busy_fraction(gpus, span_phase), 4),
-                "stolen": result.stolen,
+                "helped": result.helped,
                 "seeks": result.seeks,
             }
         )
@@ -115,22 +115,22 @@ def killed_pod(measured: Measured, stated: Stated, size: int, gpus: int = 8) -> 
 
 
 def skewed(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]:
-    """The middle third of the segments three times slower, with and without tail balancing."""
+    """The middle third of the segments three times slower, with and without helping with the tails."""
     one_gpu = simulate(measured, stated, size, 1, skew=SKEW)[0].makespan_s
     rows = []
     for gpus in (8, 32):
-        for balancing in (True, False):
-            result, _, _ = simulate(measured, stated, size, gpus, skew=SKEW, balancing=balancing)
+        for helping in (True, False):
+            result, _, _ = simulate(measured, stated, size, gpus, skew=SKEW, helping=helping)
             rows.append(
                 {
                     "gpus": gpus,
-                    "balancing": balancing,
+                    "helping": helping,
                     "makespan_s": round(result.makespan_s, 1),
                     "efficiency": round(one_gpu / (gpus * result.makespan_s), 4),
                     "gpu_busy_spans": round(
                         result.busy_fraction(gpus, (result.first_pod_s, result.last_span_end_s)), 4
                     ),
-                    "stolen": result.stolen,
+                    "helped": result.helped,
                 }
             )
     return rows
@@ -339,9 +339,7 @@ def summarise(result: dict[str, Any]) -> None:
     modelled = result["model"]
     summary, size = modelled["summary"], modelled["recommended_segment_frames"]
     costs = modelled["segment_costs"][size]["ratios"]
-    skew = {
-        f"{r['gpus']}_gpus_{'balanced' if r['balancing'] else 'unbalanced'}": r["efficiency"] for r in modelled["skew"]
-    }
+    skew = {f"{r['gpus']}_gpus_{'helping' if r['helping'] else 'alone'}": r["efficiency"] for r in modelled["skew"]}
     best_batch = max(modelled["batch"], key=lambda row: row["gpu_busy"])
     standing = next(row for row in modelled["scenarios"] if row["workers"] == STANDING)
     summary.update(
@@ -446,7 +444,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
     met = summary["met"]
     kill = next(row for row in modelled["killed_pod"] if row["segment_frames"] == size)
     lines = [
-        "# Scaling: one hour of 1080p over 1-64 GPUs with spans, segments, claims and tail balancing",
+        "# Scaling: one hour of 1080p over 1-64 GPUs with spans, segments, claims and helping with the tails",
         "",
         f"Command: `{result['command']}` ({result['machine']}).",
         "",
@@ -475,9 +473,9 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"`{WORKERS_SETTING[summary['batch_plan']['workers']]}`; span pods alone "
         f"{percent(summary['batch_gpu_busy_span_pods'])}) | >= 95 % | {percent(summary['batch_gpu_busy'])} | "
         f"{yes(met['batch_gpu_busy'])} |",
-        f"| skew (a third 3x slower), 8 GPUs, with / without balancing | | "
-        f"{percent(summary['skew_efficiency']['8_gpus_balanced'])} / "
-        f"{percent(summary['skew_efficiency']['8_gpus_unbalanced'])} | |",
+        f"| skew (a third 3x slower), 8 GPUs, with / without helping | | "
+        f"{percent(summary['skew_efficiency']['8_gpus_helping'])} / "
+        f"{percent(summary['skew_efficiency']['8_gpus_alone'])} | |",
         f"| a segment's commit on the pod (encoder, checksum, upload CPU, marker, claim), of its work | | "
         f"{percent(summary['commit_cost_ratio'])} | |",
         f"| a resume (both listings and a seek), of one segment's work | | {percent(summary['resume_cost_ratio'])} | |",
@@ -576,13 +574,13 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "",
         f"## A skewed video: the middle third of the segments three times slower ({size}-frame segments)",
         "",
-        "| GPUs | balancing | makespan min | efficiency | GPU busy in the span phase | segments stolen |",
+        "| GPUs | helping | makespan min | efficiency | GPU busy in the span phase | segments helped |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for row in modelled["skew"]:
         lines.append(
-            f"| {row['gpus']} | {'yes' if row['balancing'] else 'no'} | {row['makespan_s'] / 60:.1f} | "
-            f"{percent(row['efficiency'])} | {percent(row['gpu_busy_spans'])} | {row['stolen']} |"
+            f"| {row['gpus']} | {'yes' if row['helping'] else 'no'} | {row['makespan_s'] / 60:.1f} | "
+            f"{percent(row['efficiency'])} | {percent(row['gpu_busy_spans'])} | {row['helped']} |"
         )
     lines += [
         "",

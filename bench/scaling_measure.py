@@ -782,7 +782,7 @@ def moto_s3() -> Iterator[RequestCounter]:
 
 def seek_costs(clip: Path, segment: int = MEASURED_SEGMENT) -> tuple[float, float, float]:
     """Mean wall and CPU seconds to the first frame of a segment start, and frames decoded to get there, over
-    segment starts spread through the clip (a resume or a stolen run starts there)."""
+    segment starts spread through the clip (a resume or a helper starts there)."""
     from facefusion_provider import storage
     from facefusion_provider.media.decode import DecodeStats, decode_frames
     from facefusion_provider.media.probe import probe_video

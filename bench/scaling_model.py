@@ -7,7 +7,7 @@ The simulation (worker/span.py, segments.py, scheduler.py, work/claims.py, opera
 
 - spans are pool tasks; a task whose segments are all committed when it starts launches no pod (``completed_work``);
   otherwise its pod pays its fixed cost once, then works segments one after another;
-- a pod takes the next segment while it is free, else its span's first free one, else (balancing) the back half of
+- a pod takes the next segment while it is free, else its span's first free one, else (helping) the back half of
   the longest run of free segments of its work, working forward; a segment that does not follow the previous one
   costs a seek;
 - each segment is committed in the background a little after its last frame; a claim held by a dead pod lapses
@@ -87,7 +87,7 @@ class Pool:
     task_s: float  # Airflow's part of a task (scheduling, start, the trigger's poll): holds the pool slot
     pod_fixed_s: float  # pod start, worker start, model load, first listing: holds the GPU, no frames yet
     pods_per_gpu: int = 1
-    balancing: bool = True
+    helping: bool = True
     across_runs: bool = False
     standing: bool = False
     standing_start_s: float = 0.0  # when the standing workers are up (0: running with models loaded before the runs)
@@ -141,7 +141,7 @@ class Result:
     useful_s: float  # GPU seconds of frame work of the committed segments (each once)
     lost_s: float  # GPU seconds of work killed pods had done on segments they never committed
     pods: int
-    stolen: int
+    helped: int
     seeks: int
     analysed_segments: int  # segments of a shared target whose faces were stored (each once)
     cold_segments: int  # segments worked without a stored analysis (runs analysing one target at once repeat work)
@@ -172,7 +172,7 @@ class Simulation:
         self.last_span_end = 0.0
         self.first_pod: float | None = None
         self.useful = self.lost = 0.0
-        self.pods = self.stolen = self.seeks = self.analysed_count = self.cold_count = 0
+        self.pods = self.helped = self.seeks = self.analysed_count = self.cold_count = 0
 
     def run(self) -> Result:
         if self.pool.standing:
@@ -212,7 +212,7 @@ class Simulation:
             useful_s=self.useful,
             lost_s=self.lost,
             pods=self.pods,
-            stolen=self.stolen,
+            helped=self.helped,
             seeks=self.seeks,
             analysed_segments=self.analysed_count,
             cold_segments=self.cold_count,
@@ -315,20 +315,20 @@ class Simulation:
 
     def _pick(self, worker: _Worker, now: float) -> Key | None:
         """SegmentPicker._candidates: the next one while it is free, else its own span's first free one, else
-        (balancing) the back half of the longest run of free segments."""
+        (helping) the back half of the longest run of free segments."""
         previous, run = worker.previous, worker.work_run
         if worker.run < 0:
             return self._pick_standing(worker, now)
         if previous is not None and previous + 1 < len(self.runs[run].work_s):
             following = previous + 1
             own = run == worker.run and following in worker.own
-            stealing = run != worker.run or previous not in worker.own
-            if (own or stealing) and self._free(worker, run, following, now):
+            helping = run != worker.run or previous not in worker.own
+            if (own or helping) and self._free(worker, run, following, now):
                 return run, following
         for index in worker.own:
             if self._free(worker, worker.run, index, now):
                 return worker.run, index
-        if not self.pool.balancing:
+        if not self.pool.helping:
             return None
         start, length = self._longest_free(worker, worker.run, now)
         if length:
@@ -379,9 +379,9 @@ class Simulation:
     def _anything_free(self, worker: _Worker, now: float) -> bool:
         if worker.run < 0:
             return self._pick_standing(worker, now) is not None
-        runs = [worker.run, *self._other_runs(now)] if self.pool.balancing else [worker.run]
+        runs = [worker.run, *self._other_runs(now)] if self.pool.helping else [worker.run]
         indexes = {run: range(len(self.runs[run].work_s)) for run in runs}
-        if not self.pool.balancing:
+        if not self.pool.helping:
             indexes = {worker.run: worker.own}
         return any(self._free(worker, run, index, now) for run, found in indexes.items() for index in found)
 
@@ -407,7 +407,7 @@ class Simulation:
         switch, worker.looking_s = switch + worker.looking_s, 0.0
         self.claimed_at[run][index] = now + switch
         self.seeks += seek
-        self.stolen += run != worker.run or index not in worker.own
+        self.helped += run != worker.run or index not in worker.own
         if self.first_pod is None:
             self.first_pod = now  # standing workers: the first segment's start
         worker.work_run, worker.segment, worker.segment_work, worker.updated = run, index, work, now
@@ -893,7 +893,7 @@ def simulate(
     frames: int | None = None,
     workers: str = SPAN_PODS,
     pods_per_gpu: int = 1,
-    balancing: bool = True,
+    helping: bool = True,
     kills: Sequence[Kill] = (),
     skew: tuple[float, float, float] | None = None,
     reuse_analysis: bool = False,
@@ -920,7 +920,7 @@ def simulate(
         task_s=hops.span_task_s,
         pod_fixed_s=hops.span_pod_s,
         pods_per_gpu=pods_per_gpu,
-        balancing=balancing,
+        helping=helping,
         across_runs=workers == HELPING,
         standing=standing,
         standing_start_s=hops.span_pod_s if started_with_runs else 0.0,
