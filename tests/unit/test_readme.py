@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
-from facefusion_provider.options import options_markdown_table
+from facefusion_provider.options import Processor, options_markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,3 +20,10 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in readme
     assert "\nmake test" in ci
+
+
+def test_the_readme_processors_table_has_a_row_for_every_processor() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Processors", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `")}
+    assert rows == set(get_args(Processor))
