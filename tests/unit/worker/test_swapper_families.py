@@ -9,10 +9,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from people import carphone, carphone_face_contrast, person_file
+from people import carphone_face_contrast, swap_inputs
 from standins import write_standins
 
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.worker import cli
 
 FRAMES = 3
@@ -26,22 +25,14 @@ FAMILIES = [
     "blendswap_256",
     "uniface_256",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip)."""
     folder = tmp_path_factory.mktemp("families")
-    models = write_standins(folder / "models")
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES)
+    return swap_inputs(folder, write_standins(folder / "models"), FRAMES, audio_rate=None)
 
 
 def frames_of(path: Path) -> list[np.ndarray]:
