@@ -124,7 +124,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
 
 
 def main() -> None:
-    from bench_engine import carphone_frames
+    from bench_engine import carphone_frames, write_results
     from people import person_file
     from synth import VideoSpec, write_video
 
@@ -148,9 +148,7 @@ def main() -> None:
         for case in cases:
             results.append(measure(folder, source, target, case))
             print(results[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"frames": args.frames, "results": results}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(results, args.frames))
+    write_results(args.out, {"frames": args.frames, "results": results}, markdown(results, args.frames))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ carphone clip scaled to 1080 px high on a 1920x1080 canvas, with a 48 kHz tone.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
 import sys
@@ -79,7 +78,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
 
 
 def main() -> None:
-    from bench_engine import carphone_frames
+    from bench_engine import carphone_frames, write_results
     from standins import frame_enhancer_standin
     from synth import VideoSpec, write_video
 
@@ -102,9 +101,7 @@ def main() -> None:
         for name, flags in CASES.items():
             results.append(measure(folder, target, models, name, flags))
             print(results[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"frames": args.frames, "results": results}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(results, args.frames))
+    write_results(args.out, {"frames": args.frames, "results": results}, markdown(results, args.frames))
 
 
 if __name__ == "__main__":
