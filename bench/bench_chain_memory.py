@@ -1,4 +1,4 @@
-"""Peak memory of a worker with the largest chain loaded: ``facefusion-worker run`` under ``/usr/bin/time -v`` at 720p
+"""Peak memory of a worker with the largest chain loaded: ``facefusion-worker run`` under ``/usr/bin/time`` at 720p
 with face_swapper (inswapper_128), expression_restorer, face_editor, age_modifier (styleganex_age), deep_swapper and
 face_enhancer, the faces chosen by gender (the face classifier); beside it, in the same invocation, the default swap
 (the packaged classic swapper) for comparison.
@@ -19,10 +19,8 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_enhance_memory import peak_rss_mib  # noqa: E402
+from worker_runs import WORKER_PROGRAM, measured_run  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 720
 SEGMENT = 8
@@ -68,22 +66,17 @@ Case = tuple[str, Path | None, list[str]]  # (name, models folder (None: the pac
 def measure(folder: Path, source: Path, target: Path, case: Case) -> dict[str, Any]:
     name, models, flags = case
     output = folder / f"case-{len(list(folder.glob('case-*.mp4')))}.mp4"
-    command = ["/usr/bin/time", "-v", str(Path(sys.executable).parent / "facefusion-worker"), "run"]
-    command += ["--source", str(source), "--target", str(target), "--output", str(output)]
+    command = [WORKER_PROGRAM, "run", "--source", str(source), "--target", str(target), "--output", str(output)]
     command += ["--work-root", str(folder / "work"), "--segment-size", str(SEGMENT), "--execution-thread-count", "2"]
     command += [*(["--models-dir", str(models)] if models is not None else []), *flags]
-    began = time.perf_counter()
-    finished = subprocess.run(command, check=False, capture_output=True, text=True)
-    if finished.returncode != 0:
-        raise SystemExit(f"{name}: exit {finished.returncode}\n{finished.stderr[-4000:]}")
-    seconds = time.perf_counter() - began
-    frames = json.loads(finished.stdout.strip().splitlines()[-1])["frame_count"]
+    run = measured_run(command, name)
+    frames = json.loads(run.stdout.strip().splitlines()[-1])["frame_count"]
     return {
         "case": name,
         "frames": frames,
-        "seconds": round(seconds, 1),
+        "seconds": round(run.seconds, 1),
         "changed_percent": changed_share(target, output),
-        "peak_rss_mib": peak_rss_mib(finished.stderr),
+        "peak_rss_mib": round(run.peak_rss_mib, 1),
     }
 
 
@@ -111,7 +104,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
         "# Peak memory of a worker with the largest chain loaded",
         "",
         f"`python bench/bench_chain_memory.py --frames {frames}` on {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}: `facefusion-worker run` under `/usr/bin/time -v` (the whole process, "
+        f"Python {platform.python_version()}: `facefusion-worker run` under `/usr/bin/time` (the whole process, "
         f"every thread), {frames} frames of the carphone clip at {WIDTH}x{HEIGHT} with sound, segments of "
         f"{SEGMENT}, 2 threads, the CPU provider. The chain: {', '.join(CHAIN)} (inswapper_128, styleganex_age, "
         "iperov/elon_musk_224, gfpgan_1.4), faces chosen by `face_selector_gender`. Every model but the "
@@ -131,7 +124,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
 
 
 def main() -> None:
-    from bench_engine import carphone_frames
+    from bench_engine import carphone_frames, write_results
     from people import person_file
     from synth import VideoSpec, write_video
 
@@ -155,9 +148,7 @@ def main() -> None:
         for case in cases:
             results.append(measure(folder, source, target, case))
             print(results[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"frames": args.frames, "results": results}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(results, args.frames))
+    write_results(args.out, {"frames": args.frames, "results": results}, markdown(results, args.frames))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Peak memory of a worker enhancing 1080p to 4K: ``facefusion-worker run`` under ``/usr/bin/time -v`` on the x4
+"""Peak memory of a worker enhancing 1080p to 4K: ``facefusion-worker run`` under ``/usr/bin/time`` on the x4
 frame enhancer's bilinear stand-in (tests/support/standins.py), ``output_video_scale`` 0.5 taking the x4 frames
 (7680x4320) to 3840x2160; beside it, in the same invocation, the same worker passing the 1080p frames through and the
 x4 frames kept at 8K.
@@ -13,13 +13,10 @@ carphone clip scaled to 1080 px high on a 1920x1080 canvas, with a 48 kHz tone.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,8 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(BENCH_DIR))
+
+from worker_runs import WORKER_PROGRAM, measured_run  # noqa: E402
 
 MODEL = "real_esrgan_x4"  # tiles of 256 (pad 16, overlap 8): 40 a 1080p frame
 WIDTH, HEIGHT = 1920, 1080
@@ -39,29 +38,20 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def peak_rss_mib(report: str) -> float:
-    """``/usr/bin/time -v``'s maximum resident set size, in MiB."""
-    found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
-    assert found, report[-2000:]
-    return round(int(found.group(1)) / 1024, 1)
-
-
 def measure(folder: Path, target: Path, models: Path, name: str, flags: list[str]) -> dict[str, Any]:
     import av
 
     output = folder / f"{re.sub(r'[^a-z0-9]+', '-', name)}.mp4"
-    command = ["/usr/bin/time", "-v", str(Path(sys.executable).parent / "facefusion-worker"), "run"]
-    command += ["--target", str(target), "--output", str(output), "--work-root", str(folder / "work")]
+    command = [WORKER_PROGRAM, "run", "--target", str(target), "--output", str(output)]
+    command += ["--work-root", str(folder / "work")]
     command += ["--models-dir", str(models), "--frame-enhancer-model", MODEL, "--frame-enhancer-blend", "100"]
     command += ["--segment-size", str(SEGMENT), "--execution-thread-count", "2", *flags]
-    began = time.perf_counter()
-    finished = subprocess.run(command, check=True, capture_output=True, text=True)
-    seconds = time.perf_counter() - began
+    run = measured_run(command, name)
     with av.open(str(output)) as container:
         stream = container.streams.video[0]
         size, frames = f"{stream.width}x{stream.height}", sum(1 for _ in container.decode(stream))
-    return {"case": name, "output": size, "frames": frames, "seconds": round(seconds, 1)} | {
-        "peak_rss_mib": peak_rss_mib(finished.stderr)
+    return {"case": name, "output": size, "frames": frames, "seconds": round(run.seconds, 1)} | {
+        "peak_rss_mib": round(run.peak_rss_mib, 1)
     }
 
 
@@ -70,7 +60,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
         "# Peak memory of a worker enhancing 1080p to 4K",
         "",
         f"`python bench/bench_enhance_memory.py --frames {frames}` on {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}: `facefusion-worker run` under `/usr/bin/time -v` (the whole process, "
+        f"Python {platform.python_version()}: `facefusion-worker run` under `/usr/bin/time` (the whole process, "
         f"every thread), {frames} frames of the carphone clip at {WIDTH}x{HEIGHT} with sound, segments of {SEGMENT}, "
         f"`{MODEL}`'s bilinear stand-in, libx264 veryfast at the default quality, 2 threads. The stand-in is a plain "
         "resize: this is the worker's memory around the model, not a real network's. Seconds are wall-clock on 2 "
@@ -88,7 +78,7 @@ def markdown(results: list[dict[str, Any]], frames: int) -> str:
 
 
 def main() -> None:
-    from bench_engine import carphone_frames
+    from bench_engine import carphone_frames, write_results
     from standins import frame_enhancer_standin
     from synth import VideoSpec, write_video
 
@@ -111,9 +101,7 @@ def main() -> None:
         for name, flags in CASES.items():
             results.append(measure(folder, target, models, name, flags))
             print(results[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"frames": args.frames, "results": results}, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(results, args.frames))
+    write_results(args.out, {"frames": args.frames, "results": results}, markdown(results, args.frames))
 
 
 if __name__ == "__main__":

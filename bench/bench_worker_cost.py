@@ -34,9 +34,9 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from bench_engine import machine, write_results, write_source_image  # noqa: E402
 from bench_worker_fps import write_clip  # noqa: E402
+from worker_runs import measured_run  # noqa: E402
 
 JOBS: dict[str, list[str]] = {"passthrough": ["--processors"], "default swap": []}
-TIME_FORMAT = "%U %S %M"  # user seconds, system seconds, peak resident kilobytes
 GOALS = {"passthrough": "CPU <= 1.00x, peak <= old", "default swap": "CPU <= 0.40x, peak < 520 MiB"}  # issue 41
 
 
@@ -73,19 +73,10 @@ def measure(checkout: Path, job: str, source: str, clip: Path, folder: Path) -> 
     subprocess.run(["rm", "-rf", str(work)], check=True)
     worker = str(checkout / ".venv" / "bin" / "facefusion-worker")
     argv = [worker, "run", "--source", source, "--target", str(clip), "--output", str(output), "--work-root", str(work)]
-    timing = folder / "time.txt"
-    result = subprocess.run(
-        ["/usr/bin/time", "-f", TIME_FORMAT, "-o", str(timing), *argv, *JOBS[job]],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{checkout.name} {job} failed: {result.stderr[-2000:]}")
-    user, system, peak_kib = timing.read_text().split()[-3:]
+    run = measured_run([*argv, *JOBS[job]], f"{checkout.name} {job}")
     return {
-        "cpu_s": round(float(user) + float(system), 3),
-        "rss_mib": round(int(peak_kib) / 1024, 1),
+        "cpu_s": round(run.cpu_s, 3),
+        "rss_mib": round(run.peak_rss_mib, 1),
         "output_bytes": output.stat().st_size,
     }
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["system_binaries"]  # fixtures for the system programs tests run (promtool)
+# fixtures for the system programs tests run (promtool), and the model environment of a worker run
+pytest_plugins = ["system_binaries", "model_environment"]
 
 
 @pytest.fixture

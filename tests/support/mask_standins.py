@@ -14,11 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
+from standins import save_graph
 
-OPSET = 17
-IR_VERSION = 9
 PARSER_CLASSES = 19
 OCCLUDER_NAMES = ("xseg_1", "xseg_2", "xseg_3")
 PARSER_NAMES = ("bisenet_resnet_34", "bisenet_resnet_18")
@@ -28,14 +26,6 @@ MOUTH_CLASS = 11
 SKIN_CLASS = 1
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
-
-
-def _save(path: Path, graph: onnx.GraphProto) -> Path:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
 
 
 def occluder_standin(path: Path, batch: int | str = 1) -> Path:
@@ -66,7 +56,7 @@ def occluder_standin(path: Path, batch: int | str = 1) -> Path:
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, 256, 256, 1])],
         initializer=[numpy_helper.from_array(value, name) for name, value in constants.items()],
     )
-    return _save(path, graph)
+    return save_graph(path, graph)
 
 
 def parser_standin(path: Path, batch: int | str = 1) -> Path:
@@ -84,7 +74,7 @@ def parser_standin(path: Path, batch: int | str = 1) -> Path:
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, PARSER_CLASSES, 512, 512])],
         initializer=[numpy_helper.from_array(weights, "weight"), numpy_helper.from_array(bias, "bias")],
     )
-    return _save(path, graph)
+    return save_graph(path, graph)
 
 
 def write_mask_standins(models_dir: Path) -> list[Path]:

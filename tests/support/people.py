@@ -66,3 +66,10 @@ def carphone_face_contrast(frame: Frame) -> float:
     """The spread of colours in the middle of the driver's face in ``carphone``'s frames (his face box is about x
     130-220, y 70-200): high on his face, near 0 where a paint stand-in turned it one flat colour."""
     return float(frame[100:150, 150:200].reshape(-1, 3).std(axis=0).max())
+
+
+def swap_inputs(folder: Path, models: Path, frames: int, audio_rate: int | None = 48000) -> tuple[Path, Path, Path]:
+    """(models folder, the astronaut's photo as the source, ``frames`` of the carphone clip as the target, with a tone
+    track at ``audio_rate`` when given), the two files written in ``folder``."""
+    source = person_file(folder / "astronaut.png")
+    return models, source, carphone(folder / "carphone.mp4", frames=frames, audio_rate=audio_rate)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import av
 import numpy as np
@@ -51,3 +52,17 @@ def rgb_frames(source: MediaSource) -> list[npt.NDArray[np.uint8]]:
     """Every decoded frame of the first video stream, as RGB arrays (height x width x 3)."""
     with av.open(source, "r") as container:
         return [np.asarray(frame.to_ndarray(format="rgb24"), np.uint8) for frame in container.decode(video=0)]
+
+
+def checked_frames(
+    target: str | Path, output: str | Path, count: int
+) -> tuple[list[npt.NDArray[np.uint8]], list[npt.NDArray[np.uint8]]]:
+    """The target's and the output's RGB frames, once the output is checked to keep the target's ``count`` frames,
+    their timestamps and its audio packets (the target has sound)."""
+    original, processed = rgb_frames(str(target)), rgb_frames(str(output))
+    assert len(processed) == len(original) == count
+    timestamps = [(d.pts, d.seconds) for d in frame_digests(str(target))]
+    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == timestamps
+    audio = packet_payloads(str(target))
+    assert audio and packet_payloads(str(output)) == audio
+    return original, processed

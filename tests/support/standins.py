@@ -50,6 +50,11 @@ def _save(path: Path, model: onnx.ModelProto) -> Path:
     return path
 
 
+def save_graph(path: Path, graph: onnx.GraphProto) -> Path:
+    """``graph`` as a checked model at ``path`` (its folder made), at this module's opset and IR version."""
+    return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION))
+
+
 def _model(
     name: str,
     nodes: list[onnx.NodeProto],
@@ -307,8 +312,7 @@ def background_remover_standin(folder: Path, name: str, *, input_name: str = "in
         outputs.append(helper.make_tensor_value_info("foreground", TensorProto.FLOAT, [BATCH, 3, "H", "W"]))
     inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH, facts.channels, "H", "W"])]
     graph = helper.make_graph(nodes, f"{name}_standin", inputs, outputs, initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    return _save(folder / MODELS[name].file_name, model)
+    return save_graph(folder / MODELS[name].file_name, graph)
 
 
 def fan_68_5_map() -> np.ndarray:

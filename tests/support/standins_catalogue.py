@@ -13,24 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
+from standins import save_graph
 
 from facefusion_provider.engine.models import MODELS
 
-OPSET = 17
-IR_VERSION = 9
 SIZE = 640  # the detector input these raw outputs fit
 STRIDES = (8, 16, 32)
 Box = tuple[float, float, float, float]  # x1, y1, x2, y2 in detector-input pixels
-
-
-def _save(path: Path, graph: onnx.GraphProto) -> Path:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
 
 
 def constant_standin(folder: Path, name: str, outputs: Sequence[np.ndarray]) -> Path:
@@ -51,7 +41,7 @@ def constant_standin(folder: Path, name: str, outputs: Sequence[np.ndarray]) -> 
     dims: list[int | str] = ["N" if dim is None else dim for dim in input_shape]
     inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, dims)]
     graph = helper.make_graph(nodes, f"{name}_standin", inputs, graph_outputs, initializer=initializers)
-    return _save(folder / spec.file_name, graph)
+    return save_graph(folder / spec.file_name, graph)
 
 
 def _cell(box: Box, stride: int) -> tuple[int, float, float]:

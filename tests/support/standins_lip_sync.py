@@ -15,11 +15,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from standins import save_graph
 
 from facefusion_provider.engine.models import MODELS, lip_sync_facts
-
-OPSET = 17
-IR_VERSION = 9
 
 
 def loudness(window: np.ndarray) -> float:
@@ -75,12 +73,7 @@ def lip_syncer_standin(folder: Path, name: str) -> Path:
     ]
     outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, size, size])]
     graph = helper.make_graph(nodes, f"{name}_standin", inputs, outputs, initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    path = folder / spec.file_name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+    return save_graph(folder / spec.file_name, graph)
 
 
 def voice_extractor_standin(folder: Path, name: str, keep_bins: int | None = None) -> Path:
@@ -98,12 +91,7 @@ def voice_extractor_standin(folder: Path, name: str, keep_bins: int | None = Non
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)],
         initializer=[_const("mask", mask)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    path = folder / spec.file_name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+    return save_graph(folder / spec.file_name, graph)
 
 
 def write_lip_sync_standins(folder: Path) -> Path:

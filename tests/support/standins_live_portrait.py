@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from standins import save_graph
 
 from facefusion_provider.engine.live_portrait import EXPRESSION_MAX, EXPRESSION_MIN
 
-OPSET = 17
-IR_VERSION = 9
 POSE = (4.0, -6.0, 2.0)  # pitch, yaw, roll in degrees
 SCALE = 1.5
 TRANSLATION = (0.01, -0.02, 0.0)
@@ -57,12 +56,7 @@ def _save(
     initializers: list[onnx.TensorProto],
 ) -> Path:
     graph = helper.make_graph(nodes, f"{name}_standin", inputs, outputs, initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.onnx"
-    onnx.save(model, str(path))
-    return path
+    return save_graph(folder / f"{name}.onnx", graph)
 
 
 def feature_extractor_standin(folder: Path, family: str = "live_portrait") -> Path:

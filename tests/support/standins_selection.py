@@ -11,14 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
+from standins import save_graph
 
 from facefusion_provider.engine.face import FaceClasses
 from facefusion_provider.engine.models import MODELS
 
-OPSET = 17
-IR_VERSION = 9
 # (race id, gender id, age id) the stand-in answers, and the classes they mean in FaceFusion's reading.
 WARM_IDS, COOL_IDS = (0, 1, 3), (1, 0, 6)
 WARM = FaceClasses("female", "white", range(20, 29))
@@ -67,9 +65,4 @@ def classifier_standin(
         graph_outputs,
         initializer=initializers,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "fairface.onnx"
-    onnx.save(model, str(path))
-    return path
+    return save_graph(folder / "fairface.onnx", graph)

@@ -50,6 +50,35 @@ def anchor_centers(stride: int, grid_height: int, grid_width: int, anchors_per_c
     return centers
 
 
+def stride_anchors(
+    stride: int, input_size: tuple[int, int], anchors_per_cell: int, score_count: int
+) -> npt.NDArray[np.float32]:
+    """``anchor_centers`` of the stride's grid over an input of ``input_size`` (width, height), checked to be one for
+    each of the stride's ``score_count`` scores."""
+    width, height = input_size
+    centers = anchor_centers(stride, height // stride, width // stride, anchors_per_cell)
+    if centers.shape[0] != score_count:
+        raise ValueError(
+            f"stride {stride}: {score_count} scores do not match {centers.shape[0]} anchors of a {width}x{height} input"
+        )
+    return centers
+
+
+def joined_detections(
+    boxes: list[npt.NDArray[np.floating]],
+    scores: list[npt.NDArray[np.floating]],
+    landmarks: list[npt.NDArray[np.floating]],
+) -> Detections:
+    """The strides' kept detections as one set (empty where no stride kept any)."""
+    if not scores:
+        return empty_detections()
+    return (
+        np.concatenate(boxes).astype(np.float32),
+        np.concatenate(scores).astype(np.float32),
+        np.concatenate(landmarks).astype(np.float32),
+    )
+
+
 def decode_scrfd(
     outputs: Sequence[npt.NDArray[np.floating]], input_size: tuple[int, int], score_threshold: float
 ) -> Detections:
@@ -59,32 +88,20 @@ def decode_scrfd(
     """
     if len(outputs) != 3 * len(SCRFD_STRIDES):
         raise ValueError(f"expected {3 * len(SCRFD_STRIDES)} detector outputs, got {len(outputs)}")
-    width, height = input_size
     all_boxes, all_scores, all_landmarks = [], [], []
     for level, stride in enumerate(SCRFD_STRIDES):
         scores = np.asarray(outputs[level], np.float32).reshape(-1)
         keep = scores >= score_threshold
         if not np.any(keep):
             continue
-        centers = anchor_centers(stride, height // stride, width // stride, SCRFD_ANCHORS_PER_CELL)
-        if centers.shape[0] != scores.shape[0]:
-            raise ValueError(
-                f"stride {stride}: {scores.shape[0]} scores do not match {centers.shape[0]} anchors of a "
-                f"{width}x{height} input"
-            )
+        centers = stride_anchors(stride, input_size, SCRFD_ANCHORS_PER_CELL, scores.shape[0])
         distances = np.asarray(outputs[level + 3], np.float32).reshape(-1, 4)[keep] * stride
         offsets = np.asarray(outputs[level + 6], np.float32).reshape(-1, 5, 2)[keep] * stride
         kept_centers = centers[keep]
         all_boxes.append(np.concatenate([kept_centers - distances[:, :2], kept_centers + distances[:, 2:]], axis=1))
         all_scores.append(scores[keep])
         all_landmarks.append(kept_centers[:, None, :] + offsets)
-    if not all_scores:
-        return empty_detections()
-    return (
-        np.concatenate(all_boxes).astype(np.float32),
-        np.concatenate(all_scores).astype(np.float32),
-        np.concatenate(all_landmarks).astype(np.float32),
-    )
+    return joined_detections(all_boxes, all_scores, all_landmarks)
 
 
 def decode_yunet(
@@ -97,7 +114,6 @@ def decode_yunet(
     """
     if len(outputs) != 4 * len(YUNET_STRIDES):
         raise ValueError(f"expected {4 * len(YUNET_STRIDES)} detector outputs, got {len(outputs)}")
-    width, height = input_size
     levels = len(YUNET_STRIDES)
     all_boxes, all_scores, all_landmarks = [], [], []
     for level, stride in enumerate(YUNET_STRIDES):
@@ -106,12 +122,7 @@ def decode_yunet(
         keep = scores >= score_threshold
         if not np.any(keep):
             continue
-        centers = anchor_centers(stride, height // stride, width // stride, 1)
-        if centers.shape[0] != scores.shape[0]:
-            raise ValueError(
-                f"stride {stride}: {scores.shape[0]} scores do not match {centers.shape[0]} anchors of a "
-                f"{width}x{height} input"
-            )
+        centers = stride_anchors(stride, input_size, 1, scores.shape[0])
         kept_centers = centers[keep]
         boxes = np.asarray(outputs[level + 2 * levels], np.float32).reshape(-1, 4)[keep]
         box_centers = boxes[:, :2] * stride + kept_centers
@@ -120,13 +131,7 @@ def decode_yunet(
         all_boxes.append(np.concatenate([box_centers - half_sizes, box_centers + half_sizes], axis=1))
         all_scores.append(scores[keep])
         all_landmarks.append(points * stride + kept_centers[:, None, :])
-    if not all_scores:
-        return empty_detections()
-    return (
-        np.concatenate(all_boxes).astype(np.float32),
-        np.concatenate(all_scores).astype(np.float32),
-        np.concatenate(all_landmarks).astype(np.float32),
-    )
+    return joined_detections(all_boxes, all_scores, all_landmarks)
 
 
 def box_iou(box: npt.NDArray[np.floating], boxes: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:

@@ -17,8 +17,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from demo_airflow import dags_test, run_succeeded, swap_conf
-from people import carphone, carphone_face_contrast, person_file
-from readback import frame_digests, packet_payloads, rgb_frames
+from people import carphone_face_contrast, swap_inputs
+from readback import checked_frames, packet_payloads, rgb_frames
 from standins import COLORIZER_AB, write_standins
 from standins_ageswap import DFM_PAINT, write_ageswap_standins
 from standins_live_portrait import write_live_portrait_standins
@@ -38,9 +38,7 @@ CHAIN = ["frame_colorizer", "background_remover", "face_debugger"]
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip with audio)."""
     folder = tmp_path_factory.mktemp("dag-frame-processors")
-    models = write_ageswap_standins(write_standins(folder / "models"))
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    return swap_inputs(folder, write_ageswap_standins(write_standins(folder / "models")), FRAMES)
 
 
 @pytest.mark.parametrize("swapped", [False, True], ids=["alone", "after-face-swapper"])
@@ -66,13 +64,7 @@ def test_the_dag_colours_removes_the_background_and_draws_the_faces(
     result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
 
     assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
-    original, processed = rgb_frames(target), rgb_frames(output)
-    assert len(processed) == len(original) == FRAMES
-    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
-        (d.pts, d.seconds) for d in frame_digests(str(target))
-    ]
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
+    original, processed = checked_frames(target, output, FRAMES)
     for before, after in zip(original, processed, strict=True):
         green = (after[:, :, 1] > 200) & (after[:, :, 0] < 60) & (after[:, :, 2] < 60)
         assert 0.05 < green.mean() < 0.95, "the background filled, the foreground kept"
@@ -106,9 +98,9 @@ def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
     """On the LivePortrait stand-ins (``standins_live_portrait.py``), whose generator shifts the crop's colour by how
     far the driving keypoints moved: the restorer and the editor each move the swapped face's flat colour."""
     folder = tmp_path / "inputs"
-    models = write_live_portrait_standins(write_standins(folder / "models"))
-    source = person_file(folder / "astronaut.png")
-    target = carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    models, source, target = swap_inputs(
+        folder, write_live_portrait_standins(write_standins(folder / "models")), FRAMES
+    )
     env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
     output = tmp_path / "out" / "processed.mp4"
     chosen = {
@@ -124,13 +116,7 @@ def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
     result = dags_test(swap_conf([str(source)], str(target), str(output), chosen), env, timeout=600)
 
     assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
-    original, processed = rgb_frames(target), rgb_frames(output)
-    assert len(processed) == len(original) == FRAMES
-    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
-        (d.pts, d.seconds) for d in frame_digests(str(target))
-    ]
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
+    original, processed = checked_frames(target, output, FRAMES)
     monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
     swap_only = tmp_path / "swapped.mp4"
     argv = ["run", "--source", str(source), "--target", str(target), "--output", str(swap_only), "--models-dir"]

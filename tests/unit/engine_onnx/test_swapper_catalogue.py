@@ -31,6 +31,7 @@ from facefusion_provider.exceptions import InvalidOptionError, ModelIncompatible
 from facefusion_provider.options import SWAPPER_MODEL_SIZES, Options, parse_options
 
 from .builders import StoreFactory, face_at
+from .recording import Recorder
 
 # MODELS.md's templates, written out again so the test does not reuse the code under test.
 TEMPLATES = {
@@ -79,27 +80,6 @@ def sample_identity(facts_name: str) -> SwapIdentity:
     return SwapIdentity(normalize_embedding(rng.normal(size=512)), rng.normal(size=512).astype(np.float32), image)
 
 
-class Recorder:
-    """Wraps swap_models' warp and run_session to keep what the model was given."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
-        self.warps: list[tuple[str, int, np.ndarray, np.ndarray]] = []
-        self.feeds: list[dict[str, np.ndarray]] = []
-        warp, run = module.warp_face, module.run_session
-
-        def record_warp(frame: np.ndarray, landmarks: Any, template: str, size: int) -> Any:
-            crop, matrix = warp(frame, landmarks, template, size)
-            self.warps.append((template, size, matrix, crop))
-            return crop, matrix
-
-        def record_run(session: Any, feeds: dict[str, np.ndarray]) -> Any:
-            self.feeds.append({name: np.array(value) for name, value in feeds.items()})
-            return run(session, feeds)
-
-        monkeypatch.setattr(module, "warp_face", record_warp)
-        monkeypatch.setattr(module, "run_session", record_run)
-
-
 @pytest.mark.parametrize("model", list(FAMILIES))
 def test_each_family_aligns_to_its_template_and_feeds_its_tensors(
     model: str,
@@ -119,8 +99,9 @@ def test_each_family_aligns_to_its_template_and_feeds_its_tensors(
 
     result = swap_face(textured_frame, face, identity, options, store_for(models_dir))
 
-    ((used_template, used_size, matrix, crop),) = recorder.warps
-    assert (used_template, used_size) == (template, size)
+    (warp,) = recorder.warps
+    matrix, crop = warp.matrix, warp.crop
+    assert (warp.template, warp.size) == (template, size)
     np.testing.assert_allclose(matrix, reference_matrix(face, template, size), atol=2e-3 * size)
     (feeds,) = recorder.feeds
     target, source = feeds["target"], feeds["source"]
@@ -166,9 +147,10 @@ def test_pixel_boost_feeds_interleaved_tiles_of_the_model_size_and_reassembles_t
 
     result = swap_face(textured_frame, face, sample_identity(model), options, store_for(models_dir))
 
-    ((_, boost, matrix, crop),) = recorder.warps
+    (warp,) = recorder.warps
+    matrix, crop = warp.matrix, warp.crop
     total = 1024 // size
-    assert boost == 1024
+    assert warp.size == 1024
     targets = np.concatenate([feeds["target"] for feeds in recorder.feeds])
     assert targets.shape == (total * total, 3, size, size)
     mean, std = swap_facts(model).mean, swap_facts(model).std
@@ -292,8 +274,9 @@ def test_enhancers_get_their_crop_in_minus_one_to_one_and_codeformer_its_weight(
 
     result = enhance.enhance_face(textured_frame, face, options, store_for(models_dir))
 
-    ((used_template, used_size, matrix, crop),) = recorder.warps
-    assert used_template == template and used_size == size
+    (warp,) = recorder.warps
+    matrix, crop = warp.matrix, warp.crop
+    assert warp.template == template and warp.size == size
     np.testing.assert_allclose(matrix, reference_matrix(face, template, size), atol=2e-3 * size)
     (feeds,) = recorder.feeds
     np.testing.assert_allclose(feeds["input"], (crop.transpose(2, 0, 1)[None] / 255.0 - 0.5) / 0.5, atol=1e-6)

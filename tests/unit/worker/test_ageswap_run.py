@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from people import carphone, carphone_face_contrast, person_file
-from readback import frame_digests, packet_payloads, rgb_frames
+from people import carphone_face_contrast, swap_inputs
+from readback import checked_frames, rgb_frames
 from standins import write_standins
 from standins_ageswap import DFM_PAINT, mismatched_dfm, write_ageswap_standins
 
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, EXIT_MODEL_INCOMPATIBLE
 from facefusion_provider.worker import cli
 
@@ -28,22 +27,14 @@ PROCESSOR_FLAGS = {
     "deep_swapper": ["--deep-swapper-model", "iperov/elon_musk_224", "--deep-swapper-morph", "100"],
 }
 SWAPPER_FLAGS = ["--face-swapper-model", "inswapper_128", "--face-swapper-blend", "100"]
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip with audio)."""
     folder = tmp_path_factory.mktemp("ageswap")
-    models = write_ageswap_standins(write_standins(folder / "models"))
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    return swap_inputs(folder, write_ageswap_standins(write_standins(folder / "models")), FRAMES)
 
 
 def run_argv(inputs: tuple[Path, Path, Path], output: Path, work: Path, processors: list[str]) -> list[str]:
@@ -93,13 +84,7 @@ def test_worker_run_ages_or_deep_swaps_every_frame_keeping_the_sound(
 
     assert cli.main([*run_argv(inputs, output, tmp_path / "work", processors), *PROCESSOR_FLAGS[processor]]) == 0
 
-    original, processed = rgb_frames(target), rgb_frames(output)
-    assert len(processed) == len(original) == FRAMES
-    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
-        (d.pts, d.seconds) for d in frame_digests(str(target))
-    ]
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
+    original, processed = checked_frames(target, output, FRAMES)
     for before, swapped, after in zip(original, swapped_only, processed, strict=True):
         assert after.shape == before.shape
         assert_shows_its_work(processor, swapped if chained else before, after)

@@ -15,11 +15,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from people import carphone, carphone_face_contrast, person_file
-from readback import frame_digests, packet_payloads, rgb_frames
+from people import carphone_face_contrast, swap_inputs
+from readback import checked_frames
 from standins import COLORIZER_AB, background_remover_standin, colorizer_standin, write_standins
 
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, EXIT_MODEL_INCOMPATIBLE
 from facefusion_provider.worker import cli
 
@@ -30,22 +29,14 @@ PROCESSOR_FLAGS = {
     "background_remover": ["--background-remover-model", "modnet", "--background-remover-fill-color", *GREEN],
     "face_debugger": ["--face-debugger-items", "bounding-box"],
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip with audio)."""
     folder = tmp_path_factory.mktemp("frame-processors")
-    models = write_standins(folder / "models")
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    return swap_inputs(folder, write_standins(folder / "models"), FRAMES)
 
 
 def assert_shows_its_work(processor: str, before: np.ndarray, after: np.ndarray) -> None:
@@ -83,13 +74,7 @@ def test_worker_run_with_each_frame_processor(
 
     assert cli.main(argv) == 0
 
-    original, processed = rgb_frames(target), rgb_frames(output)
-    assert len(processed) == len(original) == FRAMES
-    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
-        (d.pts, d.seconds) for d in frame_digests(str(target))
-    ]
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
+    original, processed = checked_frames(target, output, FRAMES)
     for before, after in zip(original, processed, strict=True):
         assert after.shape == before.shape
         assert_shows_its_work(processor, before, after)

@@ -21,7 +21,6 @@ from PIL import Image, ImageOps
 from standins import frame_enhancer_standin, write_standins
 
 from facefusion_provider import ingest
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION, InvalidOptionError
 from facefusion_provider.media.images import encode_output_image
 from facefusion_provider.work.run_inputs import check_conf
@@ -34,13 +33,7 @@ FACE_AREA = (
 FACE_CROP_AREA = (slice(30, 380), slice(90, 430))  # the face enhancer's crop around it, larger than the face
 EXIF_ORIENTATION = 0x0112
 ENHANCER_TOLERANCE = 3  # levels: the stand-in is ONNX's bilinear resize, OpenCV's within rounding (tiles merged)
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")

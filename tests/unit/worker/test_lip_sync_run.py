@@ -20,7 +20,7 @@ from standins_lip_sync import write_lip_sync_standins
 from voices import carphone_frames, write_vfr, write_voice
 
 from facefusion_provider import worker
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
+from facefusion_provider.engine.store import MODELS_DIR_ENV
 from facefusion_provider.engine.voice import FRAME_COLUMNS, MEL_HOP, MEL_WINDOW, window_end
 from facefusion_provider.exceptions import EXIT_INVALID_MEDIA, EXIT_INVALID_OPTION, EXIT_MODEL_MISSING
 from facefusion_provider.media.probe import video_timestamps
@@ -35,13 +35,7 @@ OPTIONS: dict[str, Any] = {
     "output_video_quality": 100,
     "segment_size": SEGMENT,
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")

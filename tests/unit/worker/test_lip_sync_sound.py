@@ -19,20 +19,13 @@ from standins_lip_sync import write_lip_sync_standins
 from voices import decoded_voice, tone_samples, write_samples, write_voice
 
 from facefusion_provider import storage
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_INVALID_OPTION
 from facefusion_provider.work.layout import output_marker_uri
 from facefusion_provider.worker import cli
 
 FRAMES, SEGMENT = 24, 8
 RATE = 48000
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")

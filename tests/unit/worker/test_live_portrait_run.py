@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from people import carphone, person_file
-from readback import frame_digests, packet_payloads, rgb_frames
+from people import swap_inputs
+from readback import checked_frames, rgb_frames
 from standins import write_standins
 from standins_live_portrait import retargeter_standin, write_live_portrait_standins
 
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.exceptions import EXIT_MODEL_INCOMPATIBLE, InvalidOptionError
 from facefusion_provider.options import FaceEditorOptions, parse_options
 from facefusion_provider.work.run_inputs import check_conf
@@ -29,22 +28,14 @@ FACE = (slice(100, 170), slice(145, 205))  # the middle of the driver's face in 
 CORNER = (slice(0, 30), slice(0, 40))  # far from his face
 EDITOR_FLAGS = ["--face-editor-mouth-smile", "1", "--face-editor-mouth-position-horizontal", "0.6"]
 EDITOR_FLAGS += ["--face-editor-eye-open-ratio", "0.5"]  # the eye retargeter reads the face mesh's eye points
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip with audio)."""
     folder = tmp_path_factory.mktemp("live-portrait")
-    models = write_live_portrait_standins(write_standins(folder / "models"))
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES, audio_rate=48000)
+    return swap_inputs(folder, write_live_portrait_standins(write_standins(folder / "models")), FRAMES)
 
 
 def run(inputs: tuple[Path, Path, Path], folder: Path, processors: list[str], *flags: str) -> list[np.ndarray]:
@@ -59,14 +50,7 @@ def run(inputs: tuple[Path, Path, Path], folder: Path, processors: list[str], *f
 
     assert cli.main(argv) == 0
 
-    frames = rgb_frames(output)
-    assert len(frames) == FRAMES
-    assert [(d.pts, d.seconds) for d in frame_digests(str(output))] == [
-        (d.pts, d.seconds) for d in frame_digests(str(target))
-    ]
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
-    return frames
+    return checked_frames(target, output, FRAMES)[1]
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
-from people import carphone, carphone_face_contrast, person_file
+from people import carphone_face_contrast, swap_inputs
+from readback import rgb_frames
 from standins import write_standins
 
-from facefusion_provider.engine.store import MODELS_CACHE_ENV, MODELS_DIR_ENV, MODELS_URI_ENV
 from facefusion_provider.worker import cli
 
 FRAMES = 3
@@ -26,27 +25,14 @@ FAMILIES = [
     "blendswap_256",
     "uniface_256",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_model_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
-    monkeypatch.delenv(MODELS_URI_ENV, raising=False)
-    monkeypatch.setenv(MODELS_CACHE_ENV, str(tmp_path / "model-cache"))
+pytestmark = pytest.mark.usefixtures("no_model_environment")
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(models folder, source image, target clip)."""
     folder = tmp_path_factory.mktemp("families")
-    models = write_standins(folder / "models")
-    source = person_file(folder / "astronaut.png")
-    return models, source, carphone(folder / "carphone.mp4", frames=FRAMES)
-
-
-def frames_of(path: Path) -> list[np.ndarray]:
-    with av.open(str(path)) as container:
-        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    return swap_inputs(folder, write_standins(folder / "models"), FRAMES, audio_rate=None)
 
 
 @pytest.mark.parametrize("model", FAMILIES)
@@ -59,7 +45,7 @@ def test_worker_run_swaps_with_each_family(model: str, inputs: tuple[Path, Path,
 
     assert cli.main(argv) == 0
 
-    original, swapped = frames_of(target), frames_of(output)
+    original, swapped = rgb_frames(target), rgb_frames(output)
     assert len(swapped) == len(original) == FRAMES
     for before, after in zip(original, swapped, strict=True):
         assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, (
@@ -78,7 +64,7 @@ def test_worker_run_with_codeformer_after_a_hyperswap(inputs: tuple[Path, Path, 
 
     assert cli.main(argv) == 0
 
-    assert len(frames_of(output)) == FRAMES
+    assert len(rgb_frames(output)) == FRAMES
 
 
 def test_worker_run_face_swapper_weight_changes_hififaces_face(inputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -94,7 +80,7 @@ def test_worker_run_face_swapper_weight_changes_hififaces_face(inputs: tuple[Pat
 
         assert cli.main(argv) == 0
 
-        first = frames_of(output)[0]
+        first = rgb_frames(output)[0]
         assert carphone_face_contrast(first) < 3
         colours[weight] = first[100:150, 150:200].reshape(-1, 3).mean(axis=0)
     assert np.abs(colours["0.0"] - colours["0.5"]).max() > 4 and np.abs(colours["1.0"] - colours["0.5"]).max() > 4

@@ -32,6 +32,7 @@ from facefusion_provider.engine.processors.base import (
     FrameStep,
     ProcessedFrame,
     Processor,
+    TargetFramesStep,
     change_faces_in_place,
     classify_unclassified,
     timed,
@@ -145,15 +146,11 @@ def crop_to_crop(source: Matrix, target: Matrix) -> Matrix:
 
 
 @dataclass(frozen=True)
-class ModifyAges:
+class ModifyAges(TargetFramesStep):
     session: ort.InferenceSession
     options: Options
     store: ModelStore
     stats: FaceStats
-
-    def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> list[ProcessedFrame]:
-        """First in a chain, or alone: the frames are the target's own."""
-        return self.with_targets(frames, frames, faces, pool)
 
     def with_targets(
         self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
@@ -107,15 +107,19 @@ class FrameStep(Protocol):
     ) -> Sequence[ProcessedFrame]: ...
 
 
-@runtime_checkable
-class TargetFramesStep(FrameStep, Protocol):
+class TargetFramesStep(ABC):
     """A loaded processor that also reads the target's own frames: the chain gives ``targets`` (the frames as
     decoded, before any processor changed them) beside ``frames`` (as the processors before it left them). The
     expression restorer reads the target's expression there."""
 
+    @abstractmethod
     def with_targets(
         self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
     ) -> Sequence[ProcessedFrame]: ...
+
+    def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> Sequence[ProcessedFrame]:
+        """First in a chain, or alone: the frames are the target's own."""
+        return self.with_targets(frames, frames, faces, pool)
 
 
 class TimedFrameStep(ABC):

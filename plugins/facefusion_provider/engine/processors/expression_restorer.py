@@ -24,7 +24,14 @@ from facefusion_provider.engine.face_masks import occlusion_mask
 from facefusion_provider.engine.live_portrait import CROP_SIZE, LivePortrait, crop_input, limit_expression
 from facefusion_provider.engine.models import LivePortraitNetwork, live_portrait_model
 from facefusion_provider.engine.paste import paste_back
-from facefusion_provider.engine.processors.base import FaceStats, FrameStep, ProcessedFrame, Processor, timed
+from facefusion_provider.engine.processors.base import (
+    FaceStats,
+    FrameStep,
+    ProcessedFrame,
+    Processor,
+    TargetFramesStep,
+    timed,
+)
 from facefusion_provider.engine.processors.needs import AnalysisNeeds
 from facefusion_provider.engine.runtime import each
 from facefusion_provider.engine.store import ModelStore
@@ -77,17 +84,13 @@ def restored_expression(own: FloatArray, target: FloatArray, factor: float, area
 
 
 @dataclass(frozen=True)
-class RestoreExpressions:
+class RestoreExpressions(TargetFramesStep):
     networks: LivePortrait
     factor: float  # 0-1.2
     areas: tuple[str, ...]
     options: Options
     store: ModelStore
     stats: FaceStats
-
-    def __call__(self, frames: list[Frame], faces: list[list[Face]], pool: Executor | None) -> list[ProcessedFrame]:
-        """First in a chain, or alone: the frames are the target's own."""
-        return self.with_targets(frames, frames, faces, pool)
 
     def with_targets(
         self, targets: list[Frame], frames: list[Frame], faces: list[list[Face]], pool: Executor | None
