@@ -986,17 +986,17 @@ PROCESSOR_OPTIONS: dict[str, type[BaseModel]] = {
 
 # pydantic lists a model's fields from its last base to its first: the form, the flags and the README table show the
 # groups in the order faces, swapper, masks, face enhancer, frame enhancer, run, output.
-class Options(
+class Options(  # fields come in the reverse order of the bases: the form's sections follow them
     ImageOutputOptions,
+    OutputAudioOptions,
     OutputOptions,
     _RunOptions,
-    FaceEditorOptions,
-    ExpressionRestorerOptions,
-    DeepSwapperOptions,
-    AgeModifierOptions,
-    OutputAudioOptions,
     _VoiceExtractorOptions,
     LipSyncerOptions,
+    DeepSwapperOptions,
+    AgeModifierOptions,
+    FaceEditorOptions,
+    ExpressionRestorerOptions,
     FaceDebuggerOptions,
     BackgroundRemoverOptions,
     FrameColorizerOptions,

@@ -66,9 +66,12 @@ def test_with_standing_workers_the_spans_wait_and_a_serve_process_swaps_the_face
     output = tmp_path / "out" / "swapped.mp4"
     env = {**dags_test_env, "AIRFLOW__FACEFUSION__SPAN_WORKERS": "standing"}
     work_root = env["AIRFLOW__FACEFUSION__WORK_ROOT"]
+    # A slow standing worker (0.2 s more a frame): the spans start while segments are still free, so they defer;
+    # a fast one could commit all three before the first span task starts, and that span would have nothing to wait on.
+    slow = fault_env([{"command": "swap-span", "frame_delay": 0.2}])
     standing = subprocess.Popen(
         [sys.executable, "-m", "facefusion_provider.worker", "serve", "--work-root", work_root],
-        env=env,
+        env={**env, **slow},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -81,22 +81,12 @@ def test_the_dag_colours_removes_the_background_and_draws_the_faces(
             assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped"
 
 
-@pytest.mark.parametrize(
-    ("processor", "options"),
-    [
-        ("expression_restorer", {"expression_restorer_factor": 100}),
-        ("face_editor", {"face_editor_mouth_smile": 1.0, "face_editor_mouth_position_horizontal": 0.6}),
-    ],
-)
-def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
-    processor: str,
-    options: dict[str, object],
-    dags_test_env: dict[str, str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_dag_runs_the_live_portrait_processors_after_the_swapper(
+    dags_test_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the LivePortrait stand-ins (``standins_live_portrait.py``), whose generator shifts the crop's colour by how
-    far the driving keypoints moved: the restorer and the editor each move the swapped face's flat colour."""
+    far the driving keypoints moved: the restorer then the editor, in one run, move the swapped face's flat colour
+    (each alone: tests/unit/worker/test_live_portrait_run.py)."""
     folder = tmp_path / "inputs"
     models, source, target = swap_inputs(
         folder, write_live_portrait_standins(write_standins(folder / "models")), FRAMES
@@ -104,13 +94,15 @@ def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
     env = {**dags_test_env, MODELS_DIR_ENV: str(models), MODELS_CACHE_ENV: str(tmp_path / "model-cache")}
     output = tmp_path / "out" / "processed.mp4"
     chosen = {
-        "processors": ["face_swapper", processor],
+        "processors": ["face_swapper", "expression_restorer", "face_editor"],
         "face_swapper_model": "inswapper_128",
         "face_swapper_blend": 100,
         "face_swapper_color_correction": False,
         "output_video_quality": 100,
         "segment_size": SEGMENT,
-        **options,
+        "expression_restorer_factor": 100,
+        "face_editor_mouth_smile": 1.0,
+        "face_editor_mouth_position_horizontal": 0.6,
     }
 
     result = dags_test(swap_conf([str(source)], str(target), str(output), chosen), env, timeout=600)
@@ -125,7 +117,7 @@ def test_the_dag_runs_a_live_portrait_processor_after_the_swapper(
     for before, swapped, after in zip(original, rgb_frames(swap_only), processed, strict=True):
         assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped, flat"
         moved = np.abs(after[100:150, 150:200].astype(float) - swapped[100:150, 150:200]).mean(axis=(0, 1))
-        assert moved.max() > 10, "and its colour moved by the processor"
+        assert moved.max() > 10, "and its colour moved by the processors"
 
 
 def test_the_dag_writes_a_transparent_mov_whose_alpha_is_the_matte(

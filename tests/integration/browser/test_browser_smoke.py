@@ -105,6 +105,7 @@ def test_the_trigger_form_is_a_typed_field_per_option_in_sections(ui: AirflowUI)
         "Frames and segments",
         "Output video",
         "Execution",
+        "Output image",
         "Advanced Options",
     ]
     assert form.expanded_sections() == [DEFAULT_SECTION]  # everyday options open, the rest collapsed
