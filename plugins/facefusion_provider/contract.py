@@ -254,11 +254,21 @@ def build_parser(models_dir_default: str | None = None) -> argparse.ArgumentPars
     merge = commands.add_parser("merge", help="remux the committed segments with the target's audio into the output")
     merge.add_argument("--work-uri", required=True, help="work folder written by prepare")
     merge.add_argument("--target", required=True, metavar="VIDEO", help="this run's target video (its audio)")
-    merge.add_argument("--output", required=True, metavar="OUT", help="this run's output video (.mp4, .mov, .mkv, ...)")
+    merge.add_argument(
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="this run's output (.mp4, .mov, .mkv, ...; an image's: .png, .jpg, .webp)",
+    )
 
     run = commands.add_parser("run", help="prepare, every segment and merge in this process")
     _add_input_arguments(run)
-    run.add_argument("--output", required=True, metavar="OUT", help="output video (.mp4, .mov, .mkv, ...)")
+    run.add_argument(
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="output video (.mp4, .mov, .mkv, ...), or image for an image target",
+    )
     run.add_argument(
         "--work-root", default=None, help="where work folders go (default: $XDG_CACHE_HOME/facefusion-provider)"
     )
@@ -321,7 +331,7 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="source face image, or a voice (an audio file) for lip sync (repeatable)",
     )
-    parser.add_argument("--target", required=True, metavar="VIDEO", help="target video")
+    parser.add_argument("--target", required=True, metavar="TARGET", help="target video, or image (.jpg, .png, .webp)")
 
 
 # The failure report: one JSON line on stderr and in the termination log.
