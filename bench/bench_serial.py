@@ -9,12 +9,19 @@ end come from the run's metadata database. Python runs with its bytecode cached 
 compiles it at build time; this machine sets ``PYTHONDONTWRITEBYTECODE``), after one discarded run per tree. ``--baseline COMMIT`` takes that commit's ``plugins/`` and ``dags/`` (``git
 archive``) and runs them with the same virtual environment, alternating with this tree's, ``--repeats`` times each.
 
+``--stack multiprocess`` measures the same steps on the multi-process stack instead (this tree only): scheduler
+(LocalExecutor), dag-processor, API server and triggerer as separate processes on a private Postgres
+(``tests/integration/airflow/multiprocess_harness.py``), the demo triggered over REST, one warm-up run, then
+``--repeats``; each run on an empty work root; the task instances from the stack's Postgres.
+
     python bench/bench_serial.py --baseline 83465c3 --repeats 3   # writes bench/results/serial-seconds.{json,md}
+    python bench/bench_serial.py --stack multiprocess --repeats 2  # writes bench/results/serial-seconds-stack.*
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import math
@@ -56,26 +63,49 @@ def code_of(commit: str, folder: Path) -> Path:
     return folder
 
 
-def task_instances(database: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The latest run's start and end and its task instances' (wall clock, seconds since the epoch)."""
+def task_instances(
+    connection: Any, run_id: str | None = None, mark: str = "?"
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The run's (default: the latest run's) start and end and its task instances' (wall clock, seconds since the
+    epoch), from a DB-API connection to Airflow's database whose parameter mark is ``mark`` (SQLite ``?``, psycopg2
+    ``%s``)."""
 
-    def at(text: str | None) -> float:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() if text else 0.0
+    def at(value: str | datetime | None) -> float:
+        if not value:
+            return 0.0
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()  # SQLite's: naive UTC
 
-    with sqlite3.connect(database) as connection:
-        run_id, started, ended = connection.execute(
-            "select run_id, start_date, end_date from dag_run where dag_id = ? order by id desc limit 1", (DAG_ID,)
-        ).fetchone()
-        rows = connection.execute(
-            "select task_id, map_index, start_date, end_date, state from task_instance "
-            "where dag_id = ? and run_id = ? order by start_date",
-            (DAG_ID, run_id),
-        ).fetchall()
+    cursor = connection.cursor()
+    cursor.execute(
+        f"select run_id, start_date, end_date from dag_run where dag_id = {mark}"
+        + (f" and run_id = {mark}" if run_id else "")
+        + " order by id desc limit 1",
+        (DAG_ID, run_id) if run_id else (DAG_ID,),
+    )
+    run_id, started, ended = cursor.fetchone()
+    cursor.execute(
+        "select task_id, map_index, start_date, end_date, state from task_instance "
+        f"where dag_id = {mark} and run_id = {mark} order by start_date",
+        (DAG_ID, run_id),
+    )
+    rows = cursor.fetchall()
     tasks = [
         {"task": task, "index": index, "start": at(start), "end": at(end), "state": state}
         for task, index, start, end, state in rows
     ]
     return {"start": at(started), "end": at(ended)}, tasks
+
+
+def probe_env(code: Path, folder: Path, probe_log: Path) -> dict[str, str]:
+    """Workers of ``code`` under ``serial_probe.py``, logging to ``probe_log``, their bytecode cached as the worker
+    image has it (UV_COMPILE_BYTECODE): compiled once, in a cache of this benchmark's own (with
+    ``PYTHONDONTWRITEBYTECODE`` dropped)."""
+    return {
+        "PYTHONPATH": os.pathsep.join([str(code / "plugins"), str(BENCH_DIR)]),
+        "PYTHONPYCACHEPREFIX": str(folder / "pycache"),
+        LOG_VARIABLE: str(probe_log),
+    }
 
 
 def one_run(
@@ -90,11 +120,8 @@ def one_run(
         dags_folder=code / "dags",
         settings={"work_root": (run / "work").as_uri(), "worker_command": shlex.join([sys.executable, str(PROBE)])},
     )
-    env["PYTHONPATH"] = os.pathsep.join([str(code / "plugins"), str(BENCH_DIR)])
-    # Bytecode as the worker image has it (UV_COMPILE_BYTECODE): compiled once, in a cache of this benchmark's own.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
-    env[LOG_VARIABLE] = str(probe_log)
+    env.update(probe_env(code, folder, probe_log))
     if not (Path(env["AIRFLOW_HOME"]) / "airflow.db").exists():
         init_home(env)
     source, target = inputs
@@ -107,7 +134,8 @@ def one_run(
     (run / "dags_test.log").write_text(result.stdout + result.stderr)
     if not run_succeeded(result):
         raise RuntimeError(f"{label}: the run failed; see {run / 'dags_test.log'}")
-    dag_run, tasks = task_instances(Path(env["AIRFLOW_HOME"]) / "airflow.db")
+    with contextlib.closing(sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")) as connection:
+        dag_run, tasks = task_instances(connection)
     workers = [json.loads(line) for line in probe_log.read_text().splitlines()]
     return {
         "label": label,
@@ -121,6 +149,67 @@ def one_run(
     }
 
 
+def stack_runs(folder: Path, inputs: tuple[str, str], options: Mapping[str, Any], repeats: int) -> list[dict[str, Any]]:
+    """``repeats`` runs of the demo on one multi-process stack of this tree (after one discarded run), each triggered
+    over REST on an empty work root; their timelines."""
+    sys.path.insert(0, str(REPO / "tests" / "integration" / "airflow"))
+    import psycopg2
+    from multiprocess_harness import AirflowCluster, PostgresCluster
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    work, probe_log = folder / "work", folder / "probe.jsonl"
+    postgres = PostgresCluster()
+    cluster = None
+    try:
+        postgres.start()
+        database = "bench_serial"
+        cluster = AirflowCluster(
+            folder / "airflow",
+            postgres.create_database(database),
+            {"work_root": work.as_uri(), "worker_command": shlex.join([sys.executable, str(PROBE)])},
+            probe_env(REPO, folder, probe_log),
+            drop_env=("PYTHONDONTWRITEBYTECODE",),
+        )
+        print(f"stack healthy in {cluster.start():.1f} s: logs in {cluster.home}", flush=True)
+        runs = []
+        for number in range(repeats + 1):
+            shutil.rmtree(work, ignore_errors=True)  # no segment of the last run to find
+            probe_log.unlink(missing_ok=True)
+            run = folder / f"run-{number}"
+            run.mkdir()
+            triggered = time.time()
+            run_id = cluster.trigger(swap_conf([inputs[0]], inputs[1], str(run / "output.mp4"), options))
+            if (state := cluster.wait(run_id, timeout=1800)) != "success":
+                raise RuntimeError(f"stack run {run_id}: {state} {cluster.task_states(run_id)}\n{cluster.log_tail()}")
+            connection = psycopg2.connect(
+                host="127.0.0.1", port=postgres.port, user=database, password=database, dbname=database
+            )
+            with contextlib.closing(connection):
+                dag_run, tasks = task_instances(connection, run_id, mark="%s")
+            dag_run["triggered"] = triggered
+            workers = [json.loads(line) for line in probe_log.read_text().splitlines()]
+            timeline = {
+                "label": "stack",
+                "run_id": run_id,
+                "trigger_to_run_end_s": round(dag_run["end"] - triggered, 3),
+                "load_1min": round(os.getloadavg()[0], 2),
+                "dag_run": dag_run,
+                "tasks": tasks,
+                "workers": workers,
+                "steps": steps(dag_run, tasks, workers),
+            }
+            print(json.dumps({"run": number, "warm-up": number == 0, **timeline["steps"]}), flush=True)
+            if number:
+                runs.append(timeline)
+        return runs
+    finally:
+        left = cluster.stop() if cluster else []
+        postgres.stop()
+        if left:
+            print(f"processes outlived the stack: {left}", file=sys.stderr)
+
+
 def worker_of(workers: Sequence[dict[str, Any]], command: str, first: bool = True) -> dict[str, Any] | None:
     mine = [worker for worker in workers if worker["argv"] and worker["argv"][0] == command]
     return (mine[0] if first else mine[-1]) if mine else None
@@ -132,27 +221,36 @@ def steps(
     """The serial steps, wall seconds (``cpu:`` keys: the worker process's CPU, user + sys)."""
     task = {(row["task"], row["index"]): row for row in tasks}
     validate, prepare, plan = task[("validate", -1)], task[("prepare", -1)], task[("plan", -1)]
-    span = min((row for row in tasks if row["task"] == "swap_span"), key=lambda row: row["start"])  # dags test's order
+    # The first span: the one whose worker reaches a frame first (on the stack the spans run at once, and their
+    # workers log in the order they exit), else the first span task to start (dags test runs them in order).
+    spanning = min(
+        (worker for worker in workers if "first_frame_at" in worker), key=lambda w: w["first_frame_at"], default=None
+    )
+    span = task.get(("swap_span", span_index(spanning))) or min(
+        (row for row in tasks if row["task"] == "swap_span"), key=lambda row: row["start"]
+    )
     merge, cleanup = task[("merge", -1)], task[("cleanup", -1)]
     out: dict[str, Any] = {}
 
     def add(name: str, value: float) -> None:
         out[name] = round(value, 3)
 
+    trigger = dag_run.get("triggered", dag_run["start"])  # the stack's REST call; dags test's run start
+    if "triggered" in dag_run:
+        add("REST trigger to run start (the scheduler's)", dag_run["start"] - trigger)
     add("validate task", validate["end"] - validate["start"])
-    add("trigger to validate (run start to its first task)", validate["start"] - dag_run["start"])
+    add("trigger to validate (run start to its first task)", validate["start"] - trigger)
     add("prepare task", prepare["end"] - prepare["start"])
     prepare_worker = worker_of(workers, "prepare")
     if prepare_worker:
         worker_parts(add, "prepare", prepare, prepare_worker)
     add("plan task", plan["end"] - plan["start"])
     add("gaps between the tasks, prepare to the first span", span["start"] - prepare["end"] - out["plan task"])
-    spanning = worker_of([worker for worker in workers if "first_frame_at" in worker], "swap-span")
     if spanning:
         worker_parts(add, "first span", span, spanning, until="first_frame_at")
         load = spanning.get("summary", {}).get("timings", {}).get("load_s", 0.0)
         add("first span: of its imports to the first frame, the processors' load", load)
-        add("trigger to first frame", spanning["first_frame_at"] - dag_run["start"])
+        add("trigger to first frame", spanning["first_frame_at"] - trigger)
     last_frame = max(worker.get("last_frame_at", 0.0) for worker in workers)
     add("last frame to the merge task (the span's commit, the other spans' tasks)", merge["start"] - last_frame)
     add("merge task", merge["end"] - merge["start"])
@@ -170,6 +268,12 @@ def steps(
         out.get("trigger to first frame", 0.0) + out["last frame to output (merge task end)"],
     )
     return out
+
+
+def span_index(worker: Mapping[str, Any] | None) -> int | None:
+    """The ``--span`` of a ``swap-span`` worker's command (its task's map index); None without one."""
+    argv = worker["argv"] if worker else []
+    return int(argv[argv.index("--span") + 1]) if "--span" in argv[:-1] else None
 
 
 def worker_parts(
@@ -369,9 +473,17 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]
     for run in runs:
         for step, value in run["steps"].items():
             table.setdefault(step, {}).setdefault(run["label"], []).append(value)
-        for key in ("command_wall_s", "command_cpu_s"):
-            table.setdefault(f"whole `dags test` command ({key})", {}).setdefault(run["label"], []).append(run[key])
+        for key, name in WHOLE_RUN.items():
+            if key in run:
+                table.setdefault(name, {}).setdefault(run["label"], []).append(run[key])
     return table
+
+
+WHOLE_RUN = {
+    "command_wall_s": "whole `dags test` command (command_wall_s)",
+    "command_cpu_s": "whole `dags test` command (command_cpu_s)",
+    "trigger_to_run_end_s": "REST trigger to the run's end (trigger_to_run_end_s)",
+}
 
 
 def span_of(values: Sequence[float]) -> str:
@@ -403,6 +515,18 @@ def markdown(report: dict[str, Any]) -> str:
         "| step | " + " | ".join(labels) + " |",
         "| --- |" + " --- |" * len(labels),
     ]
+    if report.get("stack") == "multiprocess":
+        lines[0] = "# Serial seconds per run, step by step (the multi-process stack)"
+        lines[4] = (
+            "The demo (the same conf as the `dags test` mode: 300 frames of 352x288 carphone with sound, the "
+            f"astronaut's face, the default swap, segments of {DEMO_SEGMENT_SIZE}) triggered over REST on one "
+            "multi-process Airflow of this tree (scheduler with the LocalExecutor, dag-processor, API server and "
+            "triggerer as separate processes on a private Postgres: `tests/integration/airflow/multiprocess_harness.py`), "
+            "an empty work root per run; every worker process is `bench/serial_probe.py`. Task instances' start and end "
+            "from the stack's Postgres; min-max over the runs, after a discarded warm-up run (bytecode cached). Wall "
+            "seconds unless the step says `cpu:`. `trigger` is the REST call. The spans' tasks run at once; the first "
+            "span is the one whose worker reaches a frame first."
+        )
     if not report["summary"]:  # no dags test runs (--repeats 0): the other sections alone
         lines = [
             f"# Serial seconds per run ({', '.join(labels)})",
@@ -466,12 +590,13 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", help="a commit whose code runs alternating with this tree's")
+    parser.add_argument("--stack", choices=("dags-test", "multiprocess"), default="dags-test", help="where runs run")
+    parser.add_argument("--baseline", help="a commit whose code runs alternating with this tree's (dags-test only)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--options", default="{}", help="options JSON beside the demo's segment size")
     parser.add_argument("--work", type=Path, default=REPO / "out" / "bench_serial")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
-    parser.add_argument("--name", default="serial-seconds")
+    parser.add_argument("--name", help="the results' file name (default serial-seconds, serial-seconds-stack)")
     parser.add_argument("--model-inputs", type=int, default=0, help="also the model's serial inputs, this many times")
     parser.add_argument("--standing", type=int, default=0, help="also the standing workers' path, this many times")
     parser.add_argument("--inputs-here", nargs=3, metavar=("FOLDER", "SOURCE", "CLIP"), help=argparse.SUPPRESS)
@@ -483,6 +608,20 @@ def main() -> None:
     shutil.rmtree(args.work / "runs", ignore_errors=True)
     inputs = make_demo_inputs(str(args.work / "inputs"))
     options = {"segment_size": DEMO_SEGMENT_SIZE, **json.loads(args.options)}
+    if args.stack == "multiprocess":
+        if args.baseline or args.model_inputs or args.standing:
+            parser.error("--stack multiprocess measures this tree's runs alone")
+        runs = stack_runs(args.work / "stack", inputs, options, args.repeats)
+        report = {
+            "command": shlex.join(["python", "bench/bench_serial.py", *sys.argv[1:]]),
+            "machine": machine(),
+            "stack": args.stack,
+            "labels": ["stack"],
+            "summary": summarise(runs),
+            "runs": runs,
+        }
+        write_report(args.out, args.name or "serial-seconds-stack", report, markdown)
+        return
     trees = {"after": REPO}
     if args.baseline:
         trees = {"before": code_of(args.baseline, args.work / f"code-{args.baseline}"), "after": REPO}
@@ -509,7 +648,7 @@ def main() -> None:
         "standing": standing,
         "runs": runs,
     }
-    write_report(args.out, args.name, report, markdown)
+    write_report(args.out, args.name or "serial-seconds", report, markdown)
 
 
 if __name__ == "__main__":
