@@ -178,7 +178,12 @@ RACE = textwrap.dedent(
 
 def test_cleanup_and_a_new_run_racing_in_two_processes_never_remove_held_work(layout: WorkLayout) -> None:
     processes = [
-        subprocess.Popen([sys.executable, "-c", RACE, layout.work_uri, role, rounds], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, layout.work_uri, role, rounds],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # a traceback in the failure's message, beside the round that saw the loss
+            text=True,
+        )
         for role, rounds in (("cleanup", "150"), ("run", "100"))
     ]
     outputs = [process.communicate(timeout=120)[0] for process in processes]
