@@ -4,6 +4,8 @@ clips its tests upload. The fixtures that start it live in tests/integration/s3/
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -18,6 +20,8 @@ from s3_servers import REGION, FaultyProxy, MotoServer  # noqa: E402
 from synth import VideoSpec, pattern_frames, write_video  # noqa: E402
 
 from facefusion_provider.media.images import encode_image  # noqa: E402
+
+WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,17 @@ class S3Stack:
             "AWS_DEFAULT_REGION": REGION,
             "FACEFUSION_S3_ENDPOINT_URL": self.endpoint,
         }
+
+    def run_worker(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """``facefusion-worker *args`` in its own process on this S3 (``env`` added), its output captured."""
+        return subprocess.run(
+            [*WORKER, *args],
+            env={**os.environ, **self.environment(), **env},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
 
     def connection(self) -> str:
         """An Airflow AWS connection (JSON) for the same user, with the endpoint in its extra."""

@@ -174,10 +174,7 @@ def test_the_dag_ages_or_deep_swaps_the_swapped_face(
     result = dags_test(swap_conf([str(source)], str(target), str(output), options), env, timeout=600)
 
     assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
-    original, processed = rgb_frames(target), rgb_frames(output)
-    assert len(processed) == len(original) == FRAMES
-    audio = packet_payloads(str(target))
-    assert audio and packet_payloads(str(output)) == audio
+    original, processed = checked_frames(target, output, FRAMES)
     for before, after in zip(original, processed, strict=True):
         face = after[100:150, 150:200].reshape(-1, 3).astype(float)
         assert carphone_face_contrast(before) > 15 and carphone_face_contrast(after) < 3, "the face swapped, flat"

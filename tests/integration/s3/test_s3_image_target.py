@@ -8,9 +8,6 @@ again, with the store healthy, writes it from the committed segment without comp
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -21,22 +18,10 @@ from s3_stack import S3Stack
 
 from facefusion_provider.exceptions import EXIT_RETRYABLE
 
-WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 FACE_AREA = (
     slice(120, 340),
     slice(150, 370),
 )  # rows, columns holding Grace Hopper's face in grace_hopper.jpg (512x600)
-
-
-def worker(s3: S3Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*WORKER, *args],
-        env={**os.environ, **s3.environment(), **env},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def test_an_image_target_on_s3_gives_an_image_published_whole(s3: S3Stack, tmp_path: Path) -> None:
@@ -48,14 +33,14 @@ def test_an_image_target_on_s3_gives_an_image_published_whole(s3: S3Stack, tmp_p
     argv += ["--output", output, "--work-root", "s3://work/images", "--keep-work"]
 
     s3.proxy.inject(Fault("PUT", r"/videos/out/grace-swapped\.jpg", 503, times=1000))
-    failed = worker(s3, *argv, FACEFUSION_S3_MAX_ATTEMPTS="2")
+    failed = s3.run_worker(*argv, FACEFUSION_S3_MAX_ATTEMPTS="2")
     assert failed.returncode == EXIT_RETRYABLE, failed.stderr
     assert s3.keys("videos", "out/") == [], "neither the output, nor its marker, nor its preview"
     segments = [key for key in s3.keys("work", "images/") if "/segments/" in key]
     assert any(key.endswith(".png") for key in segments), "the segment was committed before the merge failed"
     s3.proxy.clear()
 
-    done = worker(s3, *argv)
+    done = s3.run_worker(*argv)
 
     assert done.returncode == 0, done.stderr
     assert [key for key in s3.keys("work", "images/") if "/segments/" in key] == segments, "the segment reused"

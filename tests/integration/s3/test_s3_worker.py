@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,20 +27,8 @@ from facefusion_provider.exceptions import EXIT_RETRYABLE, EXIT_STORAGE_DENIED
 from facefusion_provider.work.claims import SegmentClaims, scan_work
 from facefusion_provider.work.layout import WorkLayout, segment_claim_name
 
-WORKER = [sys.executable, "-m", "facefusion_provider.worker"]
 LOSSLESS = ["--processors", "--output-video-quality", "100"]
 LOSSLESS_OPTIONS: dict[str, Any] = {"processors": [], "output_video_quality": 100}
-
-
-def worker(s3: S3Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*WORKER, *args],
-        env={**os.environ, **s3.environment(), **env},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def failure_report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -59,7 +45,7 @@ def prepare(s3: S3Stack, media: Path, root: str, target: str, segment_size: int 
     face = upload(s3, media / "face.png", "faces/face.png")
     work = work_uri_for(root, [face], target, segment_size=segment_size, **LOSSLESS_OPTIONS)
     args = ["--work-uri", work, "--source", face, "--target", target, "--segment-size", str(segment_size)]
-    result = worker(s3, "prepare", *args, *LOSSLESS)
+    result = s3.run_worker("prepare", *args, *LOSSLESS)
     assert result.returncode == 0, result.stderr
     return work, int(json.loads(result.stdout.strip().splitlines()[-1])["segments"])
 
@@ -92,10 +78,10 @@ def test_transient_failures_during_segment_upload_and_merge_lose_nothing(
         Fault("POST", r"/videos/out/flaky\.mp4\?uploadId=", "reset"),
     ]
     s3.proxy.inject(*faults)
-    result = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    result = s3.run_worker("swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["committed"] == 3  # the lost answers were its own
-    result = worker(s3, "merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/flaky.mp4")
+    result = s3.run_worker("merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/flaky.mp4")
     assert result.returncode == 0, result.stderr
     assert [fault.hits for fault in faults] == [fault.times for fault in faults]  # every failure really happened
     output = download(s3, "out/flaky.mp4", tmp_path / "out.mp4")
@@ -108,7 +94,7 @@ def test_claims_and_markers_are_conditional_puts_and_a_store_ignoring_them_is_re
     target = upload(s3, media / "clip3.mp4", "in/claimed.mp4")
     work, _ = prepare(s3, media, "s3://work/claimed", target)
     s3.proxy.forget_exchanges()
-    result = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    result = s3.run_worker("swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
     assert result.returncode == 0, result.stderr
     creates = [e for e in s3.proxy.exchanges() if e.method == "PUT" and e.headers.get("if-none-match") == "*"]
     paths = {e.path.split("?")[0].rsplit("/", 2)[-2] + "/" + e.path.split("?")[0].rsplit("/", 1)[-1] for e in creates}
@@ -116,7 +102,7 @@ def test_claims_and_markers_are_conditional_puts_and_a_store_ignoring_them_is_re
 
     other, _ = prepare(s3, media, "s3://work/unconditional", target, segment_size=12)
     s3.proxy.ignore_conditional_writes()
-    result = worker(s3, "swap-span", "--work-uri", other, "--target", target, "--segments", "0:2")
+    result = s3.run_worker("swap-span", "--work-uri", other, "--target", target, "--segments", "0:2")
     assert result.returncode == EXIT_STORAGE_DENIED, result.stderr
     assert "ignores conditional writes" in failure_report(result)["message"]
     assert not [key for key in s3.keys("work", key_of(other).removeprefix("work/")) if "/segments/" in key]
@@ -125,12 +111,12 @@ def test_claims_and_markers_are_conditional_puts_and_a_store_ignoring_them_is_re
 def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, media: Path, tmp_path: Path) -> None:
     target = upload(s3, media / "clip1.mp4", "in/stuck.mp4")
     work, segments = prepare(s3, media, "s3://work/stuck", target, segment_size=24)
-    span = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", f"0:{segments}")
+    span = s3.run_worker("swap-span", "--work-uri", work, "--target", target, "--segments", f"0:{segments}")
     assert span.returncode == 0, span.stderr
     s3.proxy.inject(Fault("PUT", r"/videos/out/stuck\.mp4\?.*partNumber=", 503, times=1000))  # every part
     started = time.monotonic()
     merge = ["merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/stuck.mp4"]
-    result = worker(s3, *merge, FACEFUSION_S3_MAX_ATTEMPTS="2")
+    result = s3.run_worker(*merge, FACEFUSION_S3_MAX_ATTEMPTS="2")
     assert result.returncode == EXIT_RETRYABLE, result.stderr
     report = failure_report(result)
     assert report["retryable"] is True and "s3://videos/out/stuck.mp4" in report["message"]
@@ -138,7 +124,7 @@ def test_an_output_that_cannot_be_uploaded_never_appears_partially(s3: S3Stack, 
     assert [k for k in s3.keys("videos", "out/") if "stuck" in k] == []  # neither output nor marker nor preview
     assert s3.client().list_multipart_uploads(Bucket="videos", Prefix="out/stuck").get("Uploads", []) == []
     s3.proxy.clear()
-    assert worker(s3, *merge).returncode == 0
+    assert s3.run_worker(*merge).returncode == 0
     output = download(s3, "out/stuck.mp4", tmp_path / "stuck.mp4")
     assert len(frame_digests(str(output))) == 24
 
@@ -148,8 +134,7 @@ def test_wrong_credentials_fail_at_once_and_clearly(s3: S3Stack, media: Path) ->
     face = upload(s3, media / "face.png", "faces/face.png")
     s3.proxy.forget_exchanges()
     started = time.monotonic()
-    result = worker(
-        s3,
+    result = s3.run_worker(
         "prepare",
         "--work-uri",
         "s3://work/denied/work/0123456789abcdef01234567",
@@ -184,7 +169,7 @@ def test_a_span_reads_its_range_of_the_target_not_the_whole_file(
         s3.proxy.forget_exchanges()
         span = ["swap-span", "--work-uri", work, "--target", target, "--segments", f"{segment}:{segment + 1}"]
         # No helping for the measure: the other segments are claimed by a live holder (this test).
-        result = worker(s3, *span, **env)
+        result = s3.run_worker(*span, **env)
         assert result.returncode == 0, result.stderr
         return sum(e.body_bytes for e in s3.proxy.exchanges() if e.method == "GET" and "/in/long.mp4" in e.path)
 
@@ -219,7 +204,7 @@ def test_damaged_segments_on_s3_are_computed_again_and_the_output_is_frame_exact
     target = upload(s3, media / "clip0.mp4", "in/damaged.mp4")
     work, segments = prepare(s3, media, "s3://work/damaged", target)
     assert segments == 3
-    span = worker(s3, "swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
+    span = s3.run_worker("swap-span", "--work-uri", work, "--target", target, "--segments", "0:3")
     assert span.returncode == 0, span.stderr
     layout, client = WorkLayout(work), s3.client()
     bucket, prefix = "work", key_of(work).removeprefix("work/")
@@ -242,7 +227,7 @@ def test_damaged_segments_on_s3_are_computed_again_and_the_output_is_frame_exact
     damage(1, lambda data: _flipped(data, len(data) // 3))
     damage(2, lambda data: data[: len(data) - 100])
     merge = ["merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/healed.mp4"]
-    result = worker(s3, *merge)
+    result = s3.run_worker(*merge)
     assert result.returncode == 0, result.stderr
     for index, what in enumerate(["its checksum differs", "its checksum differs", r"holds \d+ bytes, its marker"]):
         assert re.search(rf"segment {index} of work \w+ is damaged \(.*0000{index}\.\w+\.mp4: {what}", result.stderr), (
@@ -260,7 +245,7 @@ def test_damaged_segments_on_s3_are_computed_again_and_the_output_is_frame_exact
     healed = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/segments/00001.1.json")["Body"].read())
     markers[1] = healed
     damage(1, lambda data: _flipped(data, 40))
-    result = worker(s3, "merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/healed.mov")
+    result = s3.run_worker("merge", "--work-uri", work, "--target", target, "--output", "s3://videos/out/healed.mov")
     assert result.returncode == 0, result.stderr
     assert re.search(r"segment 1 of work \w+ is damaged", result.stderr)
     output = download(s3, "out/healed.mov", tmp_path / "healed.mov")

@@ -255,3 +255,22 @@ def test_a_manifest_row_may_name_an_image_target() -> None:
     assert [(job.label, job.conf["output_uri"]) for job in found.jobs] == [("jobs.jsonl line 1", row["output_uri"])]
     (bad,) = found.reports
     assert bad.label == "jobs.jsonl line 2" and bad.detail.startswith("output_uri: s3://o/portrait.mp4 is not an image")
+
+
+def test_a_damaged_image_segment_is_made_again_not_published(
+    pictures: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The image's one segment is checked against its marker like a video's: bytes flipped in it are noticed at the
+    merge, its commit retired and the image worked again, so the output equals the undamaged run's."""
+    source, target = pictures
+    first, second = tmp_path / "first.png", tmp_path / "second.png"
+    assert run(source, target, first, tmp_path / "work", "--face-swapper-model", "classic") == 0
+    (segment,) = (tmp_path / "work").glob("work/*/segments/00000.*.png")
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    segment.write_bytes(bytes(data))
+
+    assert run(source, target, second, tmp_path / "work", "--face-swapper-model", "classic") == 0
+
+    assert "is damaged" in caplog.text
+    assert np.array_equal(read_rgb(second), read_rgb(first))
