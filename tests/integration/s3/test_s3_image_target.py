@@ -28,14 +28,14 @@ def test_an_image_target_on_s3_gives_an_image_published_whole(s3: S3Stack, tmp_p
     client = s3.client()
     for name, person in (("face.png", "astronaut"), ("grace.jpg", "grace")):
         client.upload_file(str(person_file(tmp_path / name, person)), "videos", f"images/{name}")
-    output = "s3://videos/out/grace-swapped.jpg"
+    output = "s3://videos/image-out/grace-swapped.jpg"  # a prefix of its own: other tests write to out/
     argv = ["run", "--source", "s3://videos/images/face.png", "--target", "s3://videos/images/grace.jpg"]
     argv += ["--output", output, "--work-root", "s3://work/images", "--keep-work"]
 
-    s3.proxy.inject(Fault("PUT", r"/videos/out/grace-swapped\.jpg", 503, times=1000))
+    s3.proxy.inject(Fault("PUT", r"/videos/image-out/grace-swapped\.jpg", 503, times=1000))
     failed = s3.run_worker(*argv, FACEFUSION_S3_MAX_ATTEMPTS="2")
     assert failed.returncode == EXIT_RETRYABLE, failed.stderr
-    assert s3.keys("videos", "out/") == [], "neither the output, nor its marker, nor its preview"
+    assert s3.keys("videos", "image-out/") == [], "neither the output, nor its marker, nor its preview"
     segments = [key for key in s3.keys("work", "images/") if "/segments/" in key]
     assert any(key.endswith(".png") for key in segments), "the segment was committed before the merge failed"
     s3.proxy.clear()
@@ -44,15 +44,17 @@ def test_an_image_target_on_s3_gives_an_image_published_whole(s3: S3Stack, tmp_p
 
     assert done.returncode == 0, done.stderr
     assert [key for key in s3.keys("work", "images/") if "/segments/" in key] == segments, "the segment reused"
-    assert sorted(s3.keys("videos", "out/")) == [
-        "out/.grace-swapped.jpg.facefusion.json",
-        "out/grace-swapped.jpg",
-        "out/grace-swapped.preview.jpg",
+    assert sorted(s3.keys("videos", "image-out/")) == [
+        "image-out/.grace-swapped.jpg.facefusion.json",
+        "image-out/grace-swapped.jpg",
+        "image-out/grace-swapped.preview.jpg",
     ]
-    client.download_file("videos", "out/grace-swapped.jpg", str(tmp_path / "out.jpg"))
+    client.download_file("videos", "image-out/grace-swapped.jpg", str(tmp_path / "out.jpg"))
     before = cv2.imread(str(tmp_path / "grace.jpg")).astype(int)
     after = cv2.imread(str(tmp_path / "out.jpg")).astype(int)
     changed = np.abs(after - before).max(axis=2) > 40  # past the JPEG's own re-encoding
     assert changed[FACE_AREA].sum() > 3000 and changed.sum() == changed[FACE_AREA].sum(), "only the face changed"
-    marker = json.loads(client.get_object(Bucket="videos", Key="out/.grace-swapped.jpg.facefusion.json")["Body"].read())
+    marker = json.loads(
+        client.get_object(Bucket="videos", Key="image-out/.grace-swapped.jpg.facefusion.json")["Body"].read()
+    )
     assert (marker["frame_count"], marker["method"]) == (1, "image")
