@@ -91,6 +91,8 @@ def _cached_session(model: bytes | str, providers: tuple[str, ...], thread_count
     options = ort.SessionOptions()
     options.intra_op_num_threads = thread_count
     options.inter_op_num_threads = 1
+    # Idle pool threads sleep instead of spinning: a spinning pool burns the cores the decoder and encoder need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     try:

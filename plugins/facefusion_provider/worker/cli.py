@@ -111,6 +111,8 @@ def _terminate(signal_number: int, frame: FrameType | None) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before numpy loads: OpenBLAS starts a spinning thread per core for matrices too small to share.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     previous = signal.signal(signal.SIGTERM, _terminate)
     # Read before the settings are checked: a bad variable is reported where the orchestrator looks too.
     report_path = termination_log(os.environ)

@@ -96,6 +96,23 @@ def test_help_loads_no_media_or_engine_modules() -> None:
     assert "--output-video-quality" in helped.stdout and "--work-root" in helped.stdout
 
 
+def test_a_passthrough_run_loads_no_opencv_nor_onnxruntime_and_leaves_no_thread_behind(
+    make_video: MakeVideo, tmp_path: Path
+) -> None:
+    target = make_video(frames=9)
+    argv = ["run", "--target", target, "--output", str(tmp_path / "out.mp4"), "--work-root", str(tmp_path / "w")]
+    code = (
+        "import os, sys; from facefusion_provider.worker import cli;"
+        f"code = cli.main({[*argv, '--processors']!r});"
+        "print(code, sorted(m for m in ('numpy', 'cv2', 'onnxruntime') if m in sys.modules),"
+        " len(os.listdir('/proc/self/task')))"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    # numpy loaded, but its OpenBLAS without a pool of threads spinning beside the encoder's: one thread is left
+    assert result.stdout.split("\n")[-2] == "0 ['numpy'] 1", result.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

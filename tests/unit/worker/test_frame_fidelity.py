@@ -36,11 +36,8 @@ from facefusion_provider.engine.paste import (
 )
 from facefusion_provider.media.images import rgb_array, rgb_frame
 from facefusion_provider.media.planes import BT601, BT709, writable_copy, yuv420_colour
-from facefusion_provider.worker.pipeline import (
-    Frame,
-    run_pipeline,
-    write_back,
-)
+from facefusion_provider.worker.pipeline import Frame, run_pipeline
+from facefusion_provider.worker.write_back import write_back
 
 WIDTH, HEIGHT = 320, 240
 CROP = 128
