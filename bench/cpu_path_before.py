@@ -161,7 +161,7 @@ def encoder_input_before(result: Frame, image: Frame, original: av.VideoFrame, p
 
 
 def encoder_input_after(result: Any, image: Frame, original: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
-    from facefusion_provider.worker.pipeline import write_back
+    from facefusion_provider.worker.write_back import write_back
 
     frame = write_back(result, image, original)
     return frame if frame.format.name == pix_fmt else frame.reformat(format=pix_fmt)
@@ -170,14 +170,14 @@ def encoder_input_after(result: Any, image: Frame, original: av.VideoFrame, pix_
 def _replacements() -> list[tuple[ModuleType | type[Any], str, Any]]:
     from facefusion_provider.engine import detect, paste, swap_classic
     from facefusion_provider.engine.processors.face_swapper import ClassicSwap
-    from facefusion_provider.worker import pipeline
+    from facefusion_provider.worker import write_back
 
     return [
         (paste, "lab_statistics", lab_statistics_before),
         (detect, "_bgr_tensor", bgr_tensor_before),
         (detect, "letterbox", letterbox_before),
         (paste, "paste_back", paste_back_before),
-        (pipeline, "write_back", write_back_before),
+        (write_back, "write_back", write_back_before),
         (swap_classic, "classic_swap", classic_swap_before),
         (ClassicSwap, "swap", swap_classic_before),
     ]
