@@ -9,13 +9,15 @@ end come from the run's metadata database. Python runs with its bytecode cached 
 compiles it at build time; this machine sets ``PYTHONDONTWRITEBYTECODE``), after one discarded run per tree. ``--baseline COMMIT`` takes that commit's ``plugins/`` and ``dags/`` (``git
 archive``) and runs them with the same virtual environment, alternating with this tree's, ``--repeats`` times each.
 
-``--stack multiprocess`` measures the same steps on the multi-process stack instead (this tree only): scheduler
-(LocalExecutor), dag-processor, API server and triggerer as separate processes on a private Postgres
-(``tests/integration/airflow/multiprocess_harness.py``), the demo triggered over REST, one warm-up run, then
-``--repeats``; each run on an empty work root; the task instances from the stack's Postgres.
+``--stack multiprocess`` measures the same steps on the multi-process stack instead: scheduler (LocalExecutor),
+dag-processor, API server and triggerer as separate processes on a private Postgres
+(``tests/integration/airflow/multiprocess_harness.py``), the demo triggered over REST, each run on an empty work root,
+the task instances from the stack's Postgres. Each tree runs on stacks of its own, one stack at a time (two would
+share the cores): a stack is started for each block of ``--block-runs`` runs, its first run discarded, the trees'
+blocks alternating; the scheduler's CPU is taken per run and, idle, after each block.
 
     python bench/bench_serial.py --baseline 83465c3 --repeats 3   # writes bench/results/serial-seconds.{json,md}
-    python bench/bench_serial.py --stack multiprocess --repeats 2  # writes bench/results/serial-seconds-stack.*
+    python bench/bench_serial.py --stack multiprocess --baseline 83465c3 --repeats 3  # bench/results/serial-seconds-stack.*
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(BENCH_DIR))
 
 from demo import DEMO_SEGMENT_SIZE, make_demo_inputs  # noqa: E402
-from demo_airflow import airflow, airflow_env, init_home, run_succeeded, swap_conf  # noqa: E402
+from demo_airflow import (  # noqa: E402
+    SCHEDULER_IDLE_SLEEP_VARIABLE,
+    airflow,
+    airflow_env,
+    init_home,
+    run_succeeded,
+    swap_conf,
+)
 from serial_probe import LOG_VARIABLE  # noqa: E402
 from worker_runs import machine, write_report  # noqa: E402
 
@@ -149,39 +158,87 @@ def one_run(
     }
 
 
-def stack_runs(folder: Path, inputs: tuple[str, str], options: Mapping[str, Any], repeats: int) -> list[dict[str, Any]]:
-    """``repeats`` runs of the demo on one multi-process stack of this tree (after one discarded run), each triggered
-    over REST on an empty work root; their timelines."""
+# Airflow's own default, which every tree before this setting shipped: a baseline's stack runs with it.
+BASELINE_STACK_ENV = {SCHEDULER_IDLE_SLEEP_VARIABLE: "1"}
+IDLE_WINDOW_S = 15.0  # how long a stack is watched idle after its runs, for the scheduler's and Postgres' CPU
+
+
+def stack_runs(
+    trees: Mapping[str, Path],
+    folder: Path,
+    inputs: tuple[str, str],
+    options: Mapping[str, Any],
+    repeats: int,
+    *,
+    block_runs: int,
+) -> list[dict[str, Any]]:
+    """``repeats`` runs of the demo on multi-process stacks of each tree, one stack at a time, on one Postgres (a
+    database per tree): blocks of ``block_runs`` runs, each on a stack started for it, after one discarded run; the
+    trees' blocks alternate (ABBA). Each run triggered over REST on an empty work root; their timelines."""
     sys.path.insert(0, str(REPO / "tests" / "integration" / "airflow"))
-    import psycopg2
-    from multiprocess_harness import AirflowCluster, PostgresCluster
+    from multiprocess_harness import PostgresCluster
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    work, probe_log = folder / "work", folder / "probe.jsonl"
     postgres = PostgresCluster()
-    cluster = None
     try:
         postgres.start()
-        database = "bench_serial"
-        cluster = AirflowCluster(
-            folder / "airflow",
-            postgres.create_database(database),
-            {"work_root": work.as_uri(), "worker_command": shlex.join([sys.executable, str(PROBE)])},
-            probe_env(REPO, folder, probe_log),
-            drop_env=("PYTHONDONTWRITEBYTECODE",),
-        )
-        print(f"stack healthy in {cluster.start():.1f} s: logs in {cluster.home}", flush=True)
+        databases = {label: f"bench_{label}" for label in trees}
+        for database in databases.values():
+            postgres.create_database(database)
+        runs: list[dict[str, Any]] = []
+        done = dict.fromkeys(trees, 0)
+        for block in range(2 * math.ceil(repeats / block_runs)):
+            for label in list(trees)[:: 1 if block % 2 == 0 else -1]:
+                count = min(block_runs, repeats - done[label])
+                if count > 0:
+                    where = folder / f"{label}-{block}"
+                    runs += stack_block(label, trees[label], where, postgres, databases[label], inputs, options, count)
+                    done[label] += count
+        return runs
+    finally:
+        postgres.stop()
+
+
+def stack_block(  # noqa: PLR0917 - one block's inputs, passed on once
+    label: str,
+    code: Path,
+    folder: Path,
+    postgres: Any,
+    database: str,
+    inputs: tuple[str, str],
+    options: Mapping[str, Any],
+    count: int,
+) -> list[dict[str, Any]]:
+    """One stack of ``code`` started, one discarded run and ``count`` measured ones, then the stack watched idle for
+    ``IDLE_WINDOW_S`` (its scheduler's and Postgres' CPU, on the last run's record), then stopped."""
+    import psycopg2
+    from multiprocess_harness import AirflowCluster
+
+    work, probe_log = folder / "work", folder / "probe.jsonl"
+    stack_env = {"AIRFLOW__CORE__DAGS_FOLDER": str(code / "dags"), **(BASELINE_STACK_ENV if code != REPO else {})}
+    cluster = AirflowCluster(
+        folder / "airflow",
+        postgres.url(database),
+        {"work_root": work.as_uri(), "worker_command": shlex.join([sys.executable, str(PROBE)])},
+        {**probe_env(code, folder.parent, probe_log), **stack_env},
+        drop_env=("PYTHONDONTWRITEBYTECODE",),
+    )
+    try:
+        print(f"{label}: stack healthy in {cluster.start():.1f} s: logs in {cluster.home}", flush=True)
+        scheduler = cluster.components["scheduler"].process.pid
         runs = []
-        for number in range(repeats + 1):
+        for number in range(count + 1):
             shutil.rmtree(work, ignore_errors=True)  # no segment of the last run to find
             probe_log.unlink(missing_ok=True)
             run = folder / f"run-{number}"
             run.mkdir()
+            scheduler_cpu = process_cpu_s([scheduler])
             triggered = time.time()
             run_id = cluster.trigger(swap_conf([inputs[0]], inputs[1], str(run / "output.mp4"), options))
             if (state := cluster.wait(run_id, timeout=1800)) != "success":
                 raise RuntimeError(f"stack run {run_id}: {state} {cluster.task_states(run_id)}\n{cluster.log_tail()}")
+            scheduler_cpu = process_cpu_s([scheduler]) - scheduler_cpu
             connection = psycopg2.connect(
                 host="127.0.0.1", port=postgres.port, user=database, password=database, dbname=database
             )
@@ -190,24 +247,45 @@ def stack_runs(folder: Path, inputs: tuple[str, str], options: Mapping[str, Any]
             dag_run["triggered"] = triggered
             workers = [json.loads(line) for line in probe_log.read_text().splitlines()]
             timeline = {
-                "label": "stack",
+                "label": label,
                 "run_id": run_id,
                 "trigger_to_run_end_s": round(dag_run["end"] - triggered, 3),
+                "scheduler_cpu_s": round(scheduler_cpu, 3),
                 "load_1min": round(os.getloadavg()[0], 2),
                 "dag_run": dag_run,
                 "tasks": tasks,
                 "workers": workers,
                 "steps": steps(dag_run, tasks, workers),
             }
-            print(json.dumps({"run": number, "warm-up": number == 0, **timeline["steps"]}), flush=True)
+            print(json.dumps({"label": label, "run": number, "warm-up": number == 0, **timeline["steps"]}), flush=True)
             if number:
                 runs.append(timeline)
+        time.sleep(2.0)  # the run's last task gone: the window sees an idle stack
+        before = process_cpu_s([scheduler]), process_cpu_s(postgres.processes(), children=True)
+        time.sleep(IDLE_WINDOW_S)
+        after = process_cpu_s([scheduler]), process_cpu_s(postgres.processes(), children=True)
+        runs[-1]["scheduler_idle_cpu_pct"] = round(100 * (after[0] - before[0]) / IDLE_WINDOW_S, 1)
+        runs[-1]["postgres_idle_cpu_pct"] = round(100 * (after[1] - before[1]) / IDLE_WINDOW_S, 1)
+        print(
+            f"{label}: idle CPU {runs[-1]['scheduler_idle_cpu_pct']} % scheduler, "
+            f"{runs[-1]['postgres_idle_cpu_pct']} % Postgres",
+            flush=True,
+        )
         return runs
     finally:
-        left = cluster.stop() if cluster else []
-        postgres.stop()
-        if left:
+        if left := cluster.stop():
             print(f"processes outlived the stack: {left}", file=sys.stderr)
+
+
+def process_cpu_s(pids: Sequence[int], *, children: bool = False) -> float:
+    """The CPU seconds (user + sys) of the live processes ``pids``, with ``children`` those of their reaped children
+    too (``/proc/PID/stat`` fields 14-17)."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(value) for value in fields[11 : 15 if children else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_of(workers: Sequence[dict[str, Any]], command: str, first: bool = True) -> dict[str, Any] | None:
@@ -483,6 +561,9 @@ WHOLE_RUN = {
     "command_wall_s": "whole `dags test` command (command_wall_s)",
     "command_cpu_s": "whole `dags test` command (command_cpu_s)",
     "trigger_to_run_end_s": "REST trigger to the run's end (trigger_to_run_end_s)",
+    "scheduler_cpu_s": "cpu: the scheduler's main process, trigger to the run's end (scheduler_cpu_s)",
+    "scheduler_idle_cpu_pct": "the scheduler's main process idle, % of a core (scheduler_idle_cpu_pct, one a stack)",
+    "postgres_idle_cpu_pct": "Postgres with the stack idle, % of a core (postgres_idle_cpu_pct, one a stack)",
 }
 
 
@@ -519,13 +600,24 @@ def markdown(report: dict[str, Any]) -> str:
         lines[0] = "# Serial seconds per run, step by step (the multi-process stack)"
         lines[4] = (
             "The demo (the same conf as the `dags test` mode: 300 frames of 352x288 carphone with sound, the "
-            f"astronaut's face, the default swap, segments of {DEMO_SEGMENT_SIZE}) triggered over REST on one "
-            "multi-process Airflow of this tree (scheduler with the LocalExecutor, dag-processor, API server and "
-            "triggerer as separate processes on a private Postgres: `tests/integration/airflow/multiprocess_harness.py`), "
-            "an empty work root per run; every worker process is `bench/serial_probe.py`. Task instances' start and end "
-            "from the stack's Postgres; min-max over the runs, after a discarded warm-up run (bytecode cached). Wall "
-            "seconds unless the step says `cpu:`. `trigger` is the REST call. The spans' tasks run at once; the first "
-            "span is the one whose worker reaches a frame first."
+            f"astronaut's face, the default swap, segments of {DEMO_SEGMENT_SIZE}) triggered over REST on a "
+            "multi-process Airflow (scheduler with the LocalExecutor, dag-processor, API server and triggerer as "
+            "separate processes on a private Postgres: `tests/integration/airflow/multiprocess_harness.py`), an empty "
+            "work root per run; every worker process is `bench/serial_probe.py`. "
+            + (
+                f"Each tree's `plugins/` and `dags/` (`git archive` of {report['baseline']} for `before`) on stacks of "
+                "its own, one stack at a time on one Postgres (a database each), in blocks of "
+                f"{report.get('block_runs', 2)} runs a stack start, the trees' blocks alternating (ABBA), the same "
+                "virtual environment; `before`'s stacks run with the scheduler settings it shipped (Airflow's default "
+                "`[scheduler] scheduler_idle_sleep_time = 1`), `after`'s with this tree's harness settings. "
+                if len(labels) > 1
+                else "This tree only, one stack. "
+            )
+            + "Task instances' start and end from the stack's Postgres; min-max over the runs, each stack's first run "
+            "discarded (bytecode cached). Wall seconds unless the step says `cpu:`. `trigger` is the REST call. The "
+            "spans' tasks run at once; the first span is the one whose worker reaches a frame first. The idle rows: "
+            f"the stack watched {IDLE_WINDOW_S:.0f} s after its last run, the scheduler's main process and every "
+            "Postgres process."
         )
     if not report["summary"]:  # no dags test runs (--repeats 0): the other sections alone
         lines = [
@@ -591,8 +683,9 @@ def markdown(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", choices=("dags-test", "multiprocess"), default="dags-test", help="where runs run")
-    parser.add_argument("--baseline", help="a commit whose code runs alternating with this tree's (dags-test only)")
+    parser.add_argument("--baseline", help="a commit whose code runs alternating with this tree's")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--block-runs", type=int, default=2, help="--stack multiprocess: measured runs a stack start")
     parser.add_argument("--options", default="{}", help="options JSON beside the demo's segment size")
     parser.add_argument("--work", type=Path, default=REPO / "out" / "bench_serial")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
@@ -608,23 +701,25 @@ def main() -> None:
     shutil.rmtree(args.work / "runs", ignore_errors=True)
     inputs = make_demo_inputs(str(args.work / "inputs"))
     options = {"segment_size": DEMO_SEGMENT_SIZE, **json.loads(args.options)}
+    trees = {"after": REPO}
+    if args.baseline:
+        trees = {"before": code_of(args.baseline, args.work / f"code-{args.baseline}"), "after": REPO}
     if args.stack == "multiprocess":
-        if args.baseline or args.model_inputs or args.standing:
-            parser.error("--stack multiprocess measures this tree's runs alone")
-        runs = stack_runs(args.work / "stack", inputs, options, args.repeats)
+        if args.model_inputs or args.standing:
+            parser.error("--stack multiprocess measures runs alone")
+        runs = stack_runs(trees, args.work / "stack", inputs, options, args.repeats, block_runs=args.block_runs)
         report = {
             "command": shlex.join(["python", "bench/bench_serial.py", *sys.argv[1:]]),
             "machine": machine(),
             "stack": args.stack,
-            "labels": ["stack"],
+            "baseline": args.baseline,
+            "block_runs": args.block_runs,
+            "labels": list(trees),
             "summary": summarise(runs),
             "runs": runs,
         }
         write_report(args.out, args.name or "serial-seconds-stack", report, markdown)
         return
-    trees = {"after": REPO}
-    if args.baseline:
-        trees = {"before": code_of(args.baseline, args.work / f"code-{args.baseline}"), "after": REPO}
     for label, code in trees.items() if args.repeats else ():  # bytecode written, files in the page cache; not reported
         one_run(code, label, args.work / "runs", inputs, options)
     runs = []

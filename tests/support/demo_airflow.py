@@ -25,6 +25,10 @@ from typing import Any
 
 DAG_ID = "facefusion_swap"
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+# [scheduler] scheduler_idle_sleep_time (Airflow's default 1 s): how long an idle scheduler loop sleeps, so how late a
+# finished task's downstream is queued; 0.2 s measured 5 % more of a core on an idle scheduler and 1.4 % on Postgres.
+SCHEDULER_IDLE_SLEEP_VARIABLE = "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"
+SCHEDULER_IDLE_SLEEP_SECONDS = "0.2"
 
 
 def airflow_env(
@@ -38,6 +42,8 @@ def airflow_env(
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder.absolute()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # As the compose file and the Helm values ship it: a task's downstream starts within 0.2 s, not up to 1 s.
+        SCHEDULER_IDLE_SLEEP_VARIABLE: SCHEDULER_IDLE_SLEEP_SECONDS,
     }
     for key, value in (settings or {}).items():
         env[f"AIRFLOW__FACEFUSION__{key.upper()}"] = value

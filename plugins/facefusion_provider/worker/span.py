@@ -23,6 +23,7 @@ from facefusion_provider.work import leases, liveness
 from facefusion_provider.work.access import checked_uris, load_work
 from facefusion_provider.work.claims import (
     SegmentClaims,
+    WorkState,
     check_conditional_writes,
     scan_work,
 )
@@ -43,7 +44,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-WAIT_SECONDS = 2.0  # how often a worker with nothing to claim looks whether its span's last segments are committed
+WAIT_SECONDS = 2.0  # how often a worker with nothing to claim looks again at every claim (one may have lapsed)
+# Between those looks, how often it asks whether the segments it waits for are committed: one HEAD each, so the span
+# ends within this of the other worker's commit instead of up to WAIT_SECONDS after it.
+MARKER_LOOK_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -279,8 +283,8 @@ def work_segments(
                     break
                 if all(index in state.committed for index in own) and not helping:
                     break
-                if not picker.has_free(state):
-                    liveness.clock.sleep(WAIT_SECONDS)  # our span's last segments are claimed by live workers: wait
+                if not picker.has_free(state):  # our span's last segments are claimed by live workers: wait
+                    wait_for_commits(layout, state, [index for index in own if index not in state.committed])
                     continue
                 frames_done += encode(picker, committer, folder)
                 committer.wait()  # the next listing must see these markers
@@ -316,6 +320,16 @@ def work_segments(
             "fps": round(frames_done / total, 2) if total else 0.0,
         },
     )
+
+
+def wait_for_commits(layout: WorkLayout, state: WorkState, awaited: list[int]) -> None:
+    """Return once every segment of ``awaited`` is committed (its marker of the incarnation ``state`` saw), or after
+    ``WAIT_SECONDS``: the caller's next full look then sees a claim that lapsed meanwhile."""
+    markers = [layout.segment_marker(index, state.incarnation(index)) for index in awaited]
+    deadline = liveness.clock.monotonic() + WAIT_SECONDS
+    while markers and liveness.clock.monotonic() < deadline:
+        liveness.clock.sleep(MARKER_LOOK_SECONDS)
+        markers = [marker for marker in markers if not storage.exists(marker)]
 
 
 def _result(span: int, own: range, reused: int, *, skipped: bool) -> SpanResult:
