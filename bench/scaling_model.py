@@ -49,7 +49,8 @@ from facefusion_provider.storage import UPLOAD_MIN_PART_BYTES
 from facefusion_provider.storage.compose import COMPOSE_REQUESTS_AT_ONCE
 from facefusion_provider.work.span_plan import plan_segments, plan_spans
 
-POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again
+POLL_S = 2.0  # worker/span.py WAIT_SECONDS: how often a pod with nothing to claim looks again at every claim
+MARKER_LOOK_S = 0.1  # worker/span.py MARKER_LOOK_SECONDS: between those, how often it asks for its awaited markers
 FIRST_LOOK_S = 0.25  # worker/serve.py FIRST_LOOK_SECONDS: an idle standing worker's first look at the change signal
 LONGEST_LOOK_S = 1.5  # worker/serve.py LONGEST_LOOK_SECONDS: ... doubling up to this (bench/bench_calibration.py)
 STANDING_POLL_S = LONGEST_LOOK_S  # how often a standing worker idle for a while looks for new runs
@@ -128,6 +129,7 @@ class _Worker:
     looking_s: float = 0.0  # the last _join's listings, paid before the segment it chose
     looked: set[int] = field(default_factory=set)  # runs whose claims this worker has listed
     idle_look_s: float = FIRST_LOOK_S  # a standing worker's next wait for the change signal while idle
+    full_look_at: float = 0.0  # a waiting pod's next look at every claim (before it: its awaited markers only)
     joined: bool = False  # a standing worker has worked a segment (its models are loaded)
     died_at: float | None = None
 
@@ -435,12 +437,16 @@ class Simulation:
                 self._push(now + worker.idle_look_s, "check", (worker.number,))
                 worker.idle_look_s = min(2 * worker.idle_look_s, LONGEST_LOOK_S)
             return
-        if self._own_committed(worker) and not (self.pool.across_runs and self._anything_free(worker, now)):
+        own_done = self._own_committed(worker)
+        full_look = own_done or now >= worker.full_look_at  # its awaited markers landed: it looks again at once
+        if own_done and not (self.pool.across_runs and self._anything_free(worker, now)):
             self._finish(worker, now)
-        elif self._anything_free(worker, now):
+        elif full_look and self._anything_free(worker, now):
+            worker.full_look_at = 0.0
             self._next(worker, now)
         else:
-            self._push(now + POLL_S, "check", (worker.number,))
+            worker.full_look_at = now + POLL_S if full_look else worker.full_look_at
+            self._push(now + MARKER_LOOK_S, "check", (worker.number,))
 
     def _segment_done(self, now: float, payload: tuple[int, ...]) -> None:
         worker = self.workers[payload[0]]
