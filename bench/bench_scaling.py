@@ -187,8 +187,8 @@ def batch(measured: Measured, stated: Stated, size: int) -> list[dict[str, Any]]
 
 SCENARIOS: tuple[tuple[str, dict[str, float], str], ...] = (
     (
-        "1. span pods (`span_workers = task`): a task and a pod per hop; the merge task joins the output from the "
-        "indexes and reads the target's sound",
+        "1. span pods (`span_workers = task`): a task and a pod per hop; the span pod that commits the last segment "
+        "joins the output from the indexes and reads the target's sound",
         {},
         SPAN_PODS,
     ),
@@ -499,7 +499,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "| " + " | ".join(f"{value:.1f}" for value in modelled["hops"].values()) + " |",
         "",
         f"Trigger to output, less the frame work: {modelled['serial_s']:.0f} s (validate, prepare, plan, one span's task "
-        "and pod start, merge; cleanup follows the output). Amdahl's law allows at most "
+        "and pod start, the last span pod's merge; cleanup follows the output). Amdahl's law allows at most "
         + ", ".join(
             f"{budget:.0f} s for {percent(GOALS[int(g)])} on {g} GPUs"
             for g, budget in modelled["serial_budget_s"].items()

@@ -760,7 +760,9 @@ class Hops:
             plan_s=stated.airflow_task_s,
             span_task_s=stated.airflow_task_s,
             span_pod_s=pod + stated.model_load_s + segments.scan_s + 3 * stated.s3_request_s,
-            merge_s=stated.airflow_task_s + pod + index_merge_s(measured, stated, frames, segments.segments),
+            # The span pod that commits the last segment merges at once (worker/scheduler.py swap_span): no task, no
+            # pod; the merge task then finds the output done.
+            merge_s=index_merge_s(measured, stated, frames, segments.segments),
             cleanup_s=stated.airflow_task_s,
             # The lease seen at an idle worker's steady look; the work.json announced to the others, which look
             # every FIRST_LOOK_S while another worker prepares (worker/serve.py).
@@ -948,7 +950,7 @@ def single_process_s(measured: Measured, stated: Stated, size: int) -> float:
     segments = plan_segments(0, frames, size)
     model = SegmentModel.of(measured, stated, size, len(segments))
     hops = Hops.of(measured, stated, frames, model)
-    merge_work = hops.merge_s - stated.airflow_task_s - stated.pod_start_s - measured.run.worker_start_s
+    merge_work = hops.merge_s
     prepare_work = hops.prepare_s - stated.airflow_task_s - stated.pod_start_s - measured.run.worker_start_s
     return float(
         measured.run.worker_start_s

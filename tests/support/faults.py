@@ -6,7 +6,8 @@ in the product: a worker process started with ``fault_env(...)`` loads this modu
 ``[{"command": "swap-span", "indexes": [1, 2], "tries": [1], "retryable": true}]`` (fail) or
 ``[{"command": "swap-span", "indexes": [1], "frame_delay": 0.05}]`` (a slow node: every frame that worker decodes
 takes that many more seconds). ``indexes`` are span indexes; the try number comes from FACEFUSION_TRY_NUMBER, which
-the operators set. ``merge`` fails the ``merge`` command the same way.
+the operators set. ``merge`` fails the ``merge`` command the same way, and the merge a worker makes of a work it
+leaves complete.
 """
 
 from __future__ import annotations
@@ -124,11 +125,13 @@ def install(patch: Patch = setattr) -> None:
     """Wrap the worker's functions: the ``swap-span`` and ``merge`` commands fail as listed, the listed spans' frames
     come slowly. ``patch`` is ``setattr`` in a worker process, ``monkeypatch.setattr`` in a test's own process."""
     from facefusion_provider import worker
-    from facefusion_provider.worker import span
+    from facefusion_provider.worker import healing, span
     from facefusion_provider.worker.segments import SegmentFrames
 
     patch(worker, "swap_span", _failing("swap-span", worker.swap_span))
     patch(worker, "merge", _failing("merge", worker.merge))
+    # The merge a worker makes of the work it leaves complete (a span's, a standing worker's) fails the same way.
+    patch(healing, "merge", _failing("merge", healing.merge))
     patch(span, "frame_work", _spanned(span.frame_work))
     patch(SegmentFrames, "stream", _slowed(SegmentFrames.stream))
 

@@ -407,7 +407,9 @@ def swap_span(
     guard: Callable[[], None] | None = None,
 ) -> SpanResult:
     """Work segments ``[first, last)`` of the work folder (and, when done, other spans' tails) reading ``target``.
-    A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease."""
+    A work removed while its run (``run_key``) was queued past its lease is prepared again from the run's lease. The
+    worker that leaves the work complete merges its live runs' outputs (``merge_waiting_outputs``), so an output
+    appears without waiting for the merge task to be scheduled and its worker started; that task then finds it done."""
     layout = work_layout(work_uri)
     target_uri = checked_uris([], target, None).target_uri
     spec = load_or_prepare(layout, run_key, models_dir)
@@ -418,6 +420,8 @@ def swap_span(
     processors = FrameProcessors(spec, models_dir, work_root_of(layout))
     own = range(first, last)
     result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
+    if result.committed and len(scan_work(layout).committed) == len(spec.segments):
+        merge_waiting_outputs(layout, owner=owner, models_dir=models_dir)
     budget = worker_settings().help_other_runs_seconds
     if budget <= 0:
         return result
