@@ -37,9 +37,14 @@ def test_dag_swaps_the_face_in_every_frame(dags_test_env: dict[str, str], tmp_pa
 
     result = dags_test(conf([source], target, output, segment_size=40), dags_test_env, timeout=600)
 
-    assert run_succeeded(result), (result.stdout + result.stderr)[-6000:]
+    text = result.stdout + result.stderr
+    assert run_succeeded(result), text[-6000:]
     assert count_frames(output) == count_frames(target) == 120
     assert output.with_suffix(".preview.jpg").exists()
+    # The span worker that committed the last segment merged: the merge task found the output and started no worker.
+    assert "as its work's last segment was committed" in text, text[-6000:]
+    assert "already holds the output" in text
+    assert not [line for line in text.splitlines() if "Running worker" in line and "'merge'" in line]
 
     judge = identity_judge()
     source_descriptor = judge.descriptor(np.ascontiguousarray(data.astronaut()))
