@@ -7,7 +7,8 @@ in the product: a worker process started with ``fault_env(...)`` loads this modu
 ``[{"command": "swap-span", "indexes": [1], "frame_delay": 0.05}]`` (a slow node: every frame that worker decodes
 takes that many more seconds). ``indexes`` are span indexes; the try number comes from FACEFUSION_TRY_NUMBER, which
 the operators set. ``merge`` fails the ``merge`` command the same way, and the merge a worker makes of a work it
-leaves complete.
+leaves complete. ``{"command": "merge", "hold_while": PATH}`` holds every merge at its start while PATH exists
+(``merge_held``): what follows the merge in its run waits meanwhile.
 """
 
 from __future__ import annotations
@@ -64,13 +65,40 @@ def maybe_inject(command: str, index: int | None = None) -> None:
     from facefusion_provider.exceptions import InvalidMediaError, RetryableError
 
     for fault in _matching(command, index):
-        if "frame_delay" in fault:
+        if "frame_delay" in fault or "hold_while" in fault:  # a slow node or a held merge: not a failure
             continue
         where = f"{command}" + (f" span {index}" if index is not None else "")
         where += f" try {worker_settings().try_number}"
         if fault.get("retryable", True):
             raise RetryableError(f"injected transient failure ({where})")
         raise InvalidMediaError(f"injected permanent failure ({where})")
+
+
+def maybe_hold(command: str, index: int | None = None) -> None:
+    """Wait while the ``hold_while`` file of a listed fault exists, having said so (``PATH.held``)."""
+    for fault in _matching(command, index):
+        gate = fault.get("hold_while")
+        if gate and os.path.exists(gate):
+            Path(f"{gate}.held").touch()
+            while os.path.exists(gate):
+                time.sleep(0.05)
+
+
+@contextmanager
+def merge_held(gate: Path, timeout: float = 240) -> Iterator[None]:
+    """The first merge to start holds (a worker process with the fault ``hold_while: gate``), and every later one,
+    until the block ends; the block begins once one holds."""
+    held = Path(f"{gate}.held")
+    held.unlink(missing_ok=True)
+    gate.touch()
+    try:
+        deadline = time.monotonic() + timeout
+        while not held.exists():
+            assert time.monotonic() < deadline, f"no merge started within {timeout} s"
+            time.sleep(0.05)
+        yield
+    finally:
+        gate.unlink(missing_ok=True)
 
 
 def _delayed(items: Generator[Item, None, None], delay: float) -> Generator[Item, None, None]:
@@ -87,6 +115,7 @@ _working = threading.local()  # the span index of the frame work this thread is 
 
 def _failing(command: str, function: Callable[..., Any]) -> Callable[..., Any]:
     def failing(*args: Any, **kwargs: Any) -> Any:
+        maybe_hold(command, kwargs.get("span"))
         maybe_inject(command, kwargs.get("span"))
         return function(*args, **kwargs)
 

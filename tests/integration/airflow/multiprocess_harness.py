@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -358,14 +358,3 @@ class AirflowCluster(AirflowRestClient):
         worker = self.wait_for_worker(*words, timeout=timeout)
         signal_pid(worker.pid, sig)
         return worker
-
-    @contextlib.contextmanager
-    def frozen_worker(self, *words: str, timeout: float = 120) -> Iterator[WorkerProcess]:
-        """Stop the first worker subprocess whose argv holds every word (SIGSTOP) as soon as it appears, and let it go
-        on (SIGCONT) when the block ends: what follows it in the run waits meanwhile (a merge holds its cleanup)."""
-        worker = self.wait_for_worker(*words, timeout=timeout, interval=0.05)
-        signal_pid(worker.pid, signal.SIGSTOP)
-        try:
-            yield worker
-        finally:
-            signal_pid(worker.pid, signal.SIGCONT)

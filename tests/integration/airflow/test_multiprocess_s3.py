@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from airflow_harness import SWAP_TASKS, conf, frame_md5s, make_clip, make_image
+from faults import fault_env, merge_held
 from multiprocess_harness import AirflowCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))  # the S3 servers of tests/integration/s3
@@ -46,6 +47,11 @@ class S3Cluster:
     moto: MotoServer
     proxy: FaultyProxy
     media: Path
+
+    @property
+    def merge_gate(self) -> Path:
+        """While this file exists a merge holds at its start (``faults.merge_held``)."""
+        return self.media / "merge-gate"
 
     def client(self) -> Any:
         return self.moto.client()
@@ -99,9 +105,11 @@ def s3_cluster(
             "extra": {"endpoint_url": proxy.url, "region_name": REGION},
         }
         settings = {"work_root": "s3://work/airflow", "aws_conn_id": CONN_ID, "span_wave": "2"}  # two spans a run
-        cluster = airflow_cluster_factory(
-            settings, {f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection)}, drop_env=("AWS_", "FACEFUSION_")
-        )
+        env = {
+            f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(connection),
+            **fault_env([{"command": "merge", "hold_while": str(media / "merge-gate")}]),
+        }
+        cluster = airflow_cluster_factory(settings, env, drop_env=("AWS_", "FACEFUSION_"))
         yield S3Cluster(cluster, moto, proxy, media)
     finally:
         proxy.stop()
@@ -151,7 +159,7 @@ def test_a_run_triggered_while_another_finishes_reuses_its_segments(s3_cluster: 
     first_output, second_output = "s3://videos/out/again/first.mp4", "s3://videos/out/again/second.mp4"
     first = cluster.trigger(s3.pass_through(target, first_output))
 
-    with cluster.frozen_worker("merge", first_output, timeout=240):  # the first run is finishing: its merge has begun
+    with merge_held(s3.merge_gate):  # the first run is finishing: its merge has begun
         second = cluster.trigger(s3.pass_through(target, second_output))
         deadline = time.monotonic() + 120
         while cluster.task_states(second).get((SWAP_TASKS.validate, -1), (None,))[0] != "success":

@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 import onnxruntime
 import pytest
 from airflow_harness import SWAP_TASKS, conf, frame_md5s, keyframes, make_clip, make_image
-from faults import fault_env
+from faults import fault_env, merge_held
 from multiprocess_harness import AirflowCluster
 from people import people
 
@@ -89,7 +89,10 @@ def setup(airflow_cluster_factory: Callable[..., AirflowCluster], tmp_path_facto
         # /proc/ is allowed so that the unwritable output is refused by the write probe, not by the allow-list.
         "allowed_output_prefixes": f"{out}/, /proc/",
     }
-    extra_env = {"TMPDIR": str(tmp), **fault_env(FAULTS)}
+    extra_env = {
+        "TMPDIR": str(tmp),
+        **fault_env([*FAULTS, {"command": "merge", "hold_while": str(tmp / "merge-gate")}]),
+    }
     return Setup(airflow_cluster_factory(settings, extra_env), media, out, elsewhere, tmp)
 
 
@@ -147,8 +150,9 @@ def test_a_worker_killed_mid_span_resumes_at_the_first_uncommitted_segment(setup
     assert KILL_AFTER_SEGMENTS <= len(before) < RESUME_SEGMENTS, sorted(before)
     assert len(scratch) == 1 and (scratch[0] / ".lock").exists(), scratch  # the killed worker's, never removed by it
 
-    # The retry's merge holds the run (and its cleanup) while the committed files are compared.
-    with cluster.frozen_worker("merge", output.as_uri()):
+    # The merge (the retry's worker makes it, leaving the work complete) holds the run and its cleanup while the
+    # committed files are compared.
+    with merge_held(setup.tmp / "merge-gate"):
         after = committed_files(segments)
         assert sorted(after) == list(range(RESUME_SEGMENTS))
         assert {index: after[index] for index in before} == before  # same marker, same bytes, same mtime
