@@ -577,6 +577,11 @@ def _range(values: Sequence[float], step: str) -> str:
     return span_of(values)
 
 
+def table_head(first: str, labels: Sequence[str]) -> list[str]:
+    """A markdown table's header and rule: ``first``, then a column per label."""
+    return [f"| {first} | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
+
+
 def markdown(report: dict[str, Any]) -> str:
     labels = report["labels"]
     lines = [
@@ -593,8 +598,7 @@ def markdown(report: dict[str, Any]) -> str:
         "mapped spans one after another: the first span's worker works every segment, the other spans' tasks find "
         "theirs committed (on a cluster they run at once).",
         "",
-        "| step | " + " | ".join(labels) + " |",
-        "| --- |" + " --- |" * len(labels),
+        *table_head("step", labels),
     ]
     if report.get("stack") == "multiprocess":
         lines[0] = "# Serial seconds per run, step by step (the multi-process stack)"
@@ -642,8 +646,7 @@ def markdown(report: dict[str, Any]) -> str:
             "the fastest of 3 per process); the index join's CPU from the markers' moovs "
             "(`scaling_measure.join_costs`, medians of 5). Min-max over the processes.",
             "",
-            "| input | " + " | ".join(labels) + " |",
-            "| --- |" + " --- |" * len(labels),
+            *table_head("input", labels),
         ]
         for step, by_label in report["model_inputs_summary"].items():
             cells = [_range(by_label[label], step) if label in by_label else "-" for label in labels]
@@ -660,8 +663,7 @@ def markdown(report: dict[str, Any]) -> str:
             "alternating; `last_worker_first_claim_s` is the later worker's first claim (the first's where only one "
             "worker claimed any segment).",
             "",
-            "| after the lease | " + " | ".join(labels) + " |",
-            "| --- |" + " --- |" * len(labels),
+            *table_head("after the lease", labels),
         ]
         for warm in (True, False):
             state = "warm" if warm else "cold"

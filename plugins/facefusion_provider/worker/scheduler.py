@@ -316,8 +316,8 @@ def _help(other: LiveWork, models_dir: str | None, memory: HelpMemory, helped: H
     if result.committed:
         helped.works.add(work)
         helped.segments += result.committed
-    if scope.standing and result.committed and len(scan_work(other.layout).committed) == len(spec.segments):
-        merge_waiting_outputs(other.layout, owner=scope.owner, models_dir=models_dir)
+    if scope.standing:
+        merge_if_complete(other.layout, spec, result.committed, owner=scope.owner, models_dir=models_dir)
     return result.committed
 
 
@@ -361,6 +361,15 @@ def _store_sound(layout: WorkLayout, target_uri: str) -> None:
         return
     if size:
         logger.info("work %s: stored its sound (%d bytes) in %.1f s", layout.work_id, size, time.monotonic() - began)
+
+
+def merge_if_complete(
+    layout: WorkLayout, spec: WorkSpec, committed: int, *, owner: str, models_dir: str | None = None
+) -> None:
+    """Merge the work's live runs' outputs (``merge_waiting_outputs``) when this worker's ``committed`` segments left
+    it complete."""
+    if committed and len(scan_work(layout).committed) == len(spec.segments):
+        merge_waiting_outputs(layout, owner=owner, models_dir=models_dir)
 
 
 def merge_waiting_outputs(layout: WorkLayout, *, owner: str, models_dir: str | None = None) -> int:
@@ -420,8 +429,7 @@ def swap_span(
     processors = FrameProcessors(spec, models_dir, work_root_of(layout))
     own = range(first, last)
     result = work_segments(spec, layout, target_uri, own, processors, span=span, owner=owner, guard=guard)
-    if result.committed and len(scan_work(layout).committed) == len(spec.segments):
-        merge_waiting_outputs(layout, owner=owner, models_dir=models_dir)
+    merge_if_complete(layout, spec, result.committed, owner=owner, models_dir=models_dir)
     budget = worker_settings().help_other_runs_seconds
     if budget <= 0:
         return result

@@ -25,7 +25,7 @@ REAL_LOOPS = (
     "serve",  # worker/serve.py: the standing worker
     "run",  # worker/run.py: a CLI run
     "merge_work",  # output/merge.py: the checked merge, healing damaged segments
-    "merge_waiting_outputs",  # worker/scheduler.py: a standing worker merges what it completed
+    "merge_waiting_outputs",  # worker/scheduler.py: the worker that completes a work (span or standing) merges it
     "_commit",  # worker/segments.py: the committer
     "SpanCommittedTrigger.run",  # triggers/span_committed.py: a span waiting for standing workers
 )
